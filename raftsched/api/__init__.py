@@ -1,0 +1,1 @@
+"""The HTTP API (aiohttp server). Every node serves every route."""

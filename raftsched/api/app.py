@@ -1,0 +1,361 @@
+"""Routes of the HTTP API. Writes go through Raft; reads come from the local
+store (add `?consistent=true` to wait until this node has applied everything
+the leader had committed when the request arrived)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from aiohttp import web
+
+from raftsched import limits
+from raftsched.api.problems import problem
+from raftsched.api.views import format_in_job_zone, job_view, run_view
+from raftsched.core import commands, keys
+from raftsched.core.apply import JOBS, NODES, RUNS, RUNS_BY_JOB
+from raftsched.core.jobspec import validate_create, validate_patch
+from raftsched.core.schedule import next_fire_ms, parse_schedule, preview_ms
+from raftsched.core.timeutil import parse_rfc3339
+from raftsched.errors import InvalidInput, NotFound, Conflict, Unavailable
+from raftsched.storage.base import digest
+
+if TYPE_CHECKING:
+    from raftsched.runtime.node import Node
+
+log = logging.getLogger("raftsched.api")
+TENANT = "default"
+NODE_KEY = web.AppKey("node", object)
+JOB_ID = "{job_id:job_[0-9a-f]+}"
+
+
+@web.middleware
+async def problems_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except InvalidInput as exc:
+        return problem(exc.status, exc.type, exc.detail, field=exc.field, limit=exc.limit)
+    except Unavailable as exc:
+        return problem(503, "unavailable", exc.detail, reason=exc.reason,
+                       headers={"Retry-After": "1"})
+    except web.HTTPRequestEntityTooLarge:
+        return problem(413, "too-large", f"the request body is larger than "
+                       f"{limits.request_body_bytes_max} bytes", field="body",
+                       limit="request_body_bytes_max")
+    except web.HTTPNotFound:
+        return problem(404, "not-found", f"no route {request.method} {request.path}")
+    except web.HTTPMethodNotAllowed as exc:
+        return problem(405, "method-not-allowed",
+                       f"{request.method} is not allowed on {request.path}; "
+                       f"allowed: {', '.join(sorted(exc.allowed_methods))}")
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return problem(500, "internal", "an internal error occurred; see the node's log")
+
+
+def _node(request: web.Request) -> "Node":
+    return request.app[NODE_KEY]  # type: ignore[return-value]
+
+
+async def _json_body(request: web.Request) -> Any:
+    raw = await request.read()
+    if not raw:
+        raise InvalidInput("the request body is empty; send a JSON object", field="body")
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"the request body is not JSON: {exc}", field="body") from None
+
+
+def _json(data: Any, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status)
+
+
+def _int_param(request: web.Request, name: str, default: int, maximum: int) -> int:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidInput(f"`{name}` must be an integer", field=name) from None
+    if not 1 <= value <= maximum:
+        raise InvalidInput(f"`{name}` must be from 1 to {maximum}", field=name,
+                           limit="list_limit_max")
+    return value
+
+
+async def _maybe_consistent(request: web.Request) -> None:
+    if request.query.get("consistent", "").lower() in ("1", "true", "yes"):
+        await _node(request).wait_caught_up()
+
+
+def _live_job(node: "Node", job_id: str) -> dict:
+    job = node.store.get(JOBS, keys.job_key(job_id))
+    if job is None or job["status"] == "deleted":
+        raise NotFound(f"job {job_id} not found", field="job_id")
+    return job
+
+
+def _raise_refusal(result: dict) -> None:
+    if result.get("ok"):
+        return
+    if result["error"] == "not_found":
+        raise NotFound(result["detail"], field="job_id")
+    if result["error"] == "conflict":
+        raise Conflict(result["detail"])
+    raise InvalidInput(result["detail"])
+
+
+# --- jobs ------------------------------------------------------------------------------
+
+async def create_job(request: web.Request) -> web.Response:
+    node = _node(request)
+    parsed = validate_create(await _json_body(request))
+    spec, idem = parsed["spec"], parsed["idempotency_key"]
+    now = node.now_ms()
+    _check_run_at(spec["schedule"], now)
+    job_id = "job_" + secrets.token_hex(10)
+    cmd = commands.create_job(job_id=job_id, tenant=TENANT, spec=spec, idempotency_key=idem,
+                              shard=keys.shard_of(job_id, node.shard_count),
+                              next_ms=next_fire_ms(spec["schedule"], now), at_ms=now)
+    result = await node.propose(cmd)
+    _raise_refusal(result)
+    return _json(job_view(result["job"]), status=200 if result["existing"] else 201)
+
+
+def _check_run_at(schedule: dict, now: int) -> None:
+    if schedule["kind"] == "once" and schedule["run_at_ms"] - now > limits.run_at_ahead_ms_max:
+        raise InvalidInput("`run_at` is more than 10 years ahead", field="run_at",
+                           limit="run_at_ahead_ms_max")
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    node = _node(request)
+    await _maybe_consistent(request)
+    limit = _int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
+    cursor = request.query.get("cursor")
+    start = keys.job_key(cursor) + b"\x00" if cursor else b""
+    jobs: list[dict] = []
+    last_key = None
+    while len(jobs) < limit:
+        rows = node.store.scan(JOBS, start=start, limit=limit)
+        if not rows:
+            last_key = None
+            break
+        for key, job in rows:
+            last_key = key
+            if job["status"] != "deleted" and len(jobs) < limit:
+                jobs.append(job_view(job))
+            if len(jobs) >= limit:
+                break
+        start = last_key + b"\x00"
+        if len(rows) < limit:
+            break
+    next_cursor = jobs[-1]["job_id"] if len(jobs) == limit else None
+    return _json({"jobs": jobs, "next_cursor": next_cursor})
+
+
+async def get_job(request: web.Request) -> web.Response:
+    node = _node(request)
+    await _maybe_consistent(request)
+    return _json(job_view(_live_job(node, request.match_info["job_id"])))
+
+
+async def patch_job(request: web.Request) -> web.Response:
+    node = _node(request)
+    body = await _json_body(request)
+    job = _live_job(node, request.match_info["job_id"])
+    spec = validate_patch(body, job["spec"])
+    now = node.now_ms()
+    _check_run_at(spec["schedule"], now)
+    next_ms = None if job["status"] == "paused" else next_fire_ms(spec["schedule"], now)
+    result = await node.propose(commands.update_job(
+        job_id=job["id"], spec=spec, expected_version=job["version"], next_ms=next_ms, at_ms=now))
+    _raise_refusal(result)
+    return _json(job_view(result["job"]))
+
+
+async def delete_job(request: web.Request) -> web.Response:
+    node = _node(request)
+    result = await node.propose(commands.delete_job(job_id=request.match_info["job_id"],
+                                                    at_ms=node.now_ms()))
+    _raise_refusal(result)
+    return web.Response(status=204)
+
+
+async def pause_job(request: web.Request) -> web.Response:
+    node = _node(request)
+    result = await node.propose(commands.pause_job(job_id=request.match_info["job_id"],
+                                                   at_ms=node.now_ms()))
+    _raise_refusal(result)
+    return _json(job_view(result["job"]))
+
+
+async def resume_job(request: web.Request) -> web.Response:
+    node = _node(request)
+    job = _live_job(node, request.match_info["job_id"])
+    now = node.now_ms()
+    # From now: no catch-up of what was missed while paused (a one-off whose
+    # time passed while paused runs once, now).
+    result = await node.propose(commands.resume_job(
+        job_id=job["id"], next_ms=next_fire_ms(job["spec"]["schedule"], now), at_ms=now))
+    _raise_refusal(result)
+    return _json(job_view(result["job"]))
+
+
+async def trigger_job(request: web.Request) -> web.Response:
+    node = _node(request)
+    now = node.now_ms()
+    result = await node.propose(commands.trigger_job(
+        job_id=request.match_info["job_id"], scheduled_ms=now, node=node.node_id, at_ms=now))
+    _raise_refusal(result)
+    return _json(run_view(result["run"]), status=201 if result["created"] else 200)
+
+
+async def job_runs(request: web.Request) -> web.Response:
+    node = _node(request)
+    await _maybe_consistent(request)
+    job_id = request.match_info["job_id"]
+    if node.store.get(JOBS, keys.job_key(job_id)) is None:
+        raise NotFound(f"job {job_id} not found", field="job_id")
+    limit = _int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
+    prefix = keys.runs_by_job_prefix(job_id)
+    rows = node.store.scan(RUNS_BY_JOB, start=prefix, stop=prefix[:-1] + b"\x01",
+                           reverse=True, limit=limit)
+    runs = [node.store.get(RUNS, run_id.encode()) for _, run_id in rows]
+    return _json({"runs": [run_view(r) for r in runs if r is not None]})
+
+
+async def get_run(request: web.Request) -> web.Response:
+    node = _node(request)
+    await _maybe_consistent(request)
+    run = node.store.get(RUNS, request.match_info["run_id"].encode())
+    if run is None:
+        raise NotFound(f"run {request.match_info['run_id']} not found", field="run_id")
+    return _json(run_view(run))
+
+
+async def job_preview(request: web.Request) -> web.Response:
+    node = _node(request)
+    job = _live_job(node, request.match_info["job_id"])
+    count = _int_param(request, "count", 10, limits.preview_count_max)
+    times = preview_ms(job["spec"]["schedule"], node.now_ms(), count)
+    return _json({"fire_times": [format_in_job_zone(job["spec"], t) for t in times]})
+
+
+async def schedules_preview(request: web.Request) -> web.Response:
+    body = await _json_body(request)
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body must be a JSON object", field="body")
+    unknown = sorted(set(body) - {"schedule", "run_at", "after", "count"})
+    if unknown:
+        raise InvalidInput(f"unknown field {unknown[0]!r}", field=unknown[0])
+    schedule = parse_schedule(body.get("schedule"), body.get("run_at"))
+    after = _node(request).now_ms()
+    if body.get("after") is not None:
+        try:
+            after = parse_rfc3339(body["after"])[0]
+        except (ValueError, TypeError) as exc:
+            raise InvalidInput(f"`after` is not an RFC 3339 timestamp: {exc}",
+                               field="after") from None
+    count = body.get("count", 10)
+    if isinstance(count, bool) or not isinstance(count, int) \
+            or not 1 <= count <= limits.preview_count_max:
+        raise InvalidInput(f"`count` must be an integer from 1 to {limits.preview_count_max}",
+                           field="count", limit="preview_count_max")
+    spec = {"schedule": schedule}
+    times = preview_ms(schedule, after, count)
+    return _json({"fire_times": [format_in_job_zone(spec, t) for t in times]})
+
+
+# --- cluster ---------------------------------------------------------------------------
+
+def _local_status(node: "Node") -> dict:
+    status = node.replicator.status()
+    return {"id": node.node_id, "http": node.config.http_url, "raft": node.config.raft_addr,
+            "role": status.role, "term": status.term, "commit_index": status.commit_index,
+            "applied_index": node.store.applied_index(), "leader_raft": status.leader,
+            "has_quorum": status.has_quorum,
+            "fired_total": node.trigger.fired_total, "stale_fires_total": node.trigger.stale_total}
+
+
+async def node_status(request: web.Request) -> web.Response:
+    return _json(_local_status(_node(request)))
+
+
+async def cluster(request: web.Request) -> web.Response:
+    node = _node(request)
+    me = _local_status(node)
+    registered = {rec["id"]: rec for _, rec in node.store.scan(NODES)}
+    registered.setdefault(node.node_id, {"id": node.node_id, "http": me["http"],
+                                         "raft": me["raft"]})
+
+    async def fetch(rec: dict) -> dict:
+        if rec["id"] == node.node_id:
+            return me
+        try:
+            timeout = aiohttp.ClientTimeout(total=0.5)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                async with session.get(rec["http"] + "/v1/node") as response:
+                    return await response.json()
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            return {"id": rec["id"], "http": rec["http"], "raft": rec["raft"],
+                    "role": "unreachable"}
+
+    statuses = await asyncio.gather(*(fetch(rec) for rec in registered.values()))
+    by_raft = {rec["raft"]: rec["id"] for rec in registered.values()}
+    leader = by_raft.get(me["leader_raft"]) if me["leader_raft"] else None
+    if me["role"] == "leader":
+        leader = node.node_id
+    nodes = {s["id"]: {k: s.get(k) for k in ("http", "raft", "role", "term", "commit_index",
+                                              "applied_index")} for s in statuses}
+    return _json({"leader": leader, "self": node.node_id, "shard_count": node.shard_count,
+                  "nodes": nodes})
+
+
+async def state_digest(request: web.Request) -> web.Response:
+    node = _node(request)
+    index, value = await asyncio.get_running_loop().run_in_executor(None, digest, node.store)
+    return _json({"node": node.node_id, "applied_index": index, "digest": "sha256:" + value})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return _json({"ok": True, "node": _node(request).node_id})
+
+
+async def ui(request: web.Request) -> web.Response:
+    page = resources.files("raftsched.api").joinpath("static/index.html").read_text()
+    return web.Response(text=page, content_type="text/html")
+
+
+def make_app(node: "Node") -> web.Application:
+    app = web.Application(middlewares=[problems_middleware],
+                          client_max_size=limits.request_body_bytes_max)
+    app[NODE_KEY] = node
+    r = app.router
+    r.add_get("/", ui)
+    r.add_get("/healthz", healthz)
+    r.add_post("/v1/jobs", create_job)
+    r.add_get("/v1/jobs", list_jobs)
+    r.add_get(f"/v1/jobs/{JOB_ID}", get_job)
+    r.add_patch(f"/v1/jobs/{JOB_ID}", patch_job)
+    r.add_delete(f"/v1/jobs/{JOB_ID}", delete_job)
+    r.add_post(f"/v1/jobs/{JOB_ID}:pause", pause_job)
+    r.add_post(f"/v1/jobs/{JOB_ID}:resume", resume_job)
+    r.add_post(f"/v1/jobs/{JOB_ID}:trigger", trigger_job)
+    r.add_get(f"/v1/jobs/{JOB_ID}/runs", job_runs)
+    r.add_get(f"/v1/jobs/{JOB_ID}/preview", job_preview)
+    r.add_get("/v1/runs/{run_id}", get_run)
+    r.add_post("/v1/schedules:preview", schedules_preview)
+    r.add_get("/v1/cluster", cluster)
+    r.add_get("/v1/node", node_status)
+    r.add_get("/v1/state/digest", state_digest)
+    return app

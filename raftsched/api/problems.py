@@ -1,0 +1,31 @@
+"""RFC 9457 problem+json responses with a stable `type`, a human `detail` and,
+for bad input, the offending `field` (and the `limit` exceeded, by name)."""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+TITLES = {
+    "invalid-field": "Invalid request",
+    "not-found": "Not found",
+    "conflict": "Conflict",
+    "too-large": "Request too large",
+    "unavailable": "Cluster unavailable",
+    "method-not-allowed": "Method not allowed",
+    "internal": "Internal error",
+}
+
+
+def problem(status: int, type_: str, detail: str, *, field: str | None = None,
+            limit: str | None = None, headers: dict | None = None, **extra: object) -> web.Response:
+    body: dict = {"type": f"/problems/{type_}", "title": TITLES.get(type_, type_),
+                  "status": status, "detail": detail}
+    if field is not None:
+        body["field"] = field
+    if limit is not None:
+        body["limit"] = limit
+    body.update(extra)
+    return web.Response(status=status, text=json.dumps(body),
+                        content_type="application/problem+json", headers=headers)

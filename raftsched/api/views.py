@@ -1,0 +1,62 @@
+"""JSON renderings of stored records (times as RFC 3339)."""
+
+from __future__ import annotations
+
+from raftsched.core.timeutil import format_ms, format_ms_offset
+
+
+def schedule_view(spec: dict) -> dict:
+    schedule = spec["schedule"]
+    if schedule["kind"] == "cron":
+        return {"schedule": {"cron": schedule["cron"], "timezone": schedule["timezone"]}}
+    if schedule["kind"] == "every":
+        return {"schedule": {"every": schedule.get("text") or f"{schedule['every_ms'] // 1000}s"}}
+    return {"run_at": format_ms_offset(schedule["run_at_ms"], schedule["offset_min"])}
+
+
+def format_in_job_zone(spec: dict, ms: int | None) -> str | None:
+    schedule = spec["schedule"]
+    if schedule["kind"] == "cron":
+        return format_ms(ms, schedule["timezone"])
+    if schedule["kind"] == "once":
+        return format_ms_offset(ms, schedule["offset_min"])
+    return format_ms(ms)
+
+
+def job_view(job: dict) -> dict:
+    spec = job["spec"]
+    return {
+        "job_id": job["id"],
+        "name": spec["name"],
+        "status": job["status"],
+        **schedule_view(spec),
+        "next_run_at": format_in_job_zone(spec, job["next_ms"]),
+        "target": spec["target"],
+        "retry": spec["retry"],
+        "concurrency": spec["concurrency"],
+        "metadata": spec["metadata"],
+        "idempotency_key": job["idempotency_key"],
+        "shard": job["shard"],
+        "version": job["version"],
+        "last_run_id": job["last_run_id"],
+        "created_at": format_ms(job["created_ms"]),
+        "updated_at": format_ms(job["updated_ms"]),
+    }
+
+
+def run_view(run: dict) -> dict:
+    return {
+        "run_id": run["id"],
+        "job_id": run["job_id"],
+        "scheduled_for": format_ms(run["scheduled_ms"]),
+        "attempt": run["attempt"],
+        "state": run["state"],
+        "trigger": run["trigger"],
+        "execution_id": run["execution_id"],
+        "node": run["node"],
+        "created_at": format_ms(run["created_ms"]),
+        "started_at": format_ms(run["started_ms"]),
+        "finished_at": format_ms(run["finished_ms"]),
+        "http_status": run["http_status"],
+        "error": run["error"],
+    }

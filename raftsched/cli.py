@@ -1,0 +1,160 @@
+"""The `raftsched` command: node, dev (local cluster), jobs, runs, status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import urllib.error
+import urllib.request
+
+from raftsched import limits
+
+DEFAULT_URL = "http://127.0.0.1:8701"
+
+
+def _hostport(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, not {text!r}")
+    return host, int(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raftsched", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    node = sub.add_parser("node", help="run one node")
+    node.add_argument("--id", required=True, help="this node's id, e.g. n1")
+    node.add_argument("--http", required=True, type=_hostport, help="HOST:PORT to serve the API on")
+    node.add_argument("--raft", required=True, help="HOST:PORT of this node's Raft port")
+    node.add_argument("--peers", default="", help="the other nodes' Raft HOST:PORT, comma-separated")
+    node.add_argument("--data", required=True, help="data directory (LMDB state, Raft journal)")
+    node.add_argument("--raft-secret", default=None,
+                      help="shared Raft secret (default: env RAFTSCHED_RAFT_SECRET)")
+    node.add_argument("--insecure", action="store_true",
+                      help="allow peers without a Raft secret (anyone reaching the Raft port "
+                           "could then run code in this process)")
+    node.add_argument("--advertise-http", default=None,
+                      help="URL other nodes use to reach this node's API (default from --http)")
+    node.add_argument("--shard-count", type=int, default=limits.shard_count_default,
+                      help="shards; fixed when the cluster is created (default %(default)s)")
+    node.add_argument("--log-level", default=os.environ.get("RAFTSCHED_LOG_LEVEL", "INFO"))
+
+    dev = sub.add_parser("dev", help="start and supervise a local cluster on 127.0.0.1")
+    dev.add_argument("--nodes", type=int, default=3)
+    dev.add_argument("--data", default=".raftsched")
+    dev.add_argument("--http-port-base", type=int, default=8701)
+    dev.add_argument("--raft-port-base", type=int, default=9701)
+
+    for name, helptext in (("jobs", "create, list, show, change jobs"),
+                           ("runs", "show runs")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", DEFAULT_URL))
+    jobs_sub = sub.choices["jobs"].add_subparsers(dest="action", required=True)
+    create = jobs_sub.add_parser("create", help="create a job from a JSON body")
+    create.add_argument("body", help="JSON text, @file, or - for standard input")
+    jobs_sub.add_parser("list")
+    for action in ("get", "delete", "pause", "resume", "trigger", "runs", "preview"):
+        jobs_sub.add_parser(action).add_argument("job_id")
+    runs_sub = sub.choices["runs"].add_subparsers(dest="action", required=True)
+    runs_sub.add_parser("get").add_argument("run_id")
+
+    status = sub.add_parser("status", help="show the cluster")
+    status.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", DEFAULT_URL))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "node":
+        return run_node(args)
+    if args.command == "dev":
+        from raftsched.runtime.dev import run_dev
+        return run_dev(args.nodes, args.data, args.http_port_base, args.raft_port_base)
+    return run_client(args)
+
+
+def run_node(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(),
+                        format=f"%(asctime)s {args.id} %(levelname)s %(name)s: %(message)s")
+    peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
+    secret = args.raft_secret or os.environ.get("RAFTSCHED_RAFT_SECRET") or None
+    if peers and not secret and not args.insecure:
+        print("raftsched node: refusing to start: peers are given but no Raft secret "
+              "(--raft-secret or RAFTSCHED_RAFT_SECRET). pysyncobj speaks pickle, so an "
+              "unauthenticated Raft port lets anyone who reaches it run code here. "
+              "Pass --insecure only on an isolated network.", file=sys.stderr)
+        return 2
+    if not 1 <= args.shard_count <= 65535:
+        print("raftsched node: --shard-count must be from 1 to 65535", file=sys.stderr)
+        return 2
+    import uvloop
+
+    from raftsched.runtime.node import NodeConfig, serve
+
+    host, port = args.http
+    config = NodeConfig(node_id=args.id, http_host=host, http_port=port, raft_addr=args.raft,
+                        peers=peers, data_dir=os.path.abspath(args.data), raft_secret=secret,
+                        shard_count=args.shard_count, advertise_http=args.advertise_http)
+    uvloop.run(serve(config))
+    return 0
+
+
+def _request(method: str, url: str, body: bytes | None = None) -> tuple[int, object]:
+    req = urllib.request.Request(url, data=body, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as response:
+            raw = response.read()
+            return response.status, json.loads(raw) if raw else None
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            return exc.code, json.loads(raw)
+        except ValueError:
+            return exc.code, raw.decode("utf-8", "replace")
+
+
+def run_client(args: argparse.Namespace) -> int:
+    base = args.url.rstrip("/")
+    if args.command == "status":
+        method, path, body = "GET", "/v1/cluster", None
+    elif args.command == "runs":
+        method, path, body = "GET", f"/v1/runs/{args.run_id}", None
+    else:
+        method, path, body = _job_request(args)
+    try:
+        status, data = _request(method, base + path, body)
+    except urllib.error.URLError as exc:
+        print(f"raftsched: cannot reach {base}: {exc.reason}", file=sys.stderr)
+        return 1
+    if data is not None:
+        print(json.dumps(data, indent=2))
+    return 0 if status < 400 else 1
+
+
+def _job_request(args: argparse.Namespace) -> tuple[str, str, bytes | None]:
+    action = args.action
+    if action == "create":
+        text = args.body
+        if text == "-":
+            text = sys.stdin.read()
+        elif text.startswith("@"):
+            with open(text[1:]) as fh:
+                text = fh.read()
+        return "POST", "/v1/jobs", text.encode()
+    if action == "list":
+        return "GET", "/v1/jobs", None
+    job = f"/v1/jobs/{args.job_id}"
+    return {
+        "get": ("GET", job, None),
+        "delete": ("DELETE", job, None),
+        "pause": ("POST", job + ":pause", None),
+        "resume": ("POST", job + ":resume", None),
+        "trigger": ("POST", job + ":trigger", None),
+        "runs": ("GET", job + "/runs", None),
+        "preview": ("GET", job + "/preview", None),
+    }[action]

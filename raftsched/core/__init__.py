@@ -1,0 +1,1 @@
+"""The pure core: commands, apply, schedules, validation. No I/O, no clock."""

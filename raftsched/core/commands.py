@@ -1,0 +1,89 @@
+"""Replicated commands: versioned, tagged msgpack maps; nothing pickled.
+
+Every command is computed completely by its proposer: the time it was proposed
+(`at_ms`), the next fire time of a recurring job, the node that will execute a
+run. apply never has to read a clock or the zone database, so the same log
+gives the same state on every node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raftsched.core import codec
+from raftsched.errors import UnknownCommand
+
+VERSION = 1
+
+TAGS = frozenset({"create_job", "update_job", "delete_job", "pause_job", "resume_job",
+                  "trigger_job", "fire", "run_updates", "register_node"})
+
+
+def encode(command: dict) -> bytes:
+    assert command.get("v") == VERSION, command
+    assert command.get("t") in TAGS, command
+    return codec.pack(command)
+
+
+def decode(data: bytes) -> dict:
+    """Refuse loudly what this build cannot apply: a node must not guess."""
+    try:
+        command = codec.unpack(data)
+    except Exception as exc:  # msgpack raises several unrelated types
+        raise UnknownCommand(f"log entry is not msgpack: {exc}") from exc
+    if not isinstance(command, dict):
+        raise UnknownCommand(f"log entry is a {type(command).__name__}, not a map")
+    if command.get("v") != VERSION:
+        raise UnknownCommand(f"command version {command.get('v')!r}; this build applies "
+                             f"version {VERSION} (upgrade this node)")
+    if command.get("t") not in TAGS:
+        raise UnknownCommand(f"unknown command tag {command.get('t')!r}")
+    return command
+
+
+def _cmd(tag: str, **fields: Any) -> dict:
+    return {"v": VERSION, "t": tag, **fields}
+
+
+def create_job(*, job_id: str, tenant: str, spec: dict, idempotency_key: str | None,
+               shard: int, next_ms: int | None, at_ms: int) -> dict:
+    return _cmd("create_job", job_id=job_id, tenant=tenant, spec=spec,
+                idempotency_key=idempotency_key, shard=shard, next_ms=next_ms, at_ms=at_ms)
+
+
+def update_job(*, job_id: str, spec: dict, expected_version: int, next_ms: int | None,
+               at_ms: int) -> dict:
+    return _cmd("update_job", job_id=job_id, spec=spec, expected_version=expected_version,
+                next_ms=next_ms, at_ms=at_ms)
+
+
+def delete_job(*, job_id: str, at_ms: int) -> dict:
+    return _cmd("delete_job", job_id=job_id, at_ms=at_ms)
+
+
+def pause_job(*, job_id: str, at_ms: int) -> dict:
+    return _cmd("pause_job", job_id=job_id, at_ms=at_ms)
+
+
+def resume_job(*, job_id: str, next_ms: int | None, at_ms: int) -> dict:
+    return _cmd("resume_job", job_id=job_id, next_ms=next_ms, at_ms=at_ms)
+
+
+def trigger_job(*, job_id: str, scheduled_ms: int, node: str, at_ms: int) -> dict:
+    return _cmd("trigger_job", job_id=job_id, scheduled_ms=scheduled_ms, node=node, at_ms=at_ms)
+
+
+def fire(*, shard: int, upto_ms: int, node: str, at_ms: int,
+         items: list[tuple[str, int, int | None]]) -> dict:
+    """items: (job_id, due_ms, next_ms or None) for each due entry being fired."""
+    return _cmd("fire", shard=shard, upto_ms=upto_ms, node=node, at_ms=at_ms,
+                items=[list(item) for item in items])
+
+
+def run_updates(*, updates: list[dict]) -> dict:
+    """updates: {run_id, event (start|succeed|fail), at_ms, node, http_status, error}."""
+    return _cmd("run_updates", updates=updates)
+
+
+def register_node(*, node: str, http: str, raft: str, at_ms: int) -> dict:
+    return _cmd("register_node", node=node, http=http, raft=raft, at_ms=at_ms)

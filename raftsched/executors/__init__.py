@@ -1,0 +1,1 @@
+"""Executors: how a run's target is called."""

@@ -1,0 +1,37 @@
+"""The executor contract.
+
+    await executor.run(attempt, target, deadline_ms) -> Outcome
+
+Preconditions: `target` is a validated target spec (raftsched.core.jobspec);
+`deadline_ms` is the wall-clock instant after which the call is abandoned.
+Postconditions: returns an Outcome for every job failure (a 500, a refused
+connection, a timeout): a failed job is data, not an exception. Raises only for
+bugs. Never retries by itself: retries are durable and belong to the scheduler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Attempt:
+    run_id: str
+    job_id: str
+    execution_id: str   # same across retries and failover: what targets dedupe on
+    scheduled_ms: int
+    attempt: int
+    fencing_token: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Outcome:
+    ok: bool
+    http_status: int | None = None
+    error: str | None = None      # short, human: kept in the replicated run record
+    duration_ms: int = 0
+
+
+class Executor(Protocol):
+    async def run(self, attempt: Attempt, target: dict, deadline_ms: int) -> Outcome: ...

@@ -1,0 +1,1 @@
+"""Replication: the pysyncobj adapter (the only importer of pysyncobj)."""

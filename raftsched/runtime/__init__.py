@@ -1,0 +1,1 @@
+"""The runtime: node wiring, the trigger loop, the dispatcher, the local cluster."""

@@ -1,0 +1,89 @@
+"""`raftsched dev`: start and supervise a local cluster of `raftsched node`
+processes on 127.0.0.1, with a generated Raft secret kept in the data folder.
+
+A node that exits unexpectedly is restarted (with a growing delay); Ctrl-C or
+SIGTERM stops every node with SIGTERM, then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+
+# How long a node may take to stop cleanly before it is killed.
+stop_grace_s = 10.0
+restart_delay_s_max = 10.0
+
+
+def load_or_create_secret(data_dir: str) -> str:
+    path = os.path.join(data_dir, "raft-secret")
+    if os.path.exists(path):
+        with open(path) as fh:
+            return fh.read().strip()
+    secret = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secret + "\n")
+    return secret
+
+
+def node_argv(i: int, nodes: int, data_dir: str, http_base: int, raft_base: int) -> list[str]:
+    raft = [f"127.0.0.1:{raft_base + k}" for k in range(nodes)]
+    return [sys.executable, "-m", "raftsched", "node", "--id", f"n{i + 1}",
+            "--http", f"127.0.0.1:{http_base + i}", "--raft", raft[i],
+            "--peers", ",".join(r for k, r in enumerate(raft) if k != i),
+            "--data", os.path.join(data_dir, f"n{i + 1}")]
+
+
+def run_dev(nodes: int, data_dir: str, http_base: int, raft_base: int) -> int:
+    data_dir = os.path.abspath(data_dir)
+    os.makedirs(data_dir, exist_ok=True)
+    env = dict(os.environ, RAFTSCHED_RAFT_SECRET=load_or_create_secret(data_dir))
+    argvs = [node_argv(i, nodes, data_dir, http_base, raft_base) for i in range(nodes)]
+    procs: list[subprocess.Popen | None] = [None] * nodes
+    restarts = [0] * nodes
+    next_start = [0.0] * nodes
+    stopping = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    for i in range(nodes):
+        procs[i] = subprocess.Popen(argvs[i], env=env)
+    print(f"raftsched: local cluster of {nodes} nodes, data in {data_dir}", flush=True)
+    for i in range(nodes):
+        url = f"http://127.0.0.1:{http_base + i}"
+        print(f"  n{i + 1}: API {url}/v1/  UI {url}/", flush=True)
+    print("  try: curl -s http://127.0.0.1:%d/v1/cluster   (Ctrl-C stops every node)" % http_base,
+          flush=True)
+    while not stopping:
+        for i, proc in enumerate(procs):
+            if proc is not None and proc.poll() is not None:
+                delay = min(restart_delay_s_max, 0.5 * 2 ** restarts[i])
+                print(f"raftsched: n{i + 1} exited with {proc.returncode}; restarting in "
+                      f"{delay:g} s", file=sys.stderr, flush=True)
+                restarts[i] += 1
+                next_start[i] = time.monotonic() + delay
+                procs[i] = None
+            if procs[i] is None and time.monotonic() >= next_start[i] and not stopping:
+                procs[i] = subprocess.Popen(argvs[i], env=env)
+        time.sleep(0.2)
+    print("raftsched: stopping the cluster", flush=True)
+    live = [p for p in procs if p is not None and p.poll() is None]
+    for proc in live:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + stop_grace_s
+    for proc in live:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return 0
