@@ -10,9 +10,17 @@ if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
 fi
 stamp="$venv/.raftsched-installed${extras:+-$extras}"
-if [ ! -f "$stamp" ] || [ "$root/pyproject.toml" -nt "$stamp" ]; then
+dev_stamp="$venv/.raftsched-installed-dev"
+fresh() { [ -f "$1" ] && [ ! "$root/pyproject.toml" -nt "$1" ]; }
+# An install with dev extras also serves the plain run.
+if ! fresh "$stamp" && ! { [ -z "$extras" ] && fresh "$dev_stamp"; }; then
   echo "raftsched: installing the project into $venv${extras:+ (with $extras)}" >&2
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -e "$root${extras:+[$extras]}"
+  log="$venv/install.log"
+  if ! "$venv/bin/python" -m pip install --disable-pip-version-check -e "$root${extras:+[$extras]}" \
+      >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "raftsched: installing failed (log above, also in $log)" >&2
+    exit 1
+  fi
   touch "$stamp"
 fi
