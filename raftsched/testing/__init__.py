@@ -1,0 +1,1 @@
+"""Harness for tests, chaos scripts and benchmarks: real local clusters."""

@@ -1,0 +1,169 @@
+"""Start real raftsched node processes on free loopback ports, and break them.
+
+    with LocalCluster(tmp_path, nodes=3) as cluster:
+        cluster.wait_ready()
+        cluster.kill("n1"); cluster.start("n1")
+        cluster.ensure_same()      # state digests equal on every node
+
+Every process started here is killed by close() (also on error), and each
+node's output goes to <base>/<id>.log for post-mortems.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from raftsched.testing.http import call, wait_until
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel considers free on 127.0.0.1 right now."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class LocalCluster:
+    def __init__(self, base_dir: str | Path, nodes: int = 3, *,
+                 extra_env: dict[str, str] | None = None) -> None:
+        self.base = Path(base_dir)
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.ids = [f"n{i + 1}" for i in range(nodes)]
+        ports = free_ports(2 * nodes)
+        self.http_ports = dict(zip(self.ids, ports[:nodes]))
+        self.raft_addrs = {nid: f"127.0.0.1:{p}" for nid, p in zip(self.ids, ports[nodes:])}
+        self.env = dict(os.environ, RAFTSCHED_RAFT_SECRET=secrets.token_urlsafe(24),
+                        **(extra_env or {}))
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._logs: dict[str, Any] = {}
+
+    # --- processes -------------------------------------------------------------------
+
+    def argv(self, nid: str) -> list[str]:
+        peers = ",".join(a for other, a in self.raft_addrs.items() if other != nid)
+        return [sys.executable, "-m", "raftsched", "node", "--id", nid,
+                "--http", f"127.0.0.1:{self.http_ports[nid]}", "--raft", self.raft_addrs[nid],
+                "--peers", peers, "--data", str(self.base / nid)]
+
+    def start(self, nid: str | None = None) -> None:
+        for node in [nid] if nid else self.ids:
+            assert node not in self.procs or self.procs[node].poll() is not None, node
+            if node in self._logs:
+                self._logs[node].close()
+            log = open(self.base / f"{node}.log", "ab")
+            self._logs[node] = log
+            self.procs[node] = subprocess.Popen(self.argv(node), env=self.env, stdout=log,
+                                                stderr=subprocess.STDOUT)
+
+    def kill(self, nid: str) -> None:
+        """SIGKILL: no shutdown code runs."""
+        proc = self.procs[nid]
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)   # a stopped process must not stay stopped
+            proc.kill()
+        proc.wait(10)
+
+    def kill_all(self) -> None:
+        for nid in self.ids:
+            if nid in self.procs:
+                self.kill(nid)
+
+    def stop(self, nid: str, timeout_s: float = 10.0) -> int:
+        proc = self.procs[nid]
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        return proc.returncode
+
+    def pause(self, nid: str) -> None:
+        self.procs[nid].send_signal(signal.SIGSTOP)
+
+    def resume(self, nid: str) -> None:
+        self.procs[nid].send_signal(signal.SIGCONT)
+
+    def alive(self) -> list[str]:
+        return [nid for nid, p in self.procs.items() if p.poll() is None]
+
+    def close(self) -> None:
+        for nid in list(self.procs):
+            try:
+                self.kill(nid)
+            except Exception:  # keep killing the others
+                pass
+        for log in self._logs.values():
+            log.close()
+
+    def __enter__(self) -> "LocalCluster":
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def logs(self, nid: str, tail_chars: int = 4000) -> str:
+        path = self.base / f"{nid}.log"
+        return path.read_text(errors="replace")[-tail_chars:] if path.exists() else ""
+
+    # --- HTTP ------------------------------------------------------------------------
+
+    def url(self, nid: str) -> str:
+        return f"http://127.0.0.1:{self.http_ports[nid]}"
+
+    def api(self, nid: str, method: str, path: str, body: Any = None, **kw: Any):
+        return call(method, self.url(nid) + path, body, **kw)
+
+    def leader(self, among: list[str] | None = None) -> str | None:
+        """The leader as every live node (of `among`) reports it, or None."""
+        seen = set()
+        for nid in among or self.alive():
+            seen.add(self.api(nid, "GET", "/v1/cluster", timeout_s=2).body["leader"])
+        return seen.pop() if len(seen) == 1 and None not in seen else None
+
+    def wait_ready(self, timeout_s: float = 30.0, among: list[str] | None = None) -> str:
+        """Wait until the live nodes agree on a leader and every one is registered."""
+        nodes = among or self.alive()
+
+        def ready() -> str | None:
+            leader = self.leader(nodes)
+            if leader is None:
+                return None
+            registered = self.api(leader, "GET", "/v1/cluster", timeout_s=2).body["nodes"]
+            return leader if all(n in registered for n in self.ids) else None
+
+        return wait_until(ready, timeout_s, "a leader agreed on by " + ",".join(nodes))
+
+    def digests(self, among: list[str] | None = None) -> dict[str, dict]:
+        return {nid: self.api(nid, "GET", "/v1/state/digest", timeout_s=5).body
+                for nid in among or self.alive()}
+
+    def ensure_same(self, timeout_s: float = 20.0, among: list[str] | None = None) -> dict:
+        """Wait until every node reports the same applied_index and digest."""
+        def same() -> dict | None:
+            found = self.digests(among)
+            pairs = {(d["applied_index"], d["digest"]) for d in found.values()}
+            return found if len(pairs) == 1 else None
+
+        return wait_until(same, timeout_s, "equal state digests on every node", 0.1)

@@ -1,0 +1,61 @@
+"""A small synchronous JSON client (stdlib only), usable from any thread."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable
+
+
+class Response:
+    def __init__(self, status: int, body: Any, headers: dict[str, str]) -> None:
+        self.status = status
+        self.body = body
+        self.headers = headers
+
+    def __repr__(self) -> str:
+        return f"Response({self.status}, {self.body!r})"
+
+
+def call(method: str, url: str, body: Any = None, *, timeout_s: float = 10.0,
+         raw: bytes | None = None) -> Response:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+            payload = resp.read()
+            return Response(resp.status, _decode(payload), dict(resp.headers))
+    except urllib.error.HTTPError as exc:
+        payload = exc.read()
+        return Response(exc.code, _decode(payload), dict(exc.headers))
+
+
+def _decode(payload: bytes) -> Any:
+    if not payload:
+        return None
+    try:
+        return json.loads(payload)
+    except ValueError:
+        return payload.decode("utf-8", "replace")
+
+
+def wait_until(check: Callable[[], Any], timeout_s: float, what: str,
+               interval_s: float = 0.05) -> Any:
+    """Poll `check` until it returns a truthy value; fail with `what` at the deadline.
+    Exceptions from `check` count as "not yet" (a node may be restarting)."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = check()
+            if value:
+                return value
+        except (OSError, urllib.error.URLError, ValueError, KeyError) as exc:
+            last_error = exc
+        if time.monotonic() > deadline:
+            detail = f" (last error: {last_error!r})" if last_error else ""
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}{detail}")
+        time.sleep(interval_s)

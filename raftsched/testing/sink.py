@@ -1,0 +1,105 @@
+"""An HTTP target for tests and chaos runs: records every call it receives.
+
+Runs a ThreadingHTTPServer on 127.0.0.1 in a background thread, so it answers
+while the test thread blocks. `status_for(job_id)` lets a test choose the
+answer; `delay_s` makes it slow.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.server
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Call:
+    received_s: float           # time.time() when the request arrived
+    path: str
+    method: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def job_id(self) -> str:
+        return self.headers.get("X-Raftsched-Job-Id", "")
+
+    @property
+    def scheduled_s(self) -> float:
+        text = self.headers["X-Raftsched-Scheduled-For"].replace("Z", "+00:00")
+        return dt.datetime.fromisoformat(text).timestamp()
+
+    @property
+    def lateness_s(self) -> float:
+        return self.received_s - self.scheduled_s
+
+
+@dataclass
+class Sink:
+    status_for: Callable[["Call"], int] = lambda call: 200
+    delay_s: float = 0.0
+    calls: list[Call] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        sink = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _handle(self) -> None:
+                received = time.time()
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                call = Call(received, self.path, self.command, dict(self.headers), body)
+                with sink._lock:
+                    sink.calls.append(call)
+                if sink.delay_s:
+                    time.sleep(sink.delay_s)
+                status = sink.status_for(call)
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_POST = do_GET = do_PUT = do_PATCH = do_DELETE = _handle
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        class Server(http.server.ThreadingHTTPServer):
+            # The stdlib default backlog of 5 drops SYNs under a burst, which
+            # shows up as 1 s of lateness (the TCP retransmit), not ours.
+            request_queue_size = 1024
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/hook"
+
+    def snapshot(self) -> list[Call]:
+        with self._lock:
+            return list(self.calls)
+
+    def by_job(self) -> dict[str, list[Call]]:
+        out: dict[str, list[Call]] = {}
+        for call in self.snapshot():
+            out.setdefault(call.job_id, []).append(call)
+        return out
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+    def __enter__(self) -> "Sink":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

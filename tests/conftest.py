@@ -1,0 +1,40 @@
+"""Fixtures: real local clusters (processes on loopback ports) and an HTTP sink."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftsched.testing.cluster import LocalCluster
+from raftsched.testing.sink import Sink
+
+
+def _dump_logs(cluster: LocalCluster) -> None:
+    for nid in cluster.ids:
+        print(f"----- {nid} log (tail) -----")
+        print(cluster.logs(nid))
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """One 3-node cluster for a whole module of tests that do not break nodes."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
+    with cluster:
+        cluster.wait_ready()
+        yield cluster
+        _dump_logs(cluster)
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path):
+    """A 3-node cluster of the test's own, for tests that kill nodes."""
+    cluster = LocalCluster(tmp_path / "cluster")
+    with cluster:
+        cluster.wait_ready()
+        yield cluster
+        _dump_logs(cluster)
+
+
+@pytest.fixture
+def sink():
+    with Sink() as s:
+        yield s

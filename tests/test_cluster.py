@@ -1,0 +1,127 @@
+"""Three real nodes fire cron and one-off jobs on time, once each, readable everywhere."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime as dt
+import time
+
+import pytest
+
+from raftsched.testing.http import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def rfc3339_in(seconds: float) -> str:
+    when = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds)
+    return when.isoformat(timespec="milliseconds")
+
+
+def one_off(sink, seconds: float, name: str = "once") -> dict:
+    return {"name": name, "run_at": rfc3339_in(seconds),
+            "target": {"type": "http", "url": sink.url, "timeout_s": 5}}
+
+
+def create_many(cluster, bodies: list[dict]) -> list[str]:
+    """Create jobs concurrently, round-robin over the nodes; return acknowledged ids."""
+    def create(i_body):
+        i, body = i_body
+        response = cluster.api(cluster.ids[i % len(cluster.ids)], "POST", "/v1/jobs", body)
+        assert response.status == 201, response
+        return response.body["job_id"]
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        return list(pool.map(create, enumerate(bodies)))
+
+
+def test_cron_and_one_offs_fire_on_time_once(shared_cluster, sink):
+    cluster = shared_cluster
+    cron = cluster.api("n1", "POST", "/v1/jobs", {
+        "name": "every-2s", "schedule": {"cron": "*/2 * * * * *"},
+        "target": {"type": "http", "url": sink.url, "timeout_s": 5}})
+    assert cron.status == 201, cron
+    cron_id = cron.body["job_id"]
+    ids = create_many(cluster, [one_off(sink, 3, f"once-{i}") for i in range(50)])
+    assert len(set(ids)) == 50
+
+    wait_until(lambda: all(j in sink.by_job() for j in ids), 15, "all 50 one-offs called")
+    wait_until(lambda: len(sink.by_job().get(cron_id, [])) >= 4, 15, "four cron runs")
+    assert cluster.api("n2", "DELETE", f"/v1/jobs/{cron_id}").status == 204
+
+    calls = sink.by_job()
+    for job_id in ids:
+        assert len(calls[job_id]) == 1, (job_id, calls[job_id])
+    late = [c.lateness_s for j in ids + [cron_id] for c in calls[j]]
+    assert max(late) < 1.0, sorted(late)[-5:]
+    assert min(late) >= 0.0, sorted(late)[:5]
+    cron_scheduled = [c.scheduled_s for c in calls[cron_id]]
+    assert len(cron_scheduled) == len(set(cron_scheduled)), "a cron occurrence fired twice"
+    assert all(int(s) % 2 == 0 for s in cron_scheduled)
+    assert all(c.headers["Idempotency-Key"].startswith("exe_") for c in calls[cron_id])
+
+    # Every run is readable, and finished, on every node.
+    runs = cluster.api("n3", "GET", f"/v1/jobs/{ids[0]}/runs?consistent=true").body["runs"]
+    assert len(runs) == 1
+    run_id = runs[0]["run_id"]
+    for nid in cluster.ids:
+        run = wait_until(lambda: (r := cluster.api(nid, "GET", f"/v1/runs/{run_id}").body)
+                         and r.get("state") == "succeeded" and r, 5, f"run on {nid}")
+        assert run["http_status"] == 200
+        assert run["execution_id"] == calls[ids[0]][0].headers["Idempotency-Key"]
+    cluster.ensure_same()
+
+
+def test_seed_body_answers_201_with_job_zone_offset(shared_cluster, sink):
+    body = {"name": "nightly-settlement",
+            "schedule": {"cron": "0 2 * * *", "timezone": "Asia/Kolkata"},
+            "target": {"type": "http", "url": sink.url, "method": "POST",
+                       "headers": {"X-Team": "payments"}, "body": {"run": "settlement"},
+                       "timeout_s": 30},
+            "retry": {"max_attempts": 5, "backoff": "exponential", "initial_delay_s": 10},
+            "concurrency": "skip_if_running",
+            "idempotency_key": "settlement-nightly",
+            "metadata": {"owner": "payments"}}
+    first = shared_cluster.api("n2", "POST", "/v1/jobs", body)
+    assert first.status == 201, first
+    assert first.body["job_id"].startswith("job_")
+    assert first.body["next_run_at"].endswith("T02:00:00+05:30")
+    again = shared_cluster.api("n3", "POST", "/v1/jobs", body)
+    assert again.status == 200
+    assert again.body["job_id"] == first.body["job_id"]
+    got = shared_cluster.api("n1", "GET", f"/v1/jobs/{first.body['job_id']}?consistent=true")
+    assert got.body["status"] == "active"
+    assert got.body["retry"]["max_attempts"] == 5
+    assert got.body["concurrency"] == {"policy": "skip_if_running"}
+    assert 0 <= got.body["shard"] < 256
+
+
+def test_acknowledged_jobs_survive_kill_all(fresh_cluster, sink):
+    cluster = fresh_cluster
+    ids = create_many(cluster, [one_off(sink, 8, f"survivor-{i}") for i in range(100)])
+    cluster.kill_all()
+    cluster.start()
+    cluster.wait_ready(timeout_s=30)
+    wait_until(lambda: all(j in sink.by_job() for j in ids), 30,
+               "every acknowledged job to run after all nodes were killed")
+    calls = sink.by_job()
+    assert all(len(calls[j]) == 1 for j in ids), [j for j in ids if len(calls[j]) != 1]
+    cluster.ensure_same()
+
+
+def test_no_quorum_answers_503_in_bounded_time(fresh_cluster, sink):
+    cluster = fresh_cluster
+    cluster.kill("n2")
+    cluster.kill("n3")
+    started = time.monotonic()
+    response = cluster.api("n1", "POST", "/v1/jobs", one_off(sink, 60))
+    elapsed = time.monotonic() - started
+    assert response.status == 503, response
+    assert response.headers["Content-Type"].startswith("application/problem+json")
+    assert response.body["type"] == "/problems/unavailable"
+    assert elapsed < 7.0
+    cluster.start("n2")
+    cluster.wait_ready(among=["n1", "n2"])
+    again = wait_until(lambda: (r := cluster.api("n1", "POST", "/v1/jobs", one_off(sink, 60)))
+                       .status == 201 and r, 15, "a create once quorum is back")
+    assert again.body["job_id"].startswith("job_")
