@@ -172,6 +172,9 @@ async def get_job(request: web.Request) -> web.Response:
 async def patch_job(request: web.Request) -> web.Response:
     node = _node(request)
     body = await _json_body(request)
+    # A write that reads first must read the latest state: a job created a
+    # moment ago through another node may not be applied here yet.
+    await node.wait_caught_up()
     job = _live_job(node, request.match_info["job_id"])
     spec = validate_patch(body, job["spec"])
     now = node.now_ms()
@@ -201,6 +204,7 @@ async def pause_job(request: web.Request) -> web.Response:
 
 async def resume_job(request: web.Request) -> web.Response:
     node = _node(request)
+    await node.wait_caught_up()
     job = _live_job(node, request.match_info["job_id"])
     now = node.now_ms()
     # From now: no catch-up of what was missed while paused (a one-off whose

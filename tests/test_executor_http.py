@@ -1,0 +1,88 @@
+"""The HTTP executor sends the idempotency headers and reports failures as data."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+
+from raftsched.executors.base import Attempt
+from raftsched.executors.http import HttpExecutor
+
+ATTEMPT = Attempt(run_id="run_1", job_id="job_1", execution_id="exe_abc",
+                  scheduled_ms=1_796_000_000_000, attempt=1, fencing_token=0)
+
+
+def target(url: str, **over) -> dict:
+    t = {"type": "http", "url": url, "method": "POST", "headers": {"X-Team": "a"},
+         "body": {"k": 1}, "timeout_s": 2.0}
+    t.update(over)
+    return t
+
+
+async def serve(handler) -> tuple[web.AppRunner, str]:
+    app = web.Application()
+    app.router.add_route("*", "/hook", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}/hook"
+
+
+async def test_success_carries_the_execution_id_and_job_headers():
+    seen: list[web.Request] = []
+    bodies: list[bytes] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request)
+        bodies.append(await request.read())
+        return web.Response(status=204)
+
+    runner, url = await serve(handler)
+    executor = HttpExecutor()
+    await executor.start()
+    try:
+        outcome = await executor.run(ATTEMPT, target(url), int(time.time() * 1000) + 5000)
+    finally:
+        await executor.close()
+        await runner.cleanup()
+    assert outcome.ok
+    assert outcome.http_status == 204
+    headers = seen[0].headers
+    assert headers["Idempotency-Key"] == "exe_abc"
+    assert headers["X-Raftsched-Job-Id"] == "job_1"
+    assert headers["X-Raftsched-Scheduled-For"] == "2026-11-30T00:53:20Z"
+    assert headers["X-Raftsched-Attempt"] == "1"
+    assert headers["X-Team"] == "a"
+    assert headers["Content-Type"] == "application/json"
+    assert bodies[0] == b'{"k":1}'
+
+
+async def test_non_2xx_timeout_and_refused_are_failures_not_exceptions():
+    async def handler(request: web.Request) -> web.Response:
+        if request.query.get("slow"):
+            await asyncio.sleep(2)
+        return web.Response(status=503, text="try later")
+
+    runner, url = await serve(handler)
+    executor = HttpExecutor()
+    await executor.start()
+    try:
+        deadline = int(time.time() * 1000) + 5000
+        failed = await executor.run(ATTEMPT, target(url), deadline)
+        slow = await executor.run(ATTEMPT, target(url + "?slow=1", timeout_s=0.2), deadline)
+        refused = await executor.run(ATTEMPT, target("http://127.0.0.1:9/x"), deadline)
+    finally:
+        await executor.close()
+        await runner.cleanup()
+    assert not failed.ok
+    assert failed.http_status == 503
+    assert "try later" in failed.error
+    assert not slow.ok
+    assert slow.error.startswith("timed out")
+    assert not refused.ok
+    assert refused.http_status is None
+    assert refused.error
