@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="URL other nodes use to reach this node's API (default from --http)")
     node.add_argument("--shard-count", type=int, default=limits.shard_count_default,
                       help="shards; fixed when the cluster is created (default %(default)s)")
+    node.add_argument("--raft-snapshot-entries", type=int, default=20_000,
+                      help="Raft log entries between state snapshots (default %(default)s)")
     node.add_argument("--log-level", default=os.environ.get("RAFTSCHED_LOG_LEVEL", "INFO"))
 
     dev = sub.add_parser("dev", help="start and supervise a local cluster on 127.0.0.1")
@@ -88,6 +90,9 @@ def run_node(args: argparse.Namespace) -> int:
               "unauthenticated Raft port lets anyone who reaches it run code here. "
               "Pass --insecure only on an isolated network.", file=sys.stderr)
         return 2
+    if args.raft_snapshot_entries < 2:
+        print("raftsched node: --raft-snapshot-entries must be at least 2", file=sys.stderr)
+        return 2
     if not 1 <= args.shard_count <= 65535:
         print("raftsched node: --shard-count must be from 1 to 65535", file=sys.stderr)
         return 2
@@ -98,7 +103,8 @@ def run_node(args: argparse.Namespace) -> int:
     host, port = args.http
     config = NodeConfig(node_id=args.id, http_host=host, http_port=port, raft_addr=args.raft,
                         peers=peers, data_dir=os.path.abspath(args.data), raft_secret=secret,
-                        shard_count=args.shard_count, advertise_http=args.advertise_http)
+                        shard_count=args.shard_count, advertise_http=args.advertise_http,
+                        raft_snapshot_entries=args.raft_snapshot_entries)
     uvloop.run(serve(config))
     return 0
 

@@ -39,9 +39,10 @@ auto_tick_period_s = 0.005
 election_timeout_min_s = 0.4
 election_timeout_max_s = 1.4
 leader_fallback_timeout_s = 2.0
-# Raft log entries between snapshots; a snapshot copies the whole state, so
-# this trades journal size against snapshot frequency.
-log_compaction_entries_min = 20_000
+# Raft log entries between snapshots (default of --raft-snapshot-entries); a
+# snapshot copies the whole state, so this trades journal size and restart
+# replay time against snapshot frequency.
+log_compaction_entries_default = 20_000
 log_compaction_period_s = 600
 
 _FAIL_TEXT = {
@@ -87,7 +88,8 @@ class Replicator:
                  secret: str | None, loop: asyncio.AbstractEventLoop,
                  on_apply: Callable[[bytes, int], Any],
                  snapshot_items: Callable[[], tuple[int, list]],
-                 snapshot_install: Callable[[int, list], None]) -> None:
+                 snapshot_install: Callable[[int, list], None],
+                 snapshot_entries: int = log_compaction_entries_default) -> None:
         self._loop = loop
         self._snapshot_items = snapshot_items
         self._snapshot_install = snapshot_install
@@ -104,7 +106,7 @@ class Replicator:
             raftMaxTimeout=election_timeout_max_s,
             leaderFallbackTimeout=leader_fallback_timeout_s,
             commandsQueueSize=limits.raft_commands_queue_max,
-            logCompactionMinEntries=log_compaction_entries_min,
+            logCompactionMinEntries=snapshot_entries,
             logCompactionMinTime=log_compaction_period_s,
             dynamicMembershipChange=False,
             commandsWaitLeader=True,

@@ -24,7 +24,7 @@ from raftsched.core import commands
 from raftsched.core.apply import NODES, DueArmed, RunCreated, apply
 from raftsched.errors import InvariantBroken, Unavailable
 from raftsched.executors.http import HttpExecutor
-from raftsched.replication.raft import Replicator
+from raftsched.replication.raft import Replicator, log_compaction_entries_default
 from raftsched.runtime.dispatcher import Dispatcher
 from raftsched.runtime.trigger import TriggerLoop
 from raftsched.storage.lmdb_store import LmdbStore
@@ -48,6 +48,7 @@ class NodeConfig:
     raft_secret: str | None
     shard_count: int = limits.shard_count_default
     advertise_http: str | None = None   # URL other nodes and clients use for this node
+    raft_snapshot_entries: int = log_compaction_entries_default
 
     @property
     def http_url(self) -> str:
@@ -145,7 +146,8 @@ class Node:
         self.replicator = Replicator(
             self_addr=cfg.raft_addr, peers=list(cfg.peers), data_dir=cfg.data_dir,
             secret=cfg.raft_secret, loop=self._loop, on_apply=self._on_apply,
-            snapshot_items=self._snapshot_items, snapshot_install=self._snapshot_install)
+            snapshot_items=self._snapshot_items, snapshot_install=self._snapshot_install,
+            snapshot_entries=cfg.raft_snapshot_entries)
         await self.http_executor.start()
         app = make_app(self)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)

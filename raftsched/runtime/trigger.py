@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 from raftsched import limits
 from raftsched.core import commands
-from raftsched.core.apply import JOBS
-from raftsched.core.keys import job_key
+from raftsched.core.apply import DUE, JOBS
+from raftsched.core.keys import job_key, parse_due_key, shard_prefix
 from raftsched.core.schedule import next_fire_ms
 from raftsched.errors import Unavailable
-from raftsched.storage.base import due_until, earliest_due
+from raftsched.storage.base import due_until
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
@@ -64,20 +64,27 @@ class TriggerLoop:
 
     def maybe_fire_due(self) -> int | None:
         """Propose fires for every shard with entries due now; return the
-        earliest future due instant seen (or None)."""
+        earliest future due instant seen (or None).
+
+        Walks only non-empty shards: the first `due` key at or after a shard's
+        prefix names the next shard that has entries, and its earliest one.
+        """
         node = self._node
         now = node.now_ms()
         earliest: int | None = None
-        for shard in range(node.shard_count):
-            if shard in self._inflight:
-                continue
-            due = due_until(node.store, shard, now, limits.fire_batch_max)
-            if due:
-                self._propose(shard, now, due)
-                continue
-            first = earliest_due(node.store, shard)
-            if first is not None and (earliest is None or first < earliest):
-                earliest = first
+        shard = 0
+        while shard < node.shard_count:
+            first = node.store.scan(DUE, start=shard_prefix(shard), limit=1)
+            if not first:
+                break
+            shard, due_ms, _, _ = parse_due_key(first[0][0])
+            if shard not in self._inflight:
+                if due_ms <= now:
+                    self._propose(shard, now, due_until(node.store, shard, now,
+                                                        limits.fire_batch_max))
+                elif earliest is None or due_ms < earliest:
+                    earliest = due_ms
+            shard += 1
         return earliest
 
     def _propose(self, shard: int, now: int, due: list[tuple[int, str]]) -> None:

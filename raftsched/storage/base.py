@@ -53,14 +53,6 @@ def due_until(store: Store, shard: int, upto_ms: int, limit: int) -> list[tuple[
     return out
 
 
-def earliest_due(store: Store, shard: int) -> int | None:
-    rows = store.scan(DUE, start=keys.shard_prefix(shard),
-                      stop=keys.shard_prefix(shard + 1), limit=1)
-    if not rows:
-        return None
-    return keys.parse_due_key(rows[0][0])[1]
-
-
 def digest(store: Store) -> tuple[int, str]:
     """SHA-256 over every replicated table in key order: equal on every node
     that has applied the same log prefix."""

@@ -40,7 +40,8 @@ def free_ports(count: int) -> list[int]:
 
 class LocalCluster:
     def __init__(self, base_dir: str | Path, nodes: int = 3, *,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None,
+                 node_args: list[str] | None = None) -> None:
         self.base = Path(base_dir)
         self.base.mkdir(parents=True, exist_ok=True)
         self.ids = [f"n{i + 1}" for i in range(nodes)]
@@ -49,6 +50,7 @@ class LocalCluster:
         self.raft_addrs = {nid: f"127.0.0.1:{p}" for nid, p in zip(self.ids, ports[nodes:])}
         self.env = dict(os.environ, RAFTSCHED_RAFT_SECRET=secrets.token_urlsafe(24),
                         **(extra_env or {}))
+        self.node_args = list(node_args or [])
         self.procs: dict[str, subprocess.Popen] = {}
         self._logs: dict[str, Any] = {}
 
@@ -58,7 +60,7 @@ class LocalCluster:
         peers = ",".join(a for other, a in self.raft_addrs.items() if other != nid)
         return [sys.executable, "-m", "raftsched", "node", "--id", nid,
                 "--http", f"127.0.0.1:{self.http_ports[nid]}", "--raft", self.raft_addrs[nid],
-                "--peers", peers, "--data", str(self.base / nid)]
+                "--peers", peers, "--data", str(self.base / nid), *self.node_args]
 
     def start(self, nid: str | None = None) -> None:
         for node in [nid] if nid else self.ids:
