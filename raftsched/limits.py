@@ -35,6 +35,12 @@ list_limit_default = 50
 list_limit_max = 500
 preview_count_max = 100
 retry_max_attempts_max = 100
+# Misfire policies: occurrences one fire covers (run under fire_all, recorded
+# as missed/skipped otherwise), and the lateness `skip` tolerates by default.
+catchup_max_default = 100
+catchup_max_max = 1000
+misfire_tolerance_s_default = 60.0
+misfire_tolerance_s_max = 7 * 24 * 3600.0
 
 # --- Consensus --------------------------------------------------------------------
 # How long a write waits for its command to be committed and applied before the

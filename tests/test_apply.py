@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from raftsched.core import commands, keys, lifecycle
-from raftsched.core.apply import DUE, JOBS, RUNS, RUNS_OPEN, DueArmed, RunCreated, apply
+from raftsched.core.apply import (DUE, JOBS, RUNS, RUNS_BY_JOB, RUNS_OPEN, DueArmed, RunCreated,
+                                  ShardsAssigned, apply, misfire_decisions)
+from raftsched.core.apply import SHARDS as SHARDS_TABLE
 from raftsched.errors import InvalidTransition, UnknownCommand
 from raftsched.storage.base import digest, due_until
 from raftsched.storage.memory_store import MemoryStore
@@ -47,9 +49,22 @@ def create(log: Log, job_id: str = "job_a1", schedule: dict = EVERY_2S, next_ms:
                                        next_ms=next_ms, at_ms=1_000))
 
 
-def fire(log: Log, job_id: str, due_ms: int, next_ms: int | None, node: str = "n1") -> dict:
-    return log.run(commands.fire(shard=keys.shard_of(job_id, SHARDS), upto_ms=due_ms, node=node,
-                                 at_ms=due_ms, items=[(job_id, due_ms, next_ms)]))
+def own(log: Log, shard: int, node: str) -> int:
+    """Make `node` the owner of `shard`; return its fencing token."""
+    state = log.store.get(SHARDS_TABLE, keys.shard_key(shard))
+    if state is None or state["owner"] != node:
+        log.run(commands.assign_shards(assignments=[(shard, node)], at_ms=1))
+    return log.store.get(SHARDS_TABLE, keys.shard_key(shard))["token"]
+
+
+def fire(log: Log, job_id: str, due_ms: int, next_ms: int | None, node: str = "n1",
+         occurrences: list[int] | None = None, at_ms: int | None = None) -> dict:
+    shard = keys.shard_of(job_id, SHARDS)
+    token = own(log, shard, node)
+    occurrences = occurrences or [due_ms]
+    return log.run(commands.fire(shard=shard, token=token, upto_ms=at_ms or occurrences[-1],
+                                 node=node, at_ms=at_ms or occurrences[-1],
+                                 items=[(job_id, due_ms, next_ms, occurrences, False)]))
 
 
 def test_create_arms_one_due_entry_and_idempotency_key_returns_the_same_job():
@@ -193,8 +208,12 @@ def _to_command(op: tuple, store: MemoryStore) -> dict:
     if kind == "fire":
         job = store.get(JOBS, job_id.encode())
         due = job["next_ms"] if job and job["next_ms"] else ms
-        return commands.fire(shard=keys.shard_of(job_id, SHARDS), upto_ms=due, node="n1",
-                             at_ms=due, items=[(job_id, due, due + 2000)])
+        shard = keys.shard_of(job_id, SHARDS)
+        state = store.get(SHARDS_TABLE, keys.shard_key(shard))
+        if state is None or state["owner"] != "n1":
+            return commands.assign_shards(assignments=[(shard, "n1")], at_ms=ms)
+        return commands.fire(shard=shard, token=state["token"], upto_ms=due, node="n1",
+                             at_ms=due, items=[(job_id, due, due + 2000, [due], False)])
     if kind == "pause":
         return commands.pause_job(job_id=job_id, at_ms=ms)
     if kind == "resume":
@@ -222,3 +241,50 @@ def test_replicas_applying_the_same_log_have_equal_digests(ops):
             assert [d[1] for d in entries] == [job["next_ms"]]
         else:
             assert entries == []
+
+
+def test_fire_with_a_stale_token_is_refused_and_counted():
+    log = Log()
+    create(log)
+    shard = keys.shard_of("job_a1", SHARDS)
+    old = own(log, shard, "n1")
+    new = own(log, shard, "n2")
+    assert new == old + 1
+    assert ShardsAssigned(shard=shard, owner="n2", token=new) in log.effects
+    refused = log.run(commands.fire(shard=shard, token=old, upto_ms=10_000, node="n1",
+                                    at_ms=10_000, items=[("job_a1", 10_000, 12_000, [10_000],
+                                                          False)]))
+    assert refused["ok"] is False
+    assert refused["error"] == "stale_token"
+    assert log.store.get(SHARDS_TABLE, keys.shard_key(shard))["stale_fires"] == 1
+    assert log.store.get(RUNS_BY_JOB, keys.runs_by_job_key("job_a1", 10_000, 1)) is None
+    # The same token from the wrong node is refused too: tokens are per owner.
+    wrong_node = log.run(commands.fire(shard=shard, token=new, upto_ms=10_000, node="n1",
+                                       at_ms=10_000, items=[("job_a1", 10_000, 12_000,
+                                                             [10_000], False)]))
+    assert wrong_node["error"] == "stale_token"
+    assert fire(log, "job_a1", 10_000, 12_000, node="n2")["fired"] == 1
+
+
+def test_fire_once_runs_the_latest_missed_occurrence_and_records_the_rest():
+    log = Log()
+    create(log)
+    fire(log, "job_a1", 10_000, 18_000, occurrences=[10_000, 12_000, 14_000, 16_000],
+         at_ms=16_500)
+    runs = {r["scheduled_ms"]: r for _, r in log.store.scan(RUNS)}
+    assert runs[16_000]["state"] == "queued"
+    assert [runs[t]["state"] for t in (10_000, 12_000, 14_000)] == ["missed"] * 3
+    assert "fire_once" in runs[10_000]["reason"]
+    dispatched = [e.run["scheduled_ms"] for e in log.effects if isinstance(e, RunCreated)]
+    assert dispatched == [16_000]
+    assert log.store.get(JOBS, b"job_a1")["next_ms"] == 18_000
+
+
+def test_misfire_policies_decide_per_occurrence():
+    occ = [10_000, 12_000, 14_000]
+    skip = {"policy": "skip", "tolerance_ms": 3_000, "catchup_max": 100}
+    assert [d[1] for d in misfire_decisions(skip, occ, 14_500)] == ["skipped", "queued", "queued"]
+    every = {"policy": "fire_all", "tolerance_ms": 0, "catchup_max": 100}
+    assert [d[1] for d in misfire_decisions(every, occ, 99_000)] == ["queued"] * 3
+    once = {"policy": "fire_once", "tolerance_ms": 0, "catchup_max": 100}
+    assert [d[1] for d in misfire_decisions(once, [10_000], 10_001)] == ["queued"]

@@ -18,10 +18,10 @@ from raftsched import limits
 from raftsched.api.problems import problem
 from raftsched.api.views import format_in_job_zone, job_view, run_view
 from raftsched.core import commands, keys
-from raftsched.core.apply import JOBS, NODES, RUNS, RUNS_BY_JOB
+from raftsched.core.apply import JOBS, NODES, RUNS, RUNS_BY_JOB, SHARDS
 from raftsched.core.jobspec import validate_create, validate_patch
 from raftsched.core.schedule import next_fire_ms, parse_schedule, preview_ms
-from raftsched.core.timeutil import parse_rfc3339
+from raftsched.core.timeutil import format_ms, parse_rfc3339
 from raftsched.errors import InvalidInput, NotFound, Conflict, Unavailable
 from raftsched.storage.base import digest
 
@@ -287,8 +287,9 @@ def _local_status(node: "Node") -> dict:
     return {"id": node.node_id, "http": node.config.http_url, "raft": node.config.raft_addr,
             "role": status.role, "term": status.term, "commit_index": status.commit_index,
             "applied_index": node.store.applied_index(), "leader_raft": status.leader,
-            "has_quorum": status.has_quorum,
-            "fired_total": node.trigger.fired_total, "stale_fires_total": node.trigger.stale_total}
+            "has_quorum": status.has_quorum, "shards_owned": len(node.trigger.owned()),
+            "fired_total": node.trigger.fired_total,
+            "refused_fires_total": node.trigger.refused_fires_total}
 
 
 async def node_status(request: web.Request) -> web.Response:
@@ -320,9 +321,24 @@ async def cluster(request: web.Request) -> web.Response:
     if me["role"] == "leader":
         leader = node.node_id
     nodes = {s["id"]: {k: s.get(k) for k in ("http", "raft", "role", "term", "commit_index",
-                                              "applied_index")} for s in statuses}
+                                              "applied_index", "shards_owned")}
+             for s in statuses}
+    shards = [state for _, state in node.store.scan(SHARDS)]
     return _json({"leader": leader, "self": node.node_id, "shard_count": node.shard_count,
-                  "nodes": nodes})
+                  "nodes": nodes,
+                  # Fires refused by apply for a stale fencing token, cluster-wide
+                  # (replicated, so every node reports the same count).
+                  "stale_fires_total": sum(s["stale_fires"] for s in shards)})
+
+
+async def cluster_shards(request: web.Request) -> web.Response:
+    node = _node(request)
+    await _maybe_consistent(request)
+    shards = [{"shard": int.from_bytes(key, "big"), "owner": state["owner"],
+               "token": state["token"], "checkpoint": format_ms(state["checkpoint_ms"] or None),
+               "stale_fires": state["stale_fires"]}
+              for key, state in node.store.scan(SHARDS)]
+    return _json({"shards": shards})
 
 
 async def state_digest(request: web.Request) -> web.Response:
@@ -360,6 +376,7 @@ def make_app(node: "Node") -> web.Application:
     r.add_get("/v1/runs/{run_id}", get_run)
     r.add_post("/v1/schedules:preview", schedules_preview)
     r.add_get("/v1/cluster", cluster)
+    r.add_get("/v1/cluster/shards", cluster_shards)
     r.add_get("/v1/node", node_status)
     r.add_get("/v1/state/digest", state_digest)
     return app

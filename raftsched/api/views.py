@@ -34,6 +34,8 @@ def job_view(job: dict) -> dict:
         "target": spec["target"],
         "retry": spec["retry"],
         "concurrency": spec["concurrency"],
+        "misfire": _misfire_view(spec.get("misfire")),
+        "misfires_omitted": job.get("misfires_omitted", 0),
         "metadata": spec["metadata"],
         "idempotency_key": job["idempotency_key"],
         "shard": job["shard"],
@@ -59,4 +61,14 @@ def run_view(run: dict) -> dict:
         "finished_at": format_ms(run["finished_ms"]),
         "http_status": run["http_status"],
         "error": run["error"],
+        "reason": run.get("reason"),
+        "fencing_token": run.get("token", 0),
     }
+
+
+def _misfire_view(misfire: dict | None) -> dict:
+    misfire = misfire or {"policy": "fire_once", "tolerance_ms": 60_000, "catchup_max": 100}
+    view = {"policy": misfire["policy"], "catchup_max": misfire["catchup_max"]}
+    if misfire["policy"] == "skip":
+        view["misfire_tolerance_s"] = misfire["tolerance_ms"] / 1000
+    return view

@@ -54,11 +54,19 @@ class DueArmed:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class ShardsAssigned:
+    """`shard` now belongs to `owner` under fencing token `token`."""
+    shard: int
+    owner: str
+    token: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Transition:
     """What one command does. Persist `writes` (with the index) first, then
     perform `effects`; `result` goes back to the proposer."""
     writes: tuple[tuple[str, bytes, Any | None], ...]
-    effects: tuple[RunCreated | DueArmed, ...]
+    effects: tuple[RunCreated | DueArmed | ShardsAssigned, ...]
     result: dict
 
 
@@ -70,7 +78,7 @@ class _Tx:
     def __init__(self, view: View) -> None:
         self._view = view
         self._writes: dict[tuple[str, bytes], Any] = {}
-        self.effects: list[RunCreated | DueArmed] = []
+        self.effects: list[RunCreated | DueArmed | ShardsAssigned] = []
 
     def get(self, table: str, key: bytes) -> Any | None:
         value = self._writes.get((table, key), None)
@@ -202,52 +210,119 @@ def _resume_job(tx: _Tx, cmd: dict) -> dict:
 
 # --- runs ------------------------------------------------------------------------------
 
-def _create_run(tx: _Tx, job: dict, scheduled_ms: int, node: str, at_ms: int,
-                trigger: str) -> tuple[dict, bool]:
+DEFAULT_MISFIRE = {"policy": "fire_once", "tolerance_ms": 60_000, "catchup_max": 100}
+
+
+def _shard_state(tx: _Tx, shard: int) -> dict:
+    return tx.get(SHARDS, keys.shard_key(shard)) or {
+        "v": 1, "owner": None, "token": 0, "checkpoint_ms": 0, "stale_fires": 0}
+
+
+def _new_run(job: dict, scheduled_ms: int, node: str, at_ms: int, trigger: str,
+             token: int, state: str, reason: str | None) -> dict:
+    return {"v": RECORD_VERSION, "id": keys.run_id(job["id"], scheduled_ms, 1),
+            "job_id": job["id"], "tenant": job["tenant"], "scheduled_ms": scheduled_ms,
+            "attempt": 1, "execution_id": keys.execution_id(job["id"], scheduled_ms),
+            "state": state, "node": node, "trigger": trigger, "token": token,
+            "created_ms": at_ms, "started_ms": None, "finished_ms": None,
+            "http_status": None, "error": None, "reason": reason}
+
+
+def _create_run(tx: _Tx, job: dict, scheduled_ms: int, node: str, at_ms: int, trigger: str,
+                token: int = 0, state: str = lifecycle.QUEUED,
+                reason: str | None = None) -> tuple[dict, bool]:
     """Create the run (job, scheduled_for, attempt 1) unless it exists: runs are
-    identified by (job_id, scheduled_for), so a second fire is a no-op."""
+    identified by (job_id, scheduled_for), so a second fire is a no-op. A run
+    created in a terminal state (missed, skipped) only records the occurrence."""
     by_job = keys.runs_by_job_key(job["id"], scheduled_ms, 1)
     existing = tx.get(RUNS_BY_JOB, by_job)
     if existing is not None:
         return tx.get(RUNS, existing.encode()), False
-    run_id = keys.run_id(job["id"], scheduled_ms, 1)
-    run = {"v": RECORD_VERSION, "id": run_id, "job_id": job["id"], "tenant": job["tenant"],
-           "scheduled_ms": scheduled_ms, "attempt": 1,
-           "execution_id": keys.execution_id(job["id"], scheduled_ms),
-           "state": lifecycle.QUEUED, "node": node, "trigger": trigger, "created_ms": at_ms,
-           "started_ms": None, "finished_ms": None, "http_status": None, "error": None}
-    tx.put(RUNS, run_id.encode(), run)
-    tx.put(RUNS_BY_JOB, by_job, run_id)
-    tx.put(RUNS_OPEN, keys.open_run_key(node, run_id), 1)
-    tx.effects.append(RunCreated(run=run))
+    run = _new_run(job, scheduled_ms, node, at_ms, trigger, token, state, reason)
+    tx.put(RUNS, run["id"].encode(), run)
+    tx.put(RUNS_BY_JOB, by_job, run["id"])
+    if state == lifecycle.QUEUED:
+        tx.put(RUNS_OPEN, keys.open_run_key(node, run["id"]), 1)
+        tx.effects.append(RunCreated(run=run))
     return run, True
 
 
+def misfire_decisions(policy: dict, occurrences: list[int], at_ms: int
+                      ) -> list[tuple[int, str, str | None]]:
+    """For each occurrence a fire covers: (occurrence_ms, state, reason), where
+    state is queued (run it), missed or skipped (record why it did not run)."""
+    kind = policy["policy"]
+    if kind == "fire_all":
+        return [(o, lifecycle.QUEUED, None) for o in occurrences]
+    if kind == "skip":
+        tolerance = policy["tolerance_ms"]
+        return [(o, lifecycle.QUEUED, None) if at_ms - o <= tolerance else
+                (o, lifecycle.SKIPPED, f"fired {at_ms - o} ms late, over the misfire "
+                                       f"tolerance of {tolerance} ms (skip policy)")
+                for o in occurrences]
+    assert kind == "fire_once", kind
+    latest = occurrences[-1]
+    return [(o, lifecycle.MISSED, f"missed while nothing could fire; one late run for "
+                                  f"{latest} instead (fire_once policy)")
+            for o in occurrences[:-1]] + [(latest, lifecycle.QUEUED, None)]
+
+
 def _fire(tx: _Tx, cmd: dict) -> dict:
+    """Fire due entries of one shard, if the proposer still holds the shard's
+    fencing token. A stale token (a paused or cut-off former owner) is refused
+    and counted; nothing else is written."""
     shard = cmd["shard"]
+    state = _shard_state(tx, shard)
+    if state["token"] != cmd["token"] or state["owner"] != cmd["node"]:
+        state["stale_fires"] += 1
+        tx.put(SHARDS, keys.shard_key(shard), state)
+        return {"ok": False, "error": "stale_token", "fired": 0, "stale": len(cmd["items"]),
+                "detail": f"shard {shard} token {cmd['token']} from {cmd['node']}; current "
+                          f"token {state['token']} owned by {state['owner']}"}
     fired = stale = 0
-    for job_id, due_ms, next_ms in cmd["items"]:
+    for job_id, due_ms, next_ms, occurrences, omitted in cmd["items"]:
         due = keys.due_key(shard, due_ms, job_id)
         job = _live_job(tx, job_id)
         if tx.get(DUE, due) is None or job is None or job["next_ms"] != due_ms:
             stale += 1  # fired already, or the job changed since the proposer looked
             continue
+        assert occurrences[0] == due_ms, (job_id, due_ms, occurrences)
         tx.delete(DUE, due)
-        run, created = _create_run(tx, job, due_ms, cmd["node"], cmd["at_ms"], "schedule")
-        fired += int(created)
-        job["last_run_id"] = run["id"]
+        policy = job["spec"].get("misfire", DEFAULT_MISFIRE)
+        for occurrence, run_state, reason in misfire_decisions(policy, occurrences, cmd["at_ms"]):
+            run, created = _create_run(tx, job, occurrence, cmd["node"], cmd["at_ms"],
+                                       "schedule", cmd["token"], run_state, reason)
+            if run_state == lifecycle.QUEUED:
+                fired += int(created)
+                job["last_run_id"] = run["id"]
+        if omitted:
+            job["misfires_omitted"] = job.get("misfires_omitted", 0) + 1
         if job["spec"]["schedule"]["kind"] == "once":
             job["status"], job["next_ms"] = "completed", None
         else:
-            assert next_ms is None or next_ms > due_ms, (job_id, due_ms, next_ms)
+            assert next_ms is None or next_ms > occurrences[-1], (job_id, occurrences, next_ms)
             job["next_ms"] = next_ms
             _arm(tx, job)
         tx.put(JOBS, keys.job_key(job_id), job)
-    state = tx.get(SHARDS, keys.shard_key(shard)) or {"v": 1, "checkpoint_ms": 0}
     if cmd["upto_ms"] > state["checkpoint_ms"]:
         state["checkpoint_ms"] = cmd["upto_ms"]
         tx.put(SHARDS, keys.shard_key(shard), state)
     return {"ok": True, "fired": fired, "stale": stale}
+
+
+def _assign_shards(tx: _Tx, cmd: dict) -> dict:
+    """Give shards to nodes; every (re)assignment bumps the shard's fencing token."""
+    tokens = {}
+    for shard, node in cmd["assignments"]:
+        state = _shard_state(tx, shard)
+        if state["owner"] == node:
+            continue
+        state["owner"] = node
+        state["token"] += 1
+        tx.put(SHARDS, keys.shard_key(shard), state)
+        tokens[shard] = state["token"]
+        tx.effects.append(ShardsAssigned(shard=shard, owner=node, token=state["token"]))
+    return {"ok": True, "tokens": tokens}
 
 
 def _trigger_job(tx: _Tx, cmd: dict) -> dict:
@@ -307,6 +382,7 @@ HANDLERS: dict[str, Callable[[_Tx, dict], dict]] = {
     "resume_job": _resume_job,
     "trigger_job": _trigger_job,
     "fire": _fire,
+    "assign_shards": _assign_shards,
     "run_updates": _run_updates,
     "register_node": _register_node,
 }

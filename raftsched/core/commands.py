@@ -16,7 +16,7 @@ from raftsched.errors import UnknownCommand
 VERSION = 1
 
 TAGS = frozenset({"create_job", "update_job", "delete_job", "pause_job", "resume_job",
-                  "trigger_job", "fire", "run_updates", "register_node"})
+                  "trigger_job", "fire", "assign_shards", "run_updates", "register_node"})
 
 
 def encode(command: dict) -> bytes:
@@ -73,11 +73,19 @@ def trigger_job(*, job_id: str, scheduled_ms: int, node: str, at_ms: int) -> dic
     return _cmd("trigger_job", job_id=job_id, scheduled_ms=scheduled_ms, node=node, at_ms=at_ms)
 
 
-def fire(*, shard: int, upto_ms: int, node: str, at_ms: int,
-         items: list[tuple[str, int, int | None]]) -> dict:
-    """items: (job_id, due_ms, next_ms or None) for each due entry being fired."""
-    return _cmd("fire", shard=shard, upto_ms=upto_ms, node=node, at_ms=at_ms,
+def fire(*, shard: int, token: int, upto_ms: int, node: str, at_ms: int,
+         items: list[tuple[str, int, int | None, list[int], bool]]) -> dict:
+    """Fire due entries of `shard` under fencing `token`. items, one per due
+    entry: (job_id, due_ms, next_ms or None, occurrences covered (ascending,
+    starting with due_ms), omitted: whether occurrences past catchup_max were
+    left out)."""
+    return _cmd("fire", shard=shard, token=token, upto_ms=upto_ms, node=node, at_ms=at_ms,
                 items=[list(item) for item in items])
+
+
+def assign_shards(*, assignments: list[tuple[int, str]], at_ms: int) -> dict:
+    """(shard, node) pairs: each changed owner gets a new fencing token."""
+    return _cmd("assign_shards", assignments=[list(a) for a in assignments], at_ms=at_ms)
 
 
 def run_updates(*, updates: list[dict]) -> dict:

@@ -14,9 +14,11 @@ from raftsched.core import codec
 from raftsched.core.schedule import parse_schedule
 from raftsched.errors import InvalidInput
 
-CREATE_FIELDS = {"name", "schedule", "run_at", "target", "retry", "concurrency",
+CREATE_FIELDS = {"name", "schedule", "run_at", "target", "retry", "concurrency", "misfire",
                  "idempotency_key", "metadata"}
-PATCH_FIELDS = {"name", "schedule", "run_at", "target"}
+PATCH_FIELDS = {"name", "schedule", "run_at", "target", "misfire"}
+MISFIRE_POLICIES = ("fire_once", "skip", "fire_all")
+MISFIRE_FIELDS = {"policy", "misfire_tolerance_s", "catchup_max"}
 TARGET_FIELDS = {"type", "url", "method", "headers", "body", "timeout_s"}
 RETRY_FIELDS = {"max_attempts", "backoff", "initial_delay_s", "max_delay_s", "multiplier",
                 "jitter"}
@@ -45,6 +47,7 @@ def validate_create(body: object) -> dict:
         "target": validate_target(body.get("target")),
         "retry": validate_retry(body.get("retry")),
         "concurrency": validate_concurrency(body.get("concurrency")),
+        "misfire": validate_misfire(body.get("misfire")),
         "metadata": validate_metadata(body.get("metadata")),
     }
     key = body.get("idempotency_key")
@@ -71,6 +74,8 @@ def validate_patch(body: object, current: dict) -> dict:
         spec["schedule"] = parse_schedule(body.get("schedule"), body.get("run_at"))
     if "target" in body:
         spec["target"] = validate_target(body["target"])
+    if "misfire" in body:
+        spec["misfire"] = validate_misfire(body["misfire"])
     return spec
 
 
@@ -192,6 +197,41 @@ def validate_concurrency(value: object) -> dict:
         raise InvalidInput(f"`concurrency` must be one of {', '.join(CONCURRENCY_POLICIES)}",
                            field="concurrency")
     return {"policy": policy}
+
+
+def validate_misfire(value: object) -> dict:
+    """What a fire does with occurrences it is late for (see docs/schedules.md).
+
+    Accepts "skip" or {"policy": "skip", "misfire_tolerance_s": 30, "catchup_max": 100}.
+    Stored as {"policy", "tolerance_ms", "catchup_max"}.
+    """
+    if value is None:
+        value = {}
+    if isinstance(value, str):
+        value = {"policy": value}
+    if not isinstance(value, dict):
+        raise InvalidInput("`misfire` must be a policy name or an object", field="misfire")
+    _reject_unknown(value, MISFIRE_FIELDS, "misfire.")
+    policy = value.get("policy", "fire_once")
+    if policy not in MISFIRE_POLICIES:
+        raise InvalidInput(f"`misfire.policy` must be one of {', '.join(MISFIRE_POLICIES)}",
+                           field="misfire.policy")
+    tolerance = value.get("misfire_tolerance_s", limits.misfire_tolerance_s_default)
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) \
+            or not 0 <= tolerance <= limits.misfire_tolerance_s_max:
+        raise InvalidInput(f"`misfire.misfire_tolerance_s` must be a number from 0 to "
+                           f"{limits.misfire_tolerance_s_max}", field="misfire.misfire_tolerance_s",
+                           limit="misfire_tolerance_s_max")
+    if "misfire_tolerance_s" in value and policy != "skip":
+        raise InvalidInput("`misfire_tolerance_s` applies to the skip policy only",
+                           field="misfire.misfire_tolerance_s")
+    catchup = value.get("catchup_max", limits.catchup_max_default)
+    if isinstance(catchup, bool) or not isinstance(catchup, int) \
+            or not 1 <= catchup <= limits.catchup_max_max:
+        raise InvalidInput(f"`misfire.catchup_max` must be an integer from 1 to "
+                           f"{limits.catchup_max_max}", field="misfire.catchup_max",
+                           limit="catchup_max_max")
+    return {"policy": policy, "tolerance_ms": int(tolerance * 1000), "catchup_max": catchup}
 
 
 def validate_metadata(value: object) -> dict:

@@ -6,6 +6,10 @@
     running --succeed--> succeeded
     running --fail--> failed
 
+A run may also be created directly in a terminal state that records an
+occurrence which was not run, with its reason: `missed` (the misfire policy ran
+a later occurrence instead) or `skipped` (later than `misfire_tolerance_s`).
+
 `next_state` raises InvalidTransition for any other pair. apply treats a
 transition from a terminal state as a stale duplicate (it is counted, not
 applied), and anything else as the caller's bug.
@@ -19,8 +23,10 @@ QUEUED = "queued"
 RUNNING = "running"
 SUCCEEDED = "succeeded"
 FAILED = "failed"
+MISSED = "missed"
+SKIPPED = "skipped"
 
-TERMINAL = frozenset({SUCCEEDED, FAILED})
+TERMINAL = frozenset({SUCCEEDED, FAILED, MISSED, SKIPPED})
 OPEN = frozenset({QUEUED, RUNNING})
 
 TRANSITIONS: dict[tuple[str, str], str] = {

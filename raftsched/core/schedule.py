@@ -180,6 +180,61 @@ def preview_ms(spec: dict, after_ms: int, count: int) -> list[int]:
     return out
 
 
+def covered_occurrences(spec: dict, due_ms: int, now_ms: int,
+                        limit: int) -> tuple[list[int], bool, int | None]:
+    """The occurrences a fire at `now_ms` covers, for a job due at `due_ms`.
+
+    Returns (occurrences, omitted, next_ms): the occurrences at or before now,
+    ascending, starting with `due_ms`: at most `limit` from the start, plus the
+    latest one at or before now (then `omitted` is True if any in between were
+    left out); and the first occurrence after now (None if there is none).
+    On time, this is ([due_ms], False, next) for the cost of one memoised call.
+    """
+    if spec["kind"] == "once":
+        return [due_ms], False, None
+    occurrences = [due_ms]
+    cursor = due_ms
+    while True:
+        nxt = next_fire_ms(spec, cursor)
+        if nxt is None or nxt > now_ms:
+            return occurrences, False, nxt
+        if len(occurrences) >= limit:
+            break
+        occurrences.append(nxt)
+        cursor = nxt
+    latest = latest_at_or_before(spec, now_ms, cursor)
+    omitted = latest != occurrences[-1] and next_fire_ms(spec, occurrences[-1]) != latest
+    if latest != occurrences[-1]:
+        occurrences.append(latest)
+    return occurrences, omitted, next_fire_ms(spec, now_ms)
+
+
+# Look-back windows for finding the latest occurrence before an instant: a
+# short window first, so a frequent schedule walks only a few steps forward.
+_LOOKBACK_MS = (60_000, 3_600_000, 86_400_000, 32 * 86_400_000, 366 * 86_400_000)
+_WALK_STEPS_MAX = 100_000
+
+
+def latest_at_or_before(spec: dict, now_ms: int, floor_ms: int) -> int:
+    """The latest occurrence in [floor_ms, now_ms]; floor_ms if there is none later."""
+    if spec["kind"] == "every":
+        every_ms = spec["every_ms"]
+        return max(floor_ms, now_ms // every_ms * every_ms)
+    for window in _LOOKBACK_MS:
+        start = max(floor_ms, now_ms - window)
+        found = next_fire_ms(spec, start)
+        if found is not None and found <= now_ms:
+            for _ in range(_WALK_STEPS_MAX):
+                nxt = next_fire_ms(spec, found)
+                if nxt is None or nxt > now_ms:
+                    break
+                found = nxt
+            return found
+        if start == floor_ms:
+            break
+    return floor_ms
+
+
 @functools.lru_cache(maxsize=limits.schedule_cache_max)
 def next_fire_cron(cron: str, timezone: str, after_ms: int) -> int | None:
     tz = ZoneInfo(timezone)
@@ -270,5 +325,5 @@ def _transition_ms(lo_ms: int, hi_ms: int, tz: ZoneInfo) -> int:
     return hi * 1000
 
 
-__all__ = ["CroniterBadCronError", "is_wildcard", "next_fire_cron", "next_fire_ms",
+__all__ = ["CroniterBadCronError", "covered_occurrences", "is_wildcard", "latest_at_or_before", "next_fire_cron", "next_fire_ms",
            "normalise_cron", "parse_schedule", "parse_timezone", "preview_ms"]

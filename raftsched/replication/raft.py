@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -169,6 +170,29 @@ class Replicator:
                           applied_index=raw["last_applied"],
                           leader_commit_index=raw["leader_commit_idx"],
                           has_quorum=bool(raw["has_quorum"]))
+
+    def peer_liveness(self) -> dict[str, float | None]:
+        """On the leader: for each peer's Raft address, the seconds since it last
+        answered an append-entries, or None if its connection is down (a killed
+        process is seen at once; a frozen one by the growing age). pysyncobj has
+        no public call for this; this adapter is the one place that reads its
+        internals, so a pysyncobj upgrade is checked here."""
+        obj = self._obj
+        for _ in range(3):
+            try:
+                last = dict(getattr(obj, "_SyncObj__lastResponseTime"))
+                break
+            except RuntimeError:   # resized by the Raft thread while copying
+                continue
+        else:
+            last = {}
+        now = time.monotonic()
+        out: dict[str, float | None] = {}
+        for peer in obj.otherNodes:
+            seen = last.get(peer)
+            out[str(peer.id)] = None if not obj.isNodeConnected(peer) or seen is None \
+                else max(0.0, now - seen)
+        return out
 
     def destroy(self) -> None:
         self._obj.destroy()

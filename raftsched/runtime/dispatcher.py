@@ -94,7 +94,7 @@ class Dispatcher:
                 attempt = Attempt(run_id=run["id"], job_id=run["job_id"],
                                   execution_id=run["execution_id"],
                                   scheduled_ms=run["scheduled_ms"], attempt=run["attempt"],
-                                  fencing_token=0)
+                                  fencing_token=run.get("token", 0))
                 target = job["spec"]["target"]
                 deadline_ms = node.now_ms() + int(target["timeout_s"] * 1000)
                 outcome = await node.http_executor.run(attempt, target, deadline_ms)

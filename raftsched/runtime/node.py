@@ -17,14 +17,16 @@ import signal
 import time
 from dataclasses import dataclass
 
+import aiohttp
 from aiohttp import web
 
 from raftsched import limits
 from raftsched.core import commands
-from raftsched.core.apply import NODES, DueArmed, RunCreated, apply
+from raftsched.core.apply import NODES, DueArmed, RunCreated, ShardsAssigned, apply
 from raftsched.errors import InvariantBroken, Unavailable
 from raftsched.executors.http import HttpExecutor
 from raftsched.replication.raft import Replicator, log_compaction_entries_default
+from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
 from raftsched.runtime.trigger import TriggerLoop
 from raftsched.storage.lmdb_store import LmdbStore
@@ -65,6 +67,7 @@ class Node:
         self.replicator: Replicator  # set in start(), once the loop runs
         self.dispatcher = Dispatcher(self)
         self.trigger = TriggerLoop(self)
+        self.coordinator = Coordinator(self)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task] = []
         self._runner: web.AppRunner | None = None
@@ -111,6 +114,7 @@ class Node:
         self.store.replace_all(applied_index, [tuple(item) for item in items])
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self.dispatcher.request_rescan)
+            self._loop.call_soon_threadsafe(self.trigger.ownership_changed)
 
     # --- the loop side ---------------------------------------------------------------
 
@@ -120,23 +124,47 @@ class Node:
                 if effect.run["node"] == self.node_id:
                     self.dispatcher.submit(effect.run)
             elif isinstance(effect, DueArmed):
-                self.trigger.wake(effect.due_ms)
+                self.trigger.wake(effect.shard, effect.due_ms)
+            elif isinstance(effect, ShardsAssigned):
+                self.trigger.ownership_changed()
 
     async def propose(self, command: dict) -> dict:
         return await self.replicator.propose_wait(commands.encode(command))
 
     async def wait_caught_up(self, timeout_s: float = limits.propose_timeout_s) -> None:
-        """Read-your-writes: wait until this node applied the leader's commit index."""
+        """Read-your-writes: wait until this node has applied everything the
+        leader had committed when the call began. A follower asks the leader for
+        its commit index (what it learns from heartbeats may be a tick old)."""
         deadline = time.monotonic() + timeout_s
         status = self.replicator.status()
-        target = status.leader_commit_index if status.role != "leader" else status.commit_index
-        if target is None:
-            raise Unavailable("no leader known, cannot read consistently", reason="no_leader")
-        while self.store.applied_index() < target and self.replicator.status().applied_index < target:
+        if status.role == "leader":
+            target = status.commit_index
+        else:
+            target = await self._leader_commit_index(status.leader, timeout_s)
+        while self.store.applied_index() < target:
             if time.monotonic() > deadline:
-                raise Unavailable("this node did not catch up with the leader in time",
-                                  reason="timeout")
-            await asyncio.sleep(0.005)
+                raise Unavailable(f"this node did not catch up with the leader's commit index "
+                                  f"{target} within {timeout_s:g} s", reason="timeout")
+            await asyncio.sleep(0.002)
+
+    async def _leader_commit_index(self, leader_raft: str | None, timeout_s: float) -> int:
+        leader = next((rec for _, rec in self.store.scan(NODES)
+                       if leader_raft is not None and rec["raft"] == leader_raft), None)
+        if leader is None:
+            raise Unavailable("no leader known, cannot read consistently; retry",
+                              reason="no_leader")
+        try:
+            timeout = aiohttp.ClientTimeout(total=timeout_s)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                async with session.get(leader["http"] + "/v1/node") as response:
+                    body = await response.json()
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
+            raise Unavailable(f"cannot ask the leader {leader['id']} for its commit index: "
+                              f"{exc!r}", reason="no_leader") from None
+        if body.get("role") != "leader":
+            raise Unavailable(f"{leader['id']} is no longer the leader; retry",
+                              reason="leader_changed")
+        return int(body["commit_index"])
 
     async def start(self) -> None:
         from raftsched.api.app import make_app
@@ -156,7 +184,7 @@ class Node:
                            reuse_address=True, backlog=1024)
         await site.start()
         for coro in (self.trigger.run(), self.dispatcher.run(), self.dispatcher.report_loop(),
-                     self._register_loop(), self._sync_loop()):
+                     self.coordinator.run(), self._register_loop(), self._sync_loop()):
             self._tasks.append(asyncio.ensure_future(coro))
         log.info("node %s serving HTTP on %s, Raft on %s, peers %s", self.node_id,
                  cfg.http_url, cfg.raft_addr, ",".join(cfg.peers) or "-")

@@ -1,25 +1,29 @@
-"""The trigger loop: on the Raft leader, fire every due entry on time.
+"""The trigger loop: every node fires the shards it owns, on time.
 
-Every shard is fired by the leader in this release (the next one spreads shards
-over nodes with fencing tokens). The loop sleeps until the earliest due instant
-(or `trigger_tick_ms_max`, or a wake-up from apply when a new entry is armed
-earlier), then proposes one `fire` command per shard with due entries: one Raft
-entry fires up to `fire_batch_max` runs. The next occurrence of each recurring
-job is computed here, by the proposer, after max(due, now): occurrences missed
-while nothing could fire collapse into one late run (the fire_once rule).
+The loop keeps, in memory, the next due instant of every shard it owns (from
+LMDB when it gains a shard and after each fire; lowered by apply's DueArmed
+effects when a job is created or re-armed; resynced every
+`due_resync_period_s` as a safety net). It sleeps until the earliest of them,
+then proposes one `fire` command per due shard, carrying the shard's fencing
+token: one Raft entry fires up to `fire_batch_max` runs.
+
+For each due entry the proposer computes what apply may not: the occurrences
+the fire covers (only the due one when on time; the missed ones after an
+outage, for the job's misfire policy) and the next occurrence after now.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from raftsched import limits
 from raftsched.core import commands
-from raftsched.core.apply import DUE, JOBS
+from raftsched.core.apply import DEFAULT_MISFIRE, DUE, JOBS, SHARDS
 from raftsched.core.keys import job_key, parse_due_key, shard_prefix
-from raftsched.core.schedule import next_fire_ms
+from raftsched.core.schedule import covered_occurrences
 from raftsched.errors import Unavailable
 from raftsched.storage.base import due_until
 
@@ -28,26 +32,51 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("raftsched.trigger")
 
+# Re-read owned shards and their next due instants from LMDB this often, in
+# case an in-memory update was missed.
+due_resync_period_s = 5.0
+
 
 class TriggerLoop:
     def __init__(self, node: "Node") -> None:
         self._node = node
         self._wake = asyncio.Event()
         self._planned_wake_ms = 0
+        self._owned: dict[int, int] = {}          # shard -> fencing token
+        self._next_due: dict[int, int | None] = {}  # shard -> earliest due_ms
         self._inflight: set[int] = set()
         self._tasks: set[asyncio.Task] = set()
+        self._resynced_at = 0.0
         self.fired_total = 0
-        self.stale_total = 0
+        self.stale_items_total = 0
+        self.refused_fires_total = 0
 
-    def wake(self, due_ms: int) -> None:
-        """Called on the loop thread when apply armed a due entry at `due_ms`."""
+    # --- inputs from apply (loop thread) ------------------------------------------------
+
+    def wake(self, shard: int, due_ms: int) -> None:
+        if shard not in self._owned:
+            return
+        current = self._next_due.get(shard)
+        if current is None or due_ms < current:
+            self._next_due[shard] = due_ms
         if due_ms < self._planned_wake_ms:
             self._wake.set()
+
+    def ownership_changed(self) -> None:
+        self._resynced_at = 0.0
+        self._wake.set()
+
+    def owned(self) -> dict[int, int]:
+        return dict(self._owned)
+
+    # --- the loop -------------------------------------------------------------------------
 
     async def run(self) -> None:
         while True:
             try:
-                next_ms = self.maybe_fire_due() if self._node.replicator.is_leader() else None
+                if time.monotonic() - self._resynced_at > due_resync_period_s:
+                    self.resync()
+                next_ms = self.maybe_fire_due()
             except Exception:
                 log.exception("trigger loop pass failed; retrying")
                 next_ms = None
@@ -62,44 +91,54 @@ class TriggerLoop:
             except asyncio.TimeoutError:
                 pass
 
-    def maybe_fire_due(self) -> int | None:
-        """Propose fires for every shard with entries due now; return the
-        earliest future due instant seen (or None).
-
-        Walks only non-empty shards: the first `due` key at or after a shard's
-        prefix names the next shard that has entries, and its earliest one.
-        """
+    def resync(self) -> None:
+        """Reload owned shards (and their tokens) and next due instants from LMDB."""
         node = self._node
-        now = node.now_ms()
+        owned = {int.from_bytes(key, "big"): state["token"]
+                 for key, state in node.store.scan(SHARDS) if state["owner"] == node.node_id}
+        gained = set(owned) - set(self._owned)
+        lost = set(self._owned) - set(owned)
+        if gained or lost:
+            log.info("now owning %d shards (+%d, -%d)", len(owned), len(gained), len(lost))
+        self._owned = owned
+        self._next_due = {shard: self._earliest(shard) for shard in owned}
+        self._resynced_at = time.monotonic()
+
+    def _earliest(self, shard: int) -> int | None:
+        first = self._node.store.scan(DUE, start=shard_prefix(shard),
+                                      stop=shard_prefix(shard + 1), limit=1)
+        return parse_due_key(first[0][0])[1] if first else None
+
+    def maybe_fire_due(self) -> int | None:
+        """Propose a fire for every owned shard that is due; return the earliest
+        future due instant (or None)."""
+        now = self._node.now_ms()
         earliest: int | None = None
-        shard = 0
-        while shard < node.shard_count:
-            first = node.store.scan(DUE, start=shard_prefix(shard), limit=1)
-            if not first:
-                break
-            shard, due_ms, _, _ = parse_due_key(first[0][0])
-            if shard not in self._inflight:
-                if due_ms <= now:
-                    self._propose(shard, now, due_until(node.store, shard, now,
-                                                        limits.fire_batch_max))
-                elif earliest is None or due_ms < earliest:
-                    earliest = due_ms
-            shard += 1
+        for shard, due_ms in self._next_due.items():
+            if due_ms is None or shard in self._inflight:
+                continue
+            if due_ms <= now:
+                self._propose(shard, now)
+            elif earliest is None or due_ms < earliest:
+                earliest = due_ms
         return earliest
 
-    def _propose(self, shard: int, now: int, due: list[tuple[int, str]]) -> None:
-        items: list[tuple[str, int, int | None]] = []
-        for due_ms, job_id in due:
-            job = self._node.store.get(JOBS, job_key(job_id))
+    def _propose(self, shard: int, now: int) -> None:
+        node = self._node
+        items = []
+        for due_ms, job_id in due_until(node.store, shard, now, limits.fire_batch_max):
+            job = node.store.get(JOBS, job_key(job_id))
             if job is None or job["next_ms"] != due_ms:
                 continue  # apply would refuse it as stale anyway
-            schedule = job["spec"]["schedule"]
-            nxt = None if schedule["kind"] == "once" else next_fire_ms(schedule, max(due_ms, now))
-            items.append((job_id, due_ms, nxt))
+            policy = job["spec"].get("misfire", DEFAULT_MISFIRE)
+            occurrences, omitted, next_ms = covered_occurrences(
+                job["spec"]["schedule"], due_ms, now, policy["catchup_max"])
+            items.append((job_id, due_ms, next_ms, occurrences, omitted))
         if not items:
+            self._next_due[shard] = self._earliest(shard)
             return
-        cmd = commands.fire(shard=shard, upto_ms=now, node=self._node.node_id, at_ms=now,
-                            items=items)
+        cmd = commands.fire(shard=shard, token=self._owned[shard], upto_ms=now,
+                            node=node.node_id, at_ms=now, items=items)
         self._inflight.add(shard)
         task = asyncio.ensure_future(self._send(shard, cmd))
         self._tasks.add(task)
@@ -108,11 +147,17 @@ class TriggerLoop:
     async def _send(self, shard: int, cmd: dict) -> None:
         try:
             result = await self._node.replicator.propose_wait(commands.encode(cmd))
+            if result.get("error") == "stale_token":
+                self.refused_fires_total += 1
+                log.warning("fire refused: %s", result["detail"])
+                self._resynced_at = 0.0   # our view of ownership is out of date
             self.fired_total += result["fired"]
-            self.stale_total += result["stale"]
+            self.stale_items_total += result["stale"]
         except Unavailable as exc:
             log.warning("fire of shard %d (%d items) not committed: %s", shard,
                         len(cmd["items"]), exc.detail)
         finally:
             self._inflight.discard(shard)
+            if shard in self._owned:
+                self._next_due[shard] = self._earliest(shard)
             self._wake.set()
