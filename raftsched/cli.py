@@ -64,6 +64,21 @@ def build_parser() -> argparse.ArgumentParser:
     runs_sub = sub.choices["runs"].add_subparsers(dest="action", required=True)
     runs_sub.add_parser("get").add_argument("run_id")
 
+    chaos = sub.add_parser("chaos", help="break a local cluster under load and check the "
+                                         "promises (see raftsched/testing/chaos.py)")
+    chaos.add_argument("--scenario", default="kill-leader,freeze-owner,kill-all",
+                       help="comma-separated, in order, from: kill-leader, kill-random, "
+                            "kill-owner, freeze-owner, kill-all (default %(default)s)")
+    chaos.add_argument("--seed", type=int, default=None, help="replay a run's random choices")
+    chaos.add_argument("--jobs", type=int, default=100, help="every-second jobs (default 100)")
+    chaos.add_argument("--create-rate", type=float, default=5.0,
+                       help="one-off creates per second during the run (default 5)")
+    chaos.add_argument("--phase-s", type=float, default=10.0,
+                       help="seconds each fault lasts before healing (default 10)")
+    chaos.add_argument("--freeze-s", type=float, default=20.0,
+                       help="seconds a frozen node stays stopped (default 20)")
+    chaos.add_argument("--keep", default=None, help="keep node data and logs in this folder")
+
     status = sub.add_parser("status", help="show the cluster")
     status.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", DEFAULT_URL))
     return parser
@@ -76,6 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "dev":
         from raftsched.runtime.dev import run_dev
         return run_dev(args.nodes, args.data, args.http_port_base, args.raft_port_base)
+    if args.command == "chaos":
+        from raftsched.testing.chaos import run_chaos
+        report = run_chaos(scenarios=[s for s in args.scenario.split(",") if s],
+                           seed=args.seed, jobs=args.jobs, create_rate=args.create_rate,
+                           phase_s=args.phase_s, freeze_s=args.freeze_s, base_dir=args.keep)
+        print(report.render())
+        return 0 if report.ok else 1
     return run_client(args)
 
 

@@ -51,6 +51,7 @@ class LocalCluster:
         self.env = dict(os.environ, RAFTSCHED_RAFT_SECRET=secrets.token_urlsafe(24),
                         **(extra_env or {}))
         self.node_args = list(node_args or [])
+        self.paused: set[str] = set()
         self.procs: dict[str, subprocess.Popen] = {}
         self._logs: dict[str, Any] = {}
 
@@ -78,6 +79,7 @@ class LocalCluster:
         if proc.poll() is None:
             proc.send_signal(signal.SIGCONT)   # a stopped process must not stay stopped
             proc.kill()
+        self.paused.discard(nid)
         proc.wait(10)
 
     def kill_all(self) -> None:
@@ -98,12 +100,19 @@ class LocalCluster:
 
     def pause(self, nid: str) -> None:
         self.procs[nid].send_signal(signal.SIGSTOP)
+        self.paused.add(nid)
 
     def resume(self, nid: str) -> None:
         self.procs[nid].send_signal(signal.SIGCONT)
+        self.paused.discard(nid)
 
     def alive(self) -> list[str]:
+        """Running processes (a paused one counts: it holds its ports)."""
         return [nid for nid, p in self.procs.items() if p.poll() is None]
+
+    def responsive(self) -> list[str]:
+        """Running and not paused: the nodes that can answer."""
+        return [nid for nid in self.alive() if nid not in self.paused]
 
     def close(self) -> None:
         for nid in list(self.procs):
@@ -140,13 +149,13 @@ class LocalCluster:
     def leader(self, among: list[str] | None = None) -> str | None:
         """The leader as every live node (of `among`) reports it, or None."""
         seen = set()
-        for nid in among or self.alive():
+        for nid in among or self.responsive():
             seen.add(self.api(nid, "GET", "/v1/cluster", timeout_s=2).body["leader"])
         return seen.pop() if len(seen) == 1 and None not in seen else None
 
     def wait_ready(self, timeout_s: float = 30.0, among: list[str] | None = None) -> str:
         """Wait until the live nodes agree on a leader and every one is registered."""
-        nodes = among or self.alive()
+        nodes = among or self.responsive()
 
         def ready() -> str | None:
             leader = self.leader(nodes)

@@ -1,0 +1,28 @@
+"""Short chaos: leader killed, owner frozen past its lease, all nodes killed; no job lost,
+none fired twice, no stale fire accepted, replicas equal, failover inside 3 s."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftsched.testing.chaos import run_chaos
+
+pytestmark = pytest.mark.integration
+
+
+def test_short_chaos_keeps_every_promise(tmp_path):
+    report = run_chaos(scenarios=["kill-leader", "freeze-owner", "kill-all"], jobs=30,
+                       create_rate=4.0, phase_s=5.0, freeze_s=7.0, base_dir=str(tmp_path))
+    print(report.render())
+    assert report.acknowledged > 0
+    assert report.lost_one_offs == []
+    assert report.lost_occurrences == 0
+    assert report.duplicates == 0
+    assert report.stale_accepted == 0
+    assert report.digests_equal
+    phases = {p.name: p for p in report.phases}
+    assert 0.5 < phases["freeze-owner"].notes["shards_moved_after_s"] <= 3.0
+    assert phases["kill-all"].notes["acknowledged_in_burst"] > 0
+    _, _, max_trigger, n = report.lateness["kill-leader"]["trigger lateness"]
+    assert n > 0
+    assert max_trigger <= 3.0
