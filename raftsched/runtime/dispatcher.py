@@ -32,6 +32,9 @@ class Dispatcher:
     def __init__(self, node: "Node") -> None:
         self._node = node
         self._queue: asyncio.Queue[dict] = asyncio.Queue(maxsize=limits.dispatch_queue_max)
+        # Runs submitted and not yet settled: executing, or finished with the
+        # final report not yet committed. A rescan skips them, so a run whose
+        # success is still on its way to the log is not executed again.
         self._active: set[str] = set()
         self._slots = asyncio.Semaphore(limits.runs_inflight_max)
         self._pending: collections.deque[dict] = collections.deque()
@@ -103,13 +106,15 @@ class Dispatcher:
             log.exception("run %s: executor failed unexpectedly", run["id"])
             self._report(run, "fail", Outcome(ok=False, error="internal executor error"))
         finally:
-            self._active.discard(run["id"])
             self._slots.release()
 
     def _report(self, run: dict, event: str, outcome: Outcome | None) -> None:
         if len(self._pending) >= limits.run_update_pending_max:
-            log.error("run_update_pending_max (%d) reached; dropping the %s of run %s",
+            log.error("run_update_pending_max (%d) reached; dropping the %s of run %s "
+                      "(it stays open and runs again after a restart)",
                       limits.run_update_pending_max, event, run["id"])
+            if event != "start":
+                self._active.discard(run["id"])
             return
         self._pending.append({"run_id": run["id"], "event": event, "at_ms": self._node.now_ms(),
                               "node": self._node.node_id,
@@ -132,6 +137,9 @@ class Dispatcher:
             try:
                 await self._node.replicator.propose_wait(
                     commands.encode(commands.run_updates(updates=batch)))
+                for update in batch:
+                    if update["event"] != "start":
+                        self._active.discard(update["run_id"])
                 backoff_s = limits.run_update_period_ms / 1000
             except Unavailable as exc:
                 log.warning("%d run updates not committed (%s); retrying", len(batch), exc.detail)

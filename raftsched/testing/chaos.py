@@ -7,7 +7,10 @@ what the sink received, what the API acknowledged and what the run records say:
 
   lost          acknowledged one-off jobs that never called the sink       (must be 0)
   lost          occurrences of every-second jobs with no run at all        (must be 0)
-  duplicates    (job, scheduled_for) called more than once                (must be 0)
+  duplicates    (job, scheduled_for) called more than once, other than by
+                an executor SIGKILLed between the calls (at-least-once:
+                a run it had called but not yet reported runs again after
+                its restart, with the same execution id; counted apart)     (must be 0)
   stale         calls fired under a fencing token that had already been
                 superseded when the occurrence was due                    (must be 0)
   digests       replica state digests after healing                       (must be equal)
@@ -29,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from raftsched.core import keys
 from raftsched.testing.cluster import LocalCluster
 from raftsched.testing.http import call, wait_until
 from raftsched.testing.sink import Sink
@@ -53,6 +57,7 @@ class Report:
     lost_one_offs: list[str]
     lost_occurrences: int
     duplicates: int
+    redelivered: int            # second calls after the executor was killed (allowed)
     stale_accepted: int
     stale_refused: int
     digests_equal: bool
@@ -74,7 +79,8 @@ class Report:
                              f"p99={p99 * 1000:7.0f} ms  max={mx * 1000:7.0f} ms")
         lines += [f"  acknowledged one-off creates: {self.acknowledged}",
                   f"  lost one-offs: {len(self.lost_one_offs)}   lost occurrences: "
-                  f"{self.lost_occurrences}   duplicate calls: {self.duplicates}",
+                  f"{self.lost_occurrences}   duplicate calls: {self.duplicates}   "
+                  f"redelivered after an executor kill: {self.redelivered}",
                   f"  stale fires accepted: {self.stale_accepted}   refused (counted by apply): "
                   f"{self.stale_refused}   digests equal: {self.digests_equal}",
                   f"  verdict: {'PASS' if self.ok else 'FAIL'}"]
@@ -314,8 +320,7 @@ class Chaos:
         calls = self.sink.snapshot()
         by_job = self.sink.by_job()
         lost = sorted(j for j in self.one_offs if j not in by_job)
-        keys = [(c.job_id, c.scheduled_s) for c in calls]
-        duplicates = len(keys) - len(set(keys))
+        duplicates, redelivered = self._duplicates(calls)
         stale = 0
         for c in calls:
             token = int(c.headers.get("X-Raftsched-Fencing-Token", "0"))
@@ -335,8 +340,31 @@ class Chaos:
         refused = call("GET", self.cluster.url(self.cluster.ids[0]) + "/v1/cluster").body
         return Report(seed=self.seed, phases=self.phases, acknowledged=len(self.one_offs),
                       lost_one_offs=lost, lost_occurrences=lost_occ, duplicates=duplicates,
+                      redelivered=redelivered,
                       stale_accepted=stale, stale_refused=refused["stale_fires_total"],
                       digests_equal=digests_equal, lateness=lateness)
+
+    def _duplicates(self, calls: list) -> tuple[int, int]:
+        """(unexplained repeat calls, repeats explained by a SIGKILL of the run's
+        executor between the first call and the repeat)."""
+        groups: dict[tuple[str, int], list] = {}
+        for c in calls:
+            groups.setdefault((c.job_id, int(round(c.scheduled_s * 1000))), []).append(c)
+        duplicates = redelivered = 0
+        for (job_id, scheduled_ms), group in groups.items():
+            if len(group) == 1:
+                continue
+            group.sort(key=lambda c: c.received_s)
+            attempt = int(group[0].headers.get("X-Raftsched-Attempt", "1"))
+            run = self._api("GET", f"/v1/runs/{keys.run_id(job_id, scheduled_ms, attempt)}")
+            executor = run.body.get("node") if run.status == 200 else None
+            for earlier, repeat in zip(group, group[1:]):
+                if any(nid == executor and earlier.received_s <= at <= repeat.received_s
+                       for nid, at in self.cluster.kills):
+                    redelivered += 1
+                else:
+                    duplicates += 1
+        return duplicates, redelivered
 
     def _every_second_runs(self, end: float) -> tuple[int, list[tuple[float, float]]]:
         """Occurrences of the every-second jobs without any run, and each run's

@@ -52,6 +52,7 @@ class LocalCluster:
                         **(extra_env or {}))
         self.node_args = list(node_args or [])
         self.paused: set[str] = set()
+        self.kills: list[tuple[str, float]] = []   # (node, time.time()) of every SIGKILL
         self.procs: dict[str, subprocess.Popen] = {}
         self._logs: dict[str, Any] = {}
 
@@ -79,6 +80,7 @@ class LocalCluster:
         if proc.poll() is None:
             proc.send_signal(signal.SIGCONT)   # a stopped process must not stay stopped
             proc.kill()
+            self.kills.append((nid, time.time()))
         self.paused.discard(nid)
         proc.wait(10)
 
