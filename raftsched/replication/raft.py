@@ -75,6 +75,28 @@ class _StateMachine(SyncObj):
         self._raftsched_on_apply = on_apply
         super().__init__(self_addr, peers, conf=conf)
 
+    # pysyncobj's follower answers a failed append-entries with "send from N":
+    # N is its own last index + 1 when it lacks the leader's previous entry,
+    # but the mismatching index when it has a different entry there. A leader
+    # streams its whole backlog in one tick, so a follower holding a divergent
+    # tail (a former leader back from a partition, with entries it could not
+    # commit) answers both kinds, and each answer undoes the other's step
+    # back: the follower stalls for tens of seconds or for good, while the
+    # leader resends its backlog every tick. Answer every refusal with the
+    # follower's commit index + 1 instead, a point where its log is known to
+    # agree with any leader's: all refusals of a burst then name one index,
+    # and the next attempt matches. (pysyncobj looks this method up on the
+    # instance under its mangled name, so defining it here replaces it.)
+    def _SyncObj__sendNextNodeIdx(self, node: Any, reset: bool = False,
+                                  nextNodeIdx: int | None = None, success: bool = False) -> None:
+        if reset and not success:
+            agreed = self._SyncObj__raftCommitIndex + 1
+            if nextNodeIdx is None:
+                nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
+            nextNodeIdx = min(nextNodeIdx, agreed)
+        SyncObj._SyncObj__sendNextNodeIdx(self, node, reset=reset, nextNodeIdx=nextNodeIdx,
+                                          success=success)
+
     @replicated
     def apply_command(self, data: bytes) -> Any:
         # pysyncobj increments raftLastApplied after this returns, so the entry
@@ -95,6 +117,16 @@ class Replicator:
         self._snapshot_items = snapshot_items
         self._snapshot_install = snapshot_install
         os.makedirs(data_dir, exist_ok=True)
+        # A peer may be given as ADDR@VIA: it identifies itself as ADDR, and this
+        # node reaches it through VIA (a relay or port forward). pysyncobj knows
+        # it by VIA; everything above this adapter speaks of ADDR.
+        self._alias: dict[str, str] = {}
+        dial = []
+        for peer in peers:
+            addr, via = parse_peer(peer, self_addr)
+            if via != addr:
+                self._alias[via] = addr
+            dial.append(via)
         conf = SyncObjConf(
             password=secret,
             journalFile=os.path.join(data_dir, "raft.journal"),
@@ -113,7 +145,7 @@ class Replicator:
             commandsWaitLeader=True,
             useFork=False,
         )
-        self._obj = _StateMachine(self_addr, peers, conf, on_apply)
+        self._obj = _StateMachine(self_addr, dial, conf, on_apply)
 
     # --- snapshots: the LMDB state, not pickled Python objects -----------------------
 
@@ -165,7 +197,9 @@ class Replicator:
         raw = self._obj.getStatus()
         role = {0: "follower", 1: "candidate", 2: "leader"}.get(raw["state"], str(raw["state"]))
         leader = raw["leader"]
-        return RaftStatus(role=role, leader=None if leader is None else str(leader.id),
+        leader_addr = None if leader is None else str(leader.id)
+        leader_addr = self._alias.get(leader_addr, leader_addr)
+        return RaftStatus(role=role, leader=leader_addr,
                           term=raw["raft_term"], commit_index=raw["commit_idx"],
                           applied_index=raw["last_applied"],
                           leader_commit_index=raw["leader_commit_idx"],
@@ -190,12 +224,30 @@ class Replicator:
         out: dict[str, float | None] = {}
         for peer in obj.otherNodes:
             seen = last.get(peer)
-            out[str(peer.id)] = None if not obj.isNodeConnected(peer) or seen is None \
+            out[self._alias.get(str(peer.id), str(peer.id))] = None if not obj.isNodeConnected(peer) or seen is None \
                 else max(0.0, now - seen)
         return out
 
     def destroy(self) -> None:
         self._obj.destroy()
+
+
+def parse_peer(peer: str, self_addr: str) -> tuple[str, str]:
+    """`ADDR` or `ADDR@VIA` -> (ADDR, VIA). pysyncobj opens a link from the node
+    whose own address sorts higher, and the receiving side recognises the caller
+    by its own address; so VIA works only where this node is the caller, that is
+    when this node's address sorts above both ADDR and VIA."""
+    addr, _, via = peer.partition("@")
+    via = via or addr
+    for text in (addr, via):
+        host, _, port = text.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"peer {peer!r}: {text!r} is not HOST:PORT")
+    if via != addr and not (self_addr > addr and self_addr > via):
+        raise ValueError(f"peer {peer!r}: a VIA address is only usable on the node that opens "
+                         f"the link, whose own address ({self_addr}) must sort above both "
+                         f"{addr} and {via}")
+    return addr, via
 
 
 def _settle(future: asyncio.Future, result: Any, error: int) -> None:
