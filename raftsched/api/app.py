@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import secrets
+import time
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -342,9 +343,36 @@ async def cluster_shards(request: web.Request) -> web.Response:
 
 
 async def state_digest(request: web.Request) -> web.Response:
+    """This node's digest now, or with ?index=N the digest it recorded when it
+    applied the check_digest entry at N (waiting briefly until it gets there)."""
     node = _node(request)
-    index, value = await asyncio.get_running_loop().run_in_executor(None, digest, node.store)
+    if "index" not in request.query:
+        index, value = await asyncio.get_running_loop().run_in_executor(None, digest, node.store)
+        return _json({"node": node.node_id, "applied_index": index, "digest": "sha256:" + value})
+    try:
+        index = int(request.query["index"])
+    except ValueError:
+        raise InvalidInput("index must be an integer log index", field="index") from None
+    deadline = time.monotonic() + limits.propose_timeout_s
+    while node.store.applied_index() < index and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    value = node.checked_digests.get(index)
+    if value is None:
+        applied = node.store.applied_index()
+        why = (f"this node has applied only up to {applied}" if applied < index else
+               "no digest check was applied here at that index (not a check_digest entry, "
+               "older than the checks kept, or passed over by a snapshot install or restart)")
+        return problem(404, "not-found", f"no digest recorded at index {index}: {why}",
+                       field="index")
     return _json({"node": node.node_id, "applied_index": index, "digest": "sha256:" + value})
+
+
+async def check_digest(request: web.Request) -> web.Response:
+    """Commit a check_digest entry: every replica records its digest at its index."""
+    node = _node(request)
+    result = await node.propose(commands.check_digest(node=node.node_id, at_ms=node.now_ms()))
+    return _json({"node": node.node_id, "index": result["index"],
+                  "digest": "sha256:" + result["digest"]})
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -379,4 +407,5 @@ def make_app(node: "Node") -> web.Application:
     r.add_get("/v1/cluster/shards", cluster_shards)
     r.add_get("/v1/node", node_status)
     r.add_get("/v1/state/digest", state_digest)
+    r.add_post("/v1/state/digest:check", check_digest)
     return app

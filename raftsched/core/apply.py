@@ -62,11 +62,18 @@ class ShardsAssigned:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class NodeRenewed:
+    """`node` renewed its liveness at its own clock's `at_ms`."""
+    node: str
+    at_ms: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Transition:
     """What one command does. Persist `writes` (with the index) first, then
     perform `effects`; `result` goes back to the proposer."""
     writes: tuple[tuple[str, bytes, Any | None], ...]
-    effects: tuple[RunCreated | DueArmed | ShardsAssigned, ...]
+    effects: tuple[RunCreated | DueArmed | ShardsAssigned | NodeRenewed, ...]
     result: dict
 
 
@@ -78,7 +85,7 @@ class _Tx:
     def __init__(self, view: View) -> None:
         self._view = view
         self._writes: dict[tuple[str, bytes], Any] = {}
-        self.effects: list[RunCreated | DueArmed | ShardsAssigned] = []
+        self.effects: list[RunCreated | DueArmed | ShardsAssigned | NodeRenewed] = []
 
     def get(self, table: str, key: bytes) -> Any | None:
         value = self._writes.get((table, key), None)
@@ -374,6 +381,19 @@ def _register_node(tx: _Tx, cmd: dict) -> dict:
     return {"ok": True}
 
 
+def _renew(tx: _Tx, cmd: dict) -> dict:
+    # No replicated write: liveness is judged by each replica from when it
+    # applied the renewal, which is not state every replica must agree on.
+    tx.effects.append(NodeRenewed(node=cmd["node"], at_ms=cmd["at_ms"]))
+    return {"ok": True}
+
+
+def _check_digest(tx: _Tx, cmd: dict) -> dict:
+    # Writes nothing: the runtime digests the state as of this index after the
+    # (empty) commit, on every replica (runtime/node.py).
+    return {"ok": True}
+
+
 HANDLERS: dict[str, Callable[[_Tx, dict], dict]] = {
     "create_job": _create_job,
     "update_job": _update_job,
@@ -385,4 +405,6 @@ HANDLERS: dict[str, Callable[[_Tx, dict], dict]] = {
     "assign_shards": _assign_shards,
     "run_updates": _run_updates,
     "register_node": _register_node,
+    "renew": _renew,
+    "check_digest": _check_digest,
 }

@@ -16,7 +16,8 @@ from raftsched.errors import UnknownCommand
 VERSION = 1
 
 TAGS = frozenset({"create_job", "update_job", "delete_job", "pause_job", "resume_job",
-                  "trigger_job", "fire", "assign_shards", "run_updates", "register_node"})
+                  "trigger_job", "fire", "assign_shards", "run_updates", "register_node", "renew",
+                  "check_digest"})
 
 
 def encode(command: dict) -> bytes:
@@ -95,3 +96,15 @@ def run_updates(*, updates: list[dict]) -> dict:
 
 def register_node(*, node: str, http: str, raft: str, at_ms: int) -> dict:
     return _cmd("register_node", node=node, http=http, raft=raft, at_ms=at_ms)
+
+
+def renew(*, node: str, at_ms: int) -> dict:
+    """A node's liveness renewal: writes nothing; every replica notes when it
+    applied the latest renewal of each node (see runtime/coordinator.py)."""
+    return _cmd("renew", node=node, at_ms=at_ms)
+
+
+def check_digest(*, node: str, at_ms: int) -> dict:
+    """Ask every replica to record its state digest as of this entry's index, so
+    replicas can be compared at one index while the log keeps moving."""
+    return _cmd("check_digest", node=node, at_ms=at_ms)

@@ -1,17 +1,25 @@
 """The coordinator: on the Raft leader, keep every shard owned by a live node.
 
-Liveness is what the leader's Raft thread sees: a peer whose connection is
-down (a killed process) is dead at once; a peer that has not answered an
-append-entries for `node_lease_s` (a frozen or cut-off process) is dead after
-that. Its shards then move to live nodes with new fencing tokens, so a former
-owner that wakes up has every fire refused. Raft leadership alone is never the
-fence: a cut-off leader may believe it leads for a while, but it cannot commit.
+Every node proposes a `renew` command each `renew_period_s`; every replica
+notes (on its own monotonic clock) when it applied each node's latest
+renewal. A node is live while its last renewal was applied less than
+`node_lease_s` ago here. A frozen, killed or cut-off node cannot get a renewal
+committed, so it lapses after the lease, and, because followers track
+renewals too, a leader elected a moment ago knows already how long a peer has
+been silent (pysyncobj's own view of its peers restarts at election). A peer
+whose Raft connection is down (a killed process) is also dead at once.
+
+The shards of a dead node move to live nodes with new fencing tokens, so a
+former owner that wakes up has every fire refused. Raft leadership alone is
+never the fence: a cut-off leader may believe it leads for a while, but it
+cannot commit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from raftsched.core import commands
@@ -29,22 +37,50 @@ log = logging.getLogger("raftsched.coordinator")
 node_lease_s = 1.5
 # How often the leader re-checks liveness and placement.
 coordinator_period_s = 0.25
+# How often each node renews its liveness (one small Raft entry each time).
+renew_period_s = 0.25
 
 
 class Coordinator:
     def __init__(self, node: "Node") -> None:
         self._node = node
         self.rebalances_total = 0
+        self._renewed: dict[str, float] = {}   # node id -> time.monotonic() of apply
+        self._started = time.monotonic()
+
+    def renewed(self, node_id: str, at_ms: int) -> None:
+        """Loop thread, from apply's NodeRenewed effect. A renewal proposed more
+        than a lease ago by its sender's clock is a replay (a journal read after a
+        restart) and says nothing about now."""
+        if self._node.now_ms() - at_ms < node_lease_s * 1000:
+            self._renewed[node_id] = time.monotonic()
 
     def live_nodes(self) -> list[str]:
         node = self._node
+        now = time.monotonic()
         by_raft = {rec["raft"]: rec["id"] for _, rec in node.store.scan(NODES)}
+        down = {by_raft.get(addr) for addr, age_s in node.replicator.peer_liveness().items()
+                if age_s is None}
         live = {node.node_id}
-        for addr, age_s in node.replicator.peer_liveness().items():
-            nid = by_raft.get(addr)
-            if nid is not None and age_s is not None and age_s < node_lease_s:
+        for _, rec in node.store.scan(NODES):
+            nid = rec["id"]
+            seen = self._renewed.get(nid)
+            if nid in down:
+                continue
+            if seen is not None and now - seen < node_lease_s:
                 live.add(nid)
+            elif seen is None and now - self._started < node_lease_s:
+                live.add(nid)   # just started: no renewal heard yet is no evidence
         return sorted(live)
+
+    async def renew_loop(self) -> None:
+        node = self._node
+        while True:
+            try:
+                await node.propose(commands.renew(node=node.node_id, at_ms=node.now_ms()))
+            except Unavailable:
+                pass   # no quorum: the lease lapses, which is the point
+            await asyncio.sleep(renew_period_s)
 
     def owners(self) -> dict[int, str | None]:
         return {int.from_bytes(key, "big"): state["owner"]

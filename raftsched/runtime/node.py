@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import signal
@@ -22,19 +23,23 @@ from aiohttp import web
 
 from raftsched import limits
 from raftsched.core import commands
-from raftsched.core.apply import NODES, DueArmed, RunCreated, ShardsAssigned, apply
+from raftsched.core.apply import (NODES, DueArmed, NodeRenewed, RunCreated, ShardsAssigned,
+                                  apply)
 from raftsched.errors import InvariantBroken, Unavailable
 from raftsched.executors.http import HttpExecutor
 from raftsched.replication.raft import Replicator, log_compaction_entries_default
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
 from raftsched.runtime.trigger import TriggerLoop
+from raftsched.storage.base import digest
 from raftsched.storage.lmdb_store import LmdbStore
 
 log = logging.getLogger("raftsched.node")
 
 # How often LMDB is fsynced (see storage/lmdb_store.py on durability).
 store_sync_period_s = 1.0
+# How many recorded digest checks a node keeps (see _record_digest).
+checked_digests_kept = 64
 # Exit code of a node that stopped itself on a broken invariant.
 EXIT_INVARIANT = 70
 
@@ -72,6 +77,8 @@ class Node:
         self._tasks: list[asyncio.Task] = []
         self._runner: web.AppRunner | None = None
         self.started_ms = self.now_ms()
+        # index -> state digest recorded when a check_digest entry was applied here.
+        self.checked_digests: collections.OrderedDict[int, str] = collections.OrderedDict()
 
     @staticmethod
     def now_ms() -> int:
@@ -84,8 +91,11 @@ class Node:
         try:
             if index <= self.store.applied_index():
                 return {"ok": True, "replayed": True}   # persisted before a restart
-            transition = apply(self.store, commands.decode(data), index)
+            command = commands.decode(data)
+            transition = apply(self.store, command, index)
             self.store.commit(transition, index)
+            if command["t"] == "check_digest":
+                return self._record_digest(index, transition.result)
         except InvariantBroken as exc:
             self._die(f"raft entry {index}: {exc}")
         except Exception as exc:
@@ -94,6 +104,15 @@ class Node:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(self._handle_effects, transition.effects)
         return transition.result
+
+    def _record_digest(self, index: int, result: dict) -> dict:
+        """Raft thread: the state is exactly as of `index` here, on every replica."""
+        at, value = digest(self.store)
+        assert at == index, (at, index)
+        self.checked_digests[index] = value
+        while len(self.checked_digests) > checked_digests_kept:
+            self.checked_digests.popitem(last=False)
+        return dict(result, index=index, digest=value)
 
     def _die(self, why: str) -> None:
         # Applying the rest of the log after a failed entry would make this
@@ -127,6 +146,8 @@ class Node:
                 self.trigger.wake(effect.shard, effect.due_ms)
             elif isinstance(effect, ShardsAssigned):
                 self.trigger.ownership_changed()
+            elif isinstance(effect, NodeRenewed):
+                self.coordinator.renewed(effect.node, effect.at_ms)
 
     async def propose(self, command: dict) -> dict:
         return await self.replicator.propose_wait(commands.encode(command))
@@ -184,7 +205,8 @@ class Node:
                            reuse_address=True, backlog=1024)
         await site.start()
         for coro in (self.trigger.run(), self.dispatcher.run(), self.dispatcher.report_loop(),
-                     self.coordinator.run(), self._register_loop(), self._sync_loop()):
+                     self.coordinator.run(), self.coordinator.renew_loop(),
+                     self._register_loop(), self._sync_loop()):
             self._tasks.append(asyncio.ensure_future(coro))
         log.info("node %s serving HTTP on %s, Raft on %s, peers %s", self.node_id,
                  cfg.http_url, cfg.raft_addr, ",".join(cfg.peers) or "-")
