@@ -30,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--id", required=True, help="this node's id, e.g. n1")
     node.add_argument("--http", required=True, type=_hostport, help="HOST:PORT to serve the API on")
     node.add_argument("--raft", required=True, help="HOST:PORT of this node's Raft port")
-    node.add_argument("--peers", default="", help="the other nodes' Raft HOST:PORT, comma-separated")
+    node.add_argument("--peers", default="",
+                      help="the other nodes' Raft HOST:PORT, comma-separated; HOST:PORT@VIA_HOST:PORT "
+                           "reaches that peer through a relay (see docs/operations.md)")
     node.add_argument("--data", required=True, help="data directory (LMDB state, Raft journal)")
     node.add_argument("--raft-secret", default=None,
                       help="shared Raft secret (default: env RAFTSCHED_RAFT_SECRET)")
@@ -66,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     chaos = sub.add_parser("chaos", help="break a local cluster under load and check the "
                                          "promises (see raftsched/testing/chaos.py)")
-    chaos.add_argument("--scenario", default="kill-leader,freeze-owner,kill-all",
+    chaos.add_argument("--scenario", default="kill-leader,freeze-owner,partition,kill-all",
                        help="comma-separated, in order, from: kill-leader, kill-random, "
                             "kill-owner, freeze-owner, kill-all (default %(default)s)")
     chaos.add_argument("--seed", type=int, default=None, help="replay a run's random choices")
@@ -111,6 +113,13 @@ def run_node(args: argparse.Namespace) -> int:
               "(--raft-secret or RAFTSCHED_RAFT_SECRET). pysyncobj speaks pickle, so an "
               "unauthenticated Raft port lets anyone who reaches it run code here. "
               "Pass --insecure only on an isolated network.", file=sys.stderr)
+        return 2
+    from raftsched.replication.raft import parse_peer
+    try:
+        for peer in peers:
+            parse_peer(peer, args.raft)
+    except ValueError as exc:
+        print(f"raftsched node: --peers: {exc}", file=sys.stderr)
         return 2
     if args.raft_snapshot_entries < 2:
         print("raftsched node: --raft-snapshot-entries must be at least 2", file=sys.stderr)

@@ -1,5 +1,6 @@
-"""Short chaos: leader killed, owner frozen past its lease, all nodes killed; no job lost,
-none fired twice, no stale fire accepted, replicas equal, failover inside 3 s."""
+"""Short chaos: leader killed, owner frozen past its lease, a node cut off from its
+peers, all nodes killed; no job lost, none fired twice, no stale fire accepted,
+replicas equal, failover inside 3 s."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_short_chaos_keeps_every_promise(tmp_path):
-    report = run_chaos(scenarios=["kill-leader", "freeze-owner", "kill-all"], jobs=30,
+    report = run_chaos(scenarios=["kill-leader", "freeze-owner", "partition", "kill-all"], jobs=30,
                        create_rate=4.0, phase_s=5.0, freeze_s=7.0, base_dir=str(tmp_path))
     print(report.render())
     assert report.acknowledged > 0
@@ -22,6 +23,7 @@ def test_short_chaos_keeps_every_promise(tmp_path):
     assert report.digests_equal
     phases = {p.name: p for p in report.phases}
     assert 0.5 < phases["freeze-owner"].notes["shards_moved_after_s"] <= 3.0
+    assert 0.5 < phases["partition"].notes["shards_moved_after_s"] <= 3.0
     assert phases["kill-all"].notes["acknowledged_in_burst"] > 0
     _, _, max_trigger, n = report.lateness["kill-leader"]["trigger lateness"]
     assert n > 0

@@ -22,9 +22,11 @@ printed seed; `--seed N` replays the same choices.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import datetime as dt
+import os
 import random
 import tempfile
 import threading
@@ -37,7 +39,8 @@ from raftsched.testing.cluster import LocalCluster
 from raftsched.testing.http import call, wait_until
 from raftsched.testing.sink import Sink
 
-SCENARIOS = ("kill-leader", "kill-random", "kill-owner", "freeze-owner", "kill-all")
+SCENARIOS = ("kill-leader", "kill-random", "kill-owner", "freeze-owner", "partition",
+             "kill-all")
 
 
 @dataclasses.dataclass
@@ -61,6 +64,7 @@ class Report:
     stale_accepted: int
     stale_refused: int
     digests_equal: bool
+    digest_problem: str
     lateness: dict[str, dict[str, tuple[float, float, float, int]]]
 
     @property
@@ -83,6 +87,7 @@ class Report:
                   f"redelivered after an executor kill: {self.redelivered}",
                   f"  stale fires accepted: {self.stale_accepted}   refused (counted by apply): "
                   f"{self.stale_refused}   digests equal: {self.digests_equal}",
+                  *([f"  digest check: {self.digest_problem}"] if self.digest_problem else []),
                   f"  verdict: {'PASS' if self.ok else 'FAIL'}"]
         return "\n".join(lines)
 
@@ -109,8 +114,9 @@ class Chaos:
         self.phase_s = phase_s
         self.freeze_s = freeze_s
         self.log = log
-        self.cluster = LocalCluster(base / "cluster",
-                                    extra_env={"RAFTSCHED_LOG_LEVEL": "WARNING"})
+        self.cluster = LocalCluster(base / "cluster", partitionable=True,
+                                    extra_env={"RAFTSCHED_LOG_LEVEL": os.environ.get(
+                                        "RAFTSCHED_CHAOS_NODE_LOG_LEVEL", "WARNING")})
         self.sink = Sink()
         self.every_jobs: dict[str, int] = {}       # job_id -> shard
         self.one_offs: dict[str, float] = {}       # acknowledged job_id -> run_at (s)
@@ -123,8 +129,9 @@ class Chaos:
 
     # --- workload --------------------------------------------------------------------
 
-    def _api(self, method: str, path: str, body: object = None):
-        nodes = self.cluster.responsive()
+    def _api(self, method: str, path: str, body: object = None,
+             among: list[str] | None = None):
+        nodes = [n for n in self.cluster.responsive() if among is None or n in among]
         # Which node a request goes to is load spreading, not a fault choice:
         # it does not draw from the seeded generator, so replays stay exact.
         random.shuffle(nodes)
@@ -180,9 +187,9 @@ class Chaos:
                 pass
             self._stop.wait(0.1)
 
-    def owners(self) -> dict[str, list[int]]:
+    def owners(self, among: list[str] | None = None) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
-        for s in self._api("GET", "/v1/cluster/shards").body["shards"]:
+        for s in self._api("GET", "/v1/cluster/shards", among=among).body["shards"]:
             out.setdefault(s["owner"], []).append(s["shard"])
         return out
 
@@ -234,11 +241,38 @@ class Chaos:
         phase.notes["stale_fires_refused"] = \
             self._api("GET", "/v1/cluster").body["stale_fires_total"] - refused_before
 
+    def partition(self) -> None:
+        """Cut a node's Raft links (both directions, silently) for freeze_s."""
+        phase = self._phase("partition")
+        leader = self.cluster.wait_ready()
+        victim = self.rng.choice(self.cluster.ids)
+        phase.victim = victim
+        phase.notes["was_leader"] = victim == leader
+        others = [n for n in self.cluster.ids if n != victim]
+        held = set(wait_until(lambda: self.owners(others).get(victim), 15,
+                              f"{victim} to own shards", 0.05))
+        refused_before = self._api("GET", "/v1/cluster", among=others).body["stale_fires_total"]
+        cut_at = time.time()
+        self.cluster.cut(victim)
+        moved = wait_until(
+            lambda: not (set(self.owners(others).get(victim, [])) & held) and time.time(),
+            30, f"the shards of cut-off {victim} to move", 0.05)
+        phase.notes["shards_moved_after_s"] = round(moved - cut_at, 2)
+        remaining = self.freeze_s - (time.time() - cut_at)
+        if remaining > 0:
+            time.sleep(remaining)
+        self.cluster.heal(victim)
+        time.sleep(min(self.phase_s, 5.0))
+        self._heal(phase)
+        phase.notes["stale_fires_refused"] = \
+            self._api("GET", "/v1/cluster").body["stale_fires_total"] - refused_before
+
     def kill_all(self) -> None:
         phase = self._phase("kill-all")
         body = {"name": "burst", "target": {"type": "http", "url": self.sink.url,
                                             "timeout_s": 5}}
         stop = threading.Event()
+        answers: collections.Counter = collections.Counter()
 
         def burst() -> None:
             while not stop.is_set():
@@ -247,11 +281,12 @@ class Chaos:
                     run_at, dt.timezone.utc).isoformat(timespec="milliseconds"))
                 try:
                     r = self._api("POST", "/v1/jobs", b)
+                    answers[r.status] += 1
                     if r.status == 201:
                         self.one_offs[r.body["job_id"]] = run_at
                         self.shard_of[r.body["job_id"]] = r.body["shard"]
-                except OSError:
-                    pass
+                except OSError as exc:
+                    answers[f"no answer ({type(exc).__name__})"] += 1
 
         workers = [threading.Thread(target=burst, daemon=True) for _ in range(4)]
         before = len(self.one_offs)
@@ -263,6 +298,8 @@ class Chaos:
         for w in workers:
             w.join(15)
         phase.notes["acknowledged_in_burst"] = len(self.one_offs) - before
+        phase.notes["burst_answers"] = ",".join(f"{k}:{v}" for k, v in sorted(
+            answers.items(), key=str))
         time.sleep(1.0)
         self._heal(phase)
 
@@ -298,6 +335,8 @@ class Chaos:
             self.kill(scenario, self.rng.choice([n for n in self.cluster.ids if n != leader]))
         elif scenario == "freeze-owner":
             self.freeze_owner()
+        elif scenario == "partition":
+            self.partition()
         elif scenario == "kill-all":
             self.kill_all()
         else:
@@ -312,11 +351,11 @@ class Chaos:
                        max(15.0, last_due - time.time() + 15), "every acknowledged one-off", 0.2)
         except TimeoutError:
             pass
-        digests_equal = True
+        digests_equal, digest_problem = True, ""
         try:
             self.cluster.ensure_same(timeout_s=30)
-        except TimeoutError:
-            digests_equal = False
+        except (TimeoutError, AssertionError) as exc:
+            digests_equal, digest_problem = False, str(exc)
         calls = self.sink.snapshot()
         by_job = self.sink.by_job()
         lost = sorted(j for j in self.one_offs if j not in by_job)
@@ -342,7 +381,8 @@ class Chaos:
                       lost_one_offs=lost, lost_occurrences=lost_occ, duplicates=duplicates,
                       redelivered=redelivered,
                       stale_accepted=stale, stale_refused=refused["stale_fires_total"],
-                      digests_equal=digests_equal, lateness=lateness)
+                      digests_equal=digests_equal, digest_problem=digest_problem,
+                      lateness=lateness)
 
     def _duplicates(self, calls: list) -> tuple[int, int]:
         """(unexplained repeat calls, repeats explained by a SIGKILL of the run's

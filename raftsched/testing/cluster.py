@@ -5,6 +5,9 @@
         cluster.kill("n1"); cluster.start("n1")
         cluster.ensure_same()      # state digests equal on every node
 
+With `partitionable=True` every Raft link runs through a LinkProxy
+(testing/netproxy.py) and `cut(nid)` / `heal(nid)` isolate a node from its peers.
+
 Every process started here is killed by close() (also on error), and each
 node's output goes to <base>/<id>.log for post-mortems.
 """
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from raftsched.testing.http import call, wait_until
+from raftsched.testing.netproxy import LinkProxy
 
 
 def free_ports(count: int) -> list[int]:
@@ -41,13 +45,23 @@ def free_ports(count: int) -> list[int]:
 class LocalCluster:
     def __init__(self, base_dir: str | Path, nodes: int = 3, *,
                  extra_env: dict[str, str] | None = None,
-                 node_args: list[str] | None = None) -> None:
+                 node_args: list[str] | None = None, partitionable: bool = False) -> None:
         self.base = Path(base_dir)
         self.base.mkdir(parents=True, exist_ok=True)
         self.ids = [f"n{i + 1}" for i in range(nodes)]
-        ports = free_ports(2 * nodes)
+        pairs = [(a, b) for i, a in enumerate(self.ids) for b in self.ids[i + 1:]]
+        # Sorted, so that every relay port sorts below every Raft port: the
+        # relay must sit on the side that opens the link (see raft.parse_peer).
+        ports = sorted(free_ports(2 * nodes + (len(pairs) if partitionable else 0)),
+                       key=lambda p: f"127.0.0.1:{p}")
+        relay_ports, ports = ports[:len(ports) - 2 * nodes], ports[len(ports) - 2 * nodes:]
         self.http_ports = dict(zip(self.ids, ports[:nodes]))
         self.raft_addrs = {nid: f"127.0.0.1:{p}" for nid, p in zip(self.ids, ports[nodes:])}
+        self.links: dict[frozenset, LinkProxy] = {}
+        for (a, b), port in zip(pairs if partitionable else [], relay_ports):
+            low = min(a, b, key=lambda n: self.raft_addrs[n])
+            host, _, rport = self.raft_addrs[low].rpartition(":")
+            self.links[frozenset((a, b))] = LinkProxy(port, (host, int(rport)), f"{a}-{b}")
         self.env = dict(os.environ, RAFTSCHED_RAFT_SECRET=secrets.token_urlsafe(24),
                         **(extra_env or {}))
         self.node_args = list(node_args or [])
@@ -59,7 +73,11 @@ class LocalCluster:
     # --- processes -------------------------------------------------------------------
 
     def argv(self, nid: str) -> list[str]:
-        peers = ",".join(a for other, a in self.raft_addrs.items() if other != nid)
+        own = self.raft_addrs[nid]
+        peers = ",".join(
+            f"{addr}@{self.links[frozenset((nid, other))].address}"
+            if frozenset((nid, other)) in self.links and own > addr else addr
+            for other, addr in self.raft_addrs.items() if other != nid)
         return [sys.executable, "-m", "raftsched", "node", "--id", nid,
                 "--http", f"127.0.0.1:{self.http_ports[nid]}", "--raft", self.raft_addrs[nid],
                 "--peers", peers, "--data", str(self.base / nid), *self.node_args]
@@ -108,6 +126,18 @@ class LocalCluster:
         self.procs[nid].send_signal(signal.SIGCONT)
         self.paused.discard(nid)
 
+    def cut(self, nid: str) -> None:
+        """Cut every Raft link of `nid` (its HTTP API stays reachable)."""
+        assert self.links, "cut() needs LocalCluster(partitionable=True)"
+        for pair, link in self.links.items():
+            if nid in pair:
+                link.cut()
+
+    def heal(self, nid: str | None = None) -> None:
+        for pair, link in self.links.items():
+            if nid is None or nid in pair:
+                link.heal()
+
     def alive(self) -> list[str]:
         """Running processes (a paused one counts: it holds its ports)."""
         return [nid for nid, p in self.procs.items() if p.poll() is None]
@@ -124,6 +154,8 @@ class LocalCluster:
                 pass
         for log in self._logs.values():
             log.close()
+        for link in self.links.values():
+            link.close()
 
     def __enter__(self) -> "LocalCluster":
         try:
@@ -173,10 +205,28 @@ class LocalCluster:
                 for nid in among or self.alive()}
 
     def ensure_same(self, timeout_s: float = 20.0, among: list[str] | None = None) -> dict:
-        """Wait until every node reports the same applied_index and digest."""
-        def same() -> dict | None:
-            found = self.digests(among)
-            pairs = {(d["applied_index"], d["digest"]) for d in found.values()}
-            return found if len(pairs) == 1 else None
+        """Commit a digest check and wait until every node (of `among`) has
+        recorded its digest at that index; raise AssertionError if they differ.
+        The log never stands still (renewals), so replicas are compared at one
+        index rather than "now"."""
+        nodes = among or self.alive()
 
-        return wait_until(same, timeout_s, "equal state digests on every node", 0.1)
+        def checked() -> dict | None:
+            index = None
+            for nid in nodes:
+                answer = self.api(nid, "POST", "/v1/state/digest:check", timeout_s=6)
+                if answer.status == 200:
+                    index = answer.body["index"]
+                    break
+            if index is None:
+                return None
+            found = {nid: self.api(nid, "GET", f"/v1/state/digest?index={index}",
+                                   timeout_s=7) for nid in nodes}
+            if any(r.status != 200 for r in found.values()):
+                return None   # a node lags or skipped the index on a snapshot: check again
+            return {nid: r.body for nid, r in found.items()}
+
+        found = wait_until(checked, timeout_s, "a digest check recorded on every node", 0.1)
+        if len({d["digest"] for d in found.values()}) != 1:
+            raise AssertionError(f"replica state digests differ at one index: {found}")
+        return found

@@ -1,0 +1,110 @@
+"""A TCP relay for one Raft link, able to cut it off: the network partition of
+`raftsched chaos`, on 127.0.0.1 only.
+
+A LocalCluster built with `partitionable=True` routes every Raft link through
+one LinkProxy (see `raftsched node --peers ADDR@VIA`). `cut()` turns the relay
+into a black hole: bytes already in flight and any new connection are held
+silently, as a dead switch would, so the peers see silence (not a reset) and
+must notice it by their own timeouts. `heal()` drops the held connections so
+both ends reconnect, and relays again.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+
+class LinkProxy:
+    def __init__(self, listen_port: int, target: tuple[str, int], name: str = "") -> None:
+        self.name = name
+        self.target = target
+        self._cut = threading.Event()
+        self._lock = threading.Lock()
+        self._socks: set[socket.socket] = set()
+        self._closed = False
+        self._server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._server.bind(("127.0.0.1", listen_port))
+        self._server.listen(64)
+        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._accept, daemon=True,
+                                        name=f"proxy-{name}")
+        self._thread.start()
+
+    @property
+    def is_cut(self) -> bool:
+        return self._cut.is_set()
+
+    def cut(self) -> None:
+        self._cut.set()
+
+    def heal(self) -> None:
+        """Drop what the cut held (both ends see the connection close and
+        reconnect), then relay new connections again."""
+        self._drop_all()
+        self._cut.clear()
+
+    def close(self) -> None:
+        self._closed = True
+        self._cut.set()
+        try:
+            self._server.close()
+        except OSError:
+            pass
+        self._drop_all()
+        self._thread.join(2)
+
+    def _drop_all(self) -> None:
+        with self._lock:
+            socks, self._socks = self._socks, set()
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def _track(self, s: socket.socket) -> None:
+        with self._lock:
+            self._socks.add(s)
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            self._track(client)
+            if self._cut.is_set():
+                continue   # held open and silent until heal() drops it
+            try:
+                upstream = socket.create_connection(self.target, timeout=2)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()   # the peer process is down: refuse like it would
+                continue
+            self._track(upstream)
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if self._cut.is_set():
+                    continue   # the black hole: read and drop
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            with self._lock:
+                self._socks.discard(src)
+            src.close()
