@@ -1,0 +1,183 @@
+"""Job body validation: what is accepted, and that every refusal names its field."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftsched import limits
+from raftsched.core import jobspec
+from raftsched.errors import InvalidInput
+
+SEED_BODY = {
+    "name": "nightly-settlement",
+    "schedule": {"cron": "0 2 * * *", "timezone": "Asia/Kolkata"},
+    "target": {"type": "http", "url": "https://payments.internal/settle", "method": "POST",
+               "headers": {"Authorization": "Bearer x"}, "body": {"region": "in"},
+               "timeout_s": 30},
+    "retry": {"max_attempts": 5, "backoff": "exponential"},
+    "concurrency": "skip_if_running",
+    "idempotency_key": "settlement-v1",
+    "metadata": {"team": "payments"},
+}
+
+
+def test_seed_body_is_accepted_whole():
+    out = jobspec.validate_create(SEED_BODY)
+    spec = out["spec"]
+    assert out["idempotency_key"] == "settlement-v1"
+    assert spec["name"] == "nightly-settlement"
+    assert spec["schedule"] == {"kind": "cron", "cron": "0 2 * * *", "timezone": "Asia/Kolkata"}
+    assert spec["target"] == {"type": "http", "url": "https://payments.internal/settle",
+                              "method": "POST", "headers": {"Authorization": "Bearer x"},
+                              "body": {"region": "in"}, "timeout_s": 30.0}
+    assert spec["retry"] == {"max_attempts": 5, "backoff": "exponential"}
+    assert spec["concurrency"] == {"policy": "skip_if_running"}
+    assert spec["misfire"] == {"policy": "fire_once",
+                               "tolerance_ms": int(limits.misfire_tolerance_s_default * 1000),
+                               "catchup_max": limits.catchup_max_default}
+    assert spec["metadata"] == {"team": "payments"}
+
+
+def test_defaults_of_a_minimal_body():
+    spec = jobspec.validate_create({"name": "m", "run_at": "2030-01-01T00:00:00Z",
+                                    "target": {"type": "http", "url": "http://h/x"}})["spec"]
+    assert spec["target"]["method"] == "POST"
+    assert spec["target"]["timeout_s"] == limits.target_timeout_s_default
+    assert spec["target"]["headers"] == {} and spec["target"]["body"] is None
+    assert spec["retry"] == {"max_attempts": 1}
+    assert spec["concurrency"] == {"policy": "allow"}
+    assert spec["metadata"] == {}
+
+
+def with_(path: str, value: object) -> dict:
+    """SEED_BODY with the member at dotted `path` set (or removed, for DELETE)."""
+    body = {k: (dict(v) if isinstance(v, dict) else v) for k, v in SEED_BODY.items()}
+    *parents, last = path.split(".")
+    node = body
+    for p in parents:
+        node[p] = dict(node[p])
+        node = node[p]
+    if value is DELETE:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return body
+
+
+DELETE = object()
+
+
+@pytest.mark.parametrize("path, value, field", [
+    ("name", DELETE, "name"),
+    ("name", "  ", "name"),
+    ("name", "n" * (limits.job_name_chars_max + 1), "name"),
+    ("colour", "blue", "colour"),
+    ("schedule", DELETE, "schedule"),
+    ("run_at", "2030-01-01T00:00:00Z", "schedule"),
+    ("schedule.cron", "0 25 * * *", "schedule.cron"),
+    ("schedule.timezone", "Asia/Atlantis", "schedule.timezone"),
+    ("target", DELETE, "target"),
+    ("target.type", "command", "target.type"),
+    ("target.url", "ftp://h/x", "target.url"),
+    ("target.url", "http:///nohost", "target.url"),
+    ("target.url", "https://h/" + "x" * limits.target_url_chars_max, "target.url"),
+    ("target.method", "BREW", "target.method"),
+    ("target.timeout_s", 0, "target.timeout_s"),
+    ("target.timeout_s", True, "target.timeout_s"),
+    ("target.timeout_s", limits.target_timeout_s_max + 1, "target.timeout_s"),
+    ("target.verb", "GET", "target.verb"),
+    ("target.headers", "x", "target.headers"),
+    ("target.headers", {"Idempotency-Key": "mine"}, "target.headers.Idempotency-Key"),
+    ("target.headers", {"X-Raftsched-Fencing-Token": "1"}, "target.headers.X-Raftsched-Fencing-Token"),
+    ("target.headers", {"X-A": "line\r\nbreak"}, "target.headers.X-A"),
+    ("target.headers", {"Bad Name": "v"}, "target.headers.Bad Name"),
+    ("target.body", 42, "target.body"),
+    ("retry", 3, "retry"),
+    ("retry.max_attempts", 0, "retry.max_attempts"),
+    ("retry.max_attempts", limits.retry_max_attempts_max + 1, "retry.max_attempts"),
+    ("retry.backoff", "random", "retry.backoff"),
+    ("retry.initial_delay_s", -1, "retry.initial_delay_s"),
+    ("retry.pause", 1, "retry.pause"),
+    ("concurrency", "sometimes", "concurrency"),
+    ("concurrency", {"policy": "queue", "depth": 3}, "concurrency.depth"),
+    ("misfire", 7, "misfire"),
+    ("misfire", {"policy": "later"}, "misfire.policy"),
+    ("misfire", {"policy": "skip", "misfire_tolerance_s": -1}, "misfire.misfire_tolerance_s"),
+    ("misfire", {"policy": "fire_once", "misfire_tolerance_s": 5}, "misfire.misfire_tolerance_s"),
+    ("misfire", {"policy": "fire_all", "catchup_max": 0}, "misfire.catchup_max"),
+    ("misfire", {"policy": "fire_all", "catchup_max": limits.catchup_max_max + 1},
+     "misfire.catchup_max"),
+    ("misfire", {"policy": "skip", "grace": 1}, "misfire.grace"),
+    ("idempotency_key", "", "idempotency_key"),
+    ("idempotency_key", "k" * (limits.idempotency_key_chars_max + 1), "idempotency_key"),
+    ("metadata", ["a"], "metadata"),
+])
+def test_bad_member_is_named(path, value, field):
+    with pytest.raises(InvalidInput) as exc:
+        jobspec.validate_create(with_(path, value))
+    assert exc.value.field == field
+    assert exc.value.status == 400
+
+
+def test_body_must_be_an_object():
+    with pytest.raises(InvalidInput) as exc:
+        jobspec.validate_create(["not", "a", "map"])
+    assert exc.value.field == "body"
+
+
+@pytest.mark.parametrize("path, value, field, limit", [
+    ("target.body", "x" * (limits.target_body_bytes_max + 10), "target.body",
+     "target_body_bytes_max"),
+    ("metadata", {"blob": "x" * (limits.metadata_bytes_max + 10)}, "metadata",
+     "metadata_bytes_max"),
+])
+def test_oversized_members_are_413_with_the_limit_named(path, value, field, limit):
+    with pytest.raises(InvalidInput) as exc:
+        jobspec.validate_create(with_(path, value))
+    assert (exc.value.status, exc.value.field, exc.value.limit) == (413, field, limit)
+
+
+def test_misfire_policies_and_bounds():
+    ok = jobspec.validate_misfire
+    assert ok("skip") == {"policy": "skip",
+                          "tolerance_ms": int(limits.misfire_tolerance_s_default * 1000),
+                          "catchup_max": limits.catchup_max_default}
+    assert ok({"policy": "skip", "misfire_tolerance_s": 0.5})["tolerance_ms"] == 500
+    assert ok({"policy": "skip", "misfire_tolerance_s": limits.misfire_tolerance_s_max})
+    assert ok({"policy": "fire_all", "catchup_max": 1})["catchup_max"] == 1
+    assert ok({"policy": "fire_all", "catchup_max": limits.catchup_max_max})
+
+
+def test_method_is_upper_cased():
+    target = jobspec.validate_target({"type": "http", "url": "http://h/", "method": "put"})
+    assert target["method"] == "PUT"
+
+
+CURRENT = jobspec.validate_create(SEED_BODY)["spec"]
+
+
+def test_patch_changes_only_what_it_names():
+    spec = jobspec.validate_patch({"name": "renamed"}, CURRENT)
+    assert spec == dict(CURRENT, name="renamed")
+    spec = jobspec.validate_patch({"schedule": {"every": "10s"}}, CURRENT)
+    assert spec["schedule"] == {"kind": "every", "every_ms": 10_000, "text": "10s"}
+    assert spec["target"] == CURRENT["target"]
+    spec = jobspec.validate_patch({"run_at": "2030-01-01T00:00:00+01:00"}, CURRENT)
+    assert spec["schedule"]["kind"] == "once"
+    assert CURRENT["name"] == "nightly-settlement"   # the current spec is not mutated
+
+
+@pytest.mark.parametrize("body, field", [
+    ({}, "body"),
+    ("x", "body"),
+    ({"retry": {"max_attempts": 2}}, "retry"),       # not patchable (yet)
+    ({"name": ""}, "name"),
+    ({"schedule": {"cron": "nope"}}, "schedule.cron"),
+    ({"schedule": {"cron": "0 1 * * *"}, "run_at": "2030-01-01T00:00:00Z"}, "schedule"),
+    ({"target": {"type": "http", "url": "mailto:x@y"}}, "target.url"),
+    ({"misfire": {"policy": "never"}}, "misfire.policy"),
+])
+def test_bad_patch_is_named(body, field):
+    with pytest.raises(InvalidInput) as exc:
+        jobspec.validate_patch(body, CURRENT)
+    assert exc.value.field == field
