@@ -125,3 +125,24 @@ def test_no_quorum_answers_503_in_bounded_time(fresh_cluster, sink):
     again = wait_until(lambda: (r := cluster.api("n1", "POST", "/v1/jobs", one_off(sink, 60)))
                        .status == 201 and r, 15, "a create once quorum is back")
     assert again.body["job_id"].startswith("job_")
+
+
+def test_digest_check_catches_a_diverged_replica(fresh_cluster):
+    """The replicas-agree check can fail: a record slipped into one node's LMDB
+    behind Raft's back makes ensure_same raise."""
+    import lmdb
+
+    from raftsched.core import codec
+
+    cluster = fresh_cluster
+    cluster.ensure_same()
+    assert cluster.stop("n3") == 0
+    env = lmdb.open(str(cluster.base / "n3" / "state"), max_dbs=16, subdir=True)
+    with env.begin(write=True) as txn:
+        txn.put(b"job_not_in_the_log", codec.pack({"v": 1, "id": "job_not_in_the_log"}),
+                db=env.open_db(b"jobs", txn=txn))
+    env.close()
+    cluster.start("n3")
+    cluster.wait_ready()
+    with pytest.raises(AssertionError, match="digests differ"):
+        cluster.ensure_same()

@@ -11,16 +11,17 @@ from __future__ import annotations
 import concurrent.futures
 import pytest
 
+from raftsched.replication.raft import parse_peer
 from raftsched.testing.cluster import LocalCluster
 from raftsched.testing.http import wait_until
 
-pytestmark = pytest.mark.integration
 
 # Well above the 1-3 s this takes; pysyncobj's own recovery took 20 s or
 # never finished here before the adapter's fix (replication/raft.py).
 REJOIN_DEADLINE_S = 10.0
 
 
+@pytest.mark.integration
 def test_cut_off_leader_rejoins_and_replicas_agree(tmp_path):
     with LocalCluster(tmp_path / "cluster", partitionable=True) as cluster:
         old = cluster.wait_ready()
@@ -50,3 +51,16 @@ def _body(i: int) -> dict:
     return {"name": f"while-cut-{i}", "schedule": {"cron": "0 3 * * *"},
             "target": {"type": "http", "url": "http://127.0.0.1:9/never"},
             "metadata": {"pad": "p" * 2000}}
+
+
+def test_parse_peer_accepts_a_relay_only_on_the_dialing_side():
+    assert parse_peer("127.0.0.1:9702", "127.0.0.1:9701") == ("127.0.0.1:9702",) * 2
+    # 9703 sorts above 9701 and the relay 9600: it dials, so it may use a relay.
+    assert parse_peer("127.0.0.1:9701@127.0.0.1:9600", "127.0.0.1:9703") == \
+        ("127.0.0.1:9701", "127.0.0.1:9600")
+    with pytest.raises(ValueError, match="only usable on the node that opens"):
+        parse_peer("127.0.0.1:9703@127.0.0.1:9600", "127.0.0.1:9701")
+    with pytest.raises(ValueError, match="not HOST:PORT"):
+        parse_peer("127.0.0.1", "127.0.0.1:9701")
+    with pytest.raises(ValueError, match="not HOST:PORT"):
+        parse_peer("127.0.0.1:9701@relay", "127.0.0.1:9703")

@@ -224,8 +224,9 @@ class Replicator:
         out: dict[str, float | None] = {}
         for peer in obj.otherNodes:
             seen = last.get(peer)
-            out[self._alias.get(str(peer.id), str(peer.id))] = None if not obj.isNodeConnected(peer) or seen is None \
-                else max(0.0, now - seen)
+            addr = self._alias.get(str(peer.id), str(peer.id))
+            connected = obj.isNodeConnected(peer) and seen is not None
+            out[addr] = max(0.0, now - seen) if connected else None
         return out
 
     def destroy(self) -> None:

@@ -58,11 +58,12 @@ class Coordinator:
     def live_nodes(self) -> list[str]:
         node = self._node
         now = time.monotonic()
-        by_raft = {rec["raft"]: rec["id"] for _, rec in node.store.scan(NODES)}
+        registered = [rec for _, rec in node.store.scan(NODES)]
+        by_raft = {rec["raft"]: rec["id"] for rec in registered}
         down = {by_raft.get(addr) for addr, age_s in node.replicator.peer_liveness().items()
                 if age_s is None}
         live = {node.node_id}
-        for _, rec in node.store.scan(NODES):
+        for rec in registered:
             nid = rec["id"]
             seen = self._renewed.get(nid)
             if nid in down:

@@ -220,52 +220,41 @@ class Chaos:
         self._heal(phase)
 
     def freeze_owner(self) -> None:
+        """SIGSTOP a shard owner (never the leader) for freeze_s, then SIGCONT."""
         phase = self._phase("freeze-owner")
         leader = self.cluster.wait_ready()
-        candidates = [n for n in self.cluster.ids if n != leader]
-        victim = self.rng.choice(candidates)
-        phase.victim = victim
-        # Freeze an owner: after a restart a node gets its share back within a
-        # coordinator period or two.
-        held = set(wait_until(lambda: self.owners().get(victim), 15,
-                              f"{victim} to own shards", 0.05))
-        refused_before = self._api("GET", "/v1/cluster").body["stale_fires_total"]
-        frozen_at = time.time()
-        self.cluster.pause(victim)
-        moved = wait_until(lambda: not (set(self.owners().get(victim, [])) & held) and time.time(),
-                           30, f"the shards of frozen {victim} to move", 0.05)
-        phase.notes["shards_moved_after_s"] = round(moved - frozen_at, 2)
-        remaining = self.freeze_s - (time.time() - frozen_at)
-        if remaining > 0:
-            time.sleep(remaining)
-        self.cluster.resume(victim)
-        time.sleep(min(self.phase_s, 5.0))
-        self._heal(phase)
-        # Fires the woken node proposed under its old tokens, refused by apply.
-        phase.notes["stale_fires_refused"] = \
-            self._api("GET", "/v1/cluster").body["stale_fires_total"] - refused_before
+        victim = self.rng.choice([n for n in self.cluster.ids if n != leader])
+        self._isolate(phase, victim, self.cluster.pause, self.cluster.resume, "frozen")
 
     def partition(self) -> None:
         """Cut a node's Raft links (both directions, silently) for freeze_s."""
         phase = self._phase("partition")
         leader = self.cluster.wait_ready()
         victim = self.rng.choice(self.cluster.ids)
-        phase.victim = victim
         phase.notes["was_leader"] = victim == leader
+        self._isolate(phase, victim, self.cluster.cut, self.cluster.heal, "cut-off")
+
+    def _isolate(self, phase: Phase, victim: str, isolate: Callable[[str], None],
+                 restore: Callable[[str], None], what: str) -> None:
+        """Isolate `victim` for freeze_s and note how fast its shards moved and
+        how many fires it proposed under its old tokens (refused by apply).
+        Ownership is read from the other nodes only: the victim's own view is
+        what is in question."""
+        phase.victim = victim
         others = [n for n in self.cluster.ids if n != victim]
         held = set(wait_until(lambda: self.owners(others).get(victim), 15,
                               f"{victim} to own shards", 0.05))
         refused_before = self._api("GET", "/v1/cluster", among=others).body["stale_fires_total"]
-        cut_at = time.time()
-        self.cluster.cut(victim)
+        isolated_at = time.time()
+        isolate(victim)
         moved = wait_until(
             lambda: not (set(self.owners(others).get(victim, [])) & held) and time.time(),
-            30, f"the shards of cut-off {victim} to move", 0.05)
-        phase.notes["shards_moved_after_s"] = round(moved - cut_at, 2)
-        remaining = self.freeze_s - (time.time() - cut_at)
+            30, f"the shards of {what} {victim} to move", 0.05)
+        phase.notes["shards_moved_after_s"] = round(moved - isolated_at, 2)
+        remaining = self.freeze_s - (time.time() - isolated_at)
         if remaining > 0:
             time.sleep(remaining)
-        self.cluster.heal(victim)
+        restore(victim)
         time.sleep(min(self.phase_s, 5.0))
         self._heal(phase)
         phase.notes["stale_fires_refused"] = \
