@@ -1,4 +1,4 @@
-"""The `raftsched` command: node, dev (local cluster), jobs, runs, status."""
+"""The `raftsched` command: node, dev (local cluster), jobs, runs, worker, status."""
 
 from __future__ import annotations
 
@@ -45,7 +45,27 @@ def build_parser() -> argparse.ArgumentParser:
                       help="shards; fixed when the cluster is created (default %(default)s)")
     node.add_argument("--raft-snapshot-entries", type=int, default=20_000,
                       help="Raft log entries between state snapshots (default %(default)s)")
+    node.add_argument("--run-lease-s", type=float, default=limits.run_lease_ms_default / 1000,
+                      help="a running attempt's lease; an attempt whose holder stops "
+                           "heartbeating for this long is retried (default %(default)s)")
+    node.add_argument("--run-heartbeat-s", type=float,
+                      default=limits.run_heartbeat_ms_default / 1000,
+                      help="how often holders extend their leases (default %(default)s)")
+    node.add_argument("--alert-webhook-url",
+                      default=os.environ.get("RAFTSCHED_ALERT_WEBHOOK_URL") or None,
+                      help="where failure alerts of jobs without alert.webhook_url go; give "
+                           "every node the same (default: env RAFTSCHED_ALERT_WEBHOOK_URL)")
     node.add_argument("--log-level", default=os.environ.get("RAFTSCHED_LOG_LEVEL", "INFO"))
+
+    worker = sub.add_parser("worker", help="run command targets of one queue for the cluster")
+    worker.add_argument("--cluster", required=True,
+                        help="node API URLs, comma-separated; the worker fails over between them")
+    worker.add_argument("--queue", required=True, help="the queue to serve (target.queue)")
+    worker.add_argument("--concurrency", type=int, default=4,
+                        help="runs executed at once (default %(default)s)")
+    worker.add_argument("--id", default=None,
+                        help="this worker's id (default: hostname-pid); it names the lease holder")
+    worker.add_argument("--log-level", default=os.environ.get("RAFTSCHED_LOG_LEVEL", "INFO"))
 
     dev = sub.add_parser("dev", help="start and supervise a local cluster on 127.0.0.1")
     dev.add_argument("--nodes", type=int, default=3)
@@ -64,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     for action in ("get", "delete", "pause", "resume", "trigger", "runs", "preview"):
         jobs_sub.add_parser(action).add_argument("job_id")
     runs_sub = sub.choices["runs"].add_subparsers(dest="action", required=True)
-    runs_sub.add_parser("get").add_argument("run_id")
+    for action in ("get", "cancel", "logs"):
+        runs_sub.add_parser(action).add_argument("run_id")
 
     chaos = sub.add_parser("chaos", help="break a local cluster under load and check the "
                                          "promises (see raftsched/testing/chaos.py)")
@@ -93,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "dev":
         from raftsched.runtime.dev import run_dev
         return run_dev(args.nodes, args.data, args.http_port_base, args.raft_port_base)
+    if args.command == "worker":
+        from raftsched.runtime.remote_worker import run_worker_cli
+        return run_worker_cli(args)
     if args.command == "chaos":
         from raftsched.testing.chaos import run_chaos
         report = run_chaos(scenarios=[s for s in args.scenario.split(",") if s],
@@ -127,6 +151,10 @@ def run_node(args: argparse.Namespace) -> int:
     if not 1 <= args.shard_count <= 65535:
         print("raftsched node: --shard-count must be from 1 to 65535", file=sys.stderr)
         return 2
+    if not 0 < args.run_heartbeat_s * 2 <= args.run_lease_s:
+        print("raftsched node: --run-heartbeat-s must be positive and at most half of "
+              "--run-lease-s (a lease must survive one lost heartbeat)", file=sys.stderr)
+        return 2
     import uvloop
 
     from raftsched.runtime.node import NodeConfig, serve
@@ -135,7 +163,10 @@ def run_node(args: argparse.Namespace) -> int:
     config = NodeConfig(node_id=args.id, http_host=host, http_port=port, raft_addr=args.raft,
                         peers=peers, data_dir=os.path.abspath(args.data), raft_secret=secret,
                         shard_count=args.shard_count, advertise_http=args.advertise_http,
-                        raft_snapshot_entries=args.raft_snapshot_entries)
+                        raft_snapshot_entries=args.raft_snapshot_entries,
+                        run_lease_ms=int(args.run_lease_s * 1000),
+                        run_heartbeat_ms=int(args.run_heartbeat_s * 1000),
+                        alert_webhook_url=args.alert_webhook_url)
     uvloop.run(serve(config))
     return 0
 
@@ -160,7 +191,9 @@ def run_client(args: argparse.Namespace) -> int:
     if args.command == "status":
         method, path, body = "GET", "/v1/cluster", None
     elif args.command == "runs":
-        method, path, body = "GET", f"/v1/runs/{args.run_id}", None
+        run = f"/v1/runs/{args.run_id}"
+        method, path, body = {"get": ("GET", run, None), "cancel": ("POST", run + ":cancel", None),
+                              "logs": ("GET", run + "/logs", None)}[args.action]
     else:
         method, path, body = _job_request(args)
     try:

@@ -76,3 +76,62 @@ run_update_pending_max = 200_000
 run_error_chars_max = 500
 # Response body read from an HTTP target (only its head is kept, in the error).
 http_response_head_bytes_max = 4096
+# Output kept per stream (stdout, stderr, HTTP response body) per attempt; the
+# rest is dropped and the kept text says how much was dropped.
+output_bytes_max = 64 * 1024
+# A command's process group gets SIGTERM on timeout or cancel, then SIGKILL
+# after this grace.
+command_kill_grace_s = 2.0
+# Per-node output store (storage/output_store.py): total size and age bounds.
+output_store_bytes_max = 1024 ** 3
+output_retention_s = 7 * 24 * 3600
+# Runs of one job waiting under the `queue` concurrency policy (concurrency.queue_max).
+concurrency_queue_max_default = 100
+concurrency_queue_max_max = 1000
+# Open runs of one job under `allow`; past this an occurrence is recorded skipped
+# (each open run is listed in the job record, which every replica rewrites).
+job_active_runs_max = 1000
+
+# --- Topics (publish targets) -------------------------------------------------------
+# Messages kept per topic, and for how long; the oldest go first.
+topic_messages_max = 100_000
+topic_retention_s = 7 * 24 * 3600
+# Old messages one publish may trim, so one apply stays bounded.
+topic_trim_per_publish_max = 64
+# Messages one read returns, and the longest a read may wait for new ones.
+topic_read_limit_max = 1000
+topic_wait_s_max = 30.0
+topic_name_chars_max = 100
+
+
+# --- Retries and commands -----------------------------------------------------------
+# Longest retry.base_s / retry.max_s a job may ask for.
+retry_delay_s_max = 24 * 3600.0
+command_argv_max = 256
+
+# --- Leases, reaper, alerts, circuit breaker ------------------------------------------
+# A running attempt's lease: its holder extends it every heartbeat period; the
+# leader's reaper ends an attempt whose lease ran out (retry, or failed when
+# attempts are spent). Node settings --run-lease-s / --run-heartbeat-s.
+run_lease_ms_default = 5000
+run_heartbeat_ms_default = 1000
+# How often the leader's reaper looks for expired leases and orphaned runs.
+reaper_period_ms = 500
+# Leases or runs one reaper command carries.
+reaper_batch_max = 1000
+# Deliveries of one failure alert before it is recorded undeliverable; the
+# wait between them doubles from alert_retry_base_s.
+alert_attempts_max = 8
+alert_retry_base_s = 1.0
+alert_timeout_s = 10.0
+# Circuit breaker per target host: open when failure_ratio of the last window
+# calls failed; stay open cooloff_s, then let one call through.
+breaker_window = 20
+breaker_failure_ratio = 0.9
+breaker_cooloff_s = 30.0
+# A worker's claim waits at most this long for a run (long poll), and claims
+# at most this many runs at once.
+worker_claim_wait_s_max = 30.0
+worker_claim_max = 100
+# A node asking another for the output it keeps gives up after this.
+logs_fetch_timeout_s = 2.0

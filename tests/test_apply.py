@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from raftsched.core import commands, keys, lifecycle
-from raftsched.core.apply import (DUE, JOBS, RUNS, RUNS_BY_JOB, RUNS_OPEN, DueArmed, RunCreated,
+from raftsched.core.apply import (DUE, JOBS, RUNS, RUNS_BY_JOB, RUNS_OPEN, DueArmed, RunQueued,
                                   ShardsAssigned, apply, misfire_decisions)
 from raftsched.core.apply import SHARDS as SHARDS_TABLE
 from raftsched.errors import InvalidTransition, UnknownCommand
@@ -87,7 +87,7 @@ def test_fire_creates_the_run_once_and_arms_the_next_occurrence():
     assert result == {"ok": True, "fired": 1, "stale": 0}
     duplicate = fire(log, "job_a1", 10_000, 12_000)
     assert duplicate == {"ok": True, "fired": 0, "stale": 1}
-    created = [e.run for e in log.effects if isinstance(e, RunCreated)]
+    created = [e.run for e in log.effects if isinstance(e, RunQueued)]
     assert len(created) == 1
     run = created[0]
     assert run["id"] == keys.run_id("job_a1", 10_000, 1)
@@ -149,13 +149,18 @@ def test_run_updates_follow_the_lifecycle_and_count_duplicates():
     create(log)
     fire(log, "job_a1", 10_000, 12_000)
     run_id = keys.run_id("job_a1", 10_000, 1)
-    upd = lambda event, node="n1": {"run_id": run_id, "event": event, "at_ms": 10_050,  # noqa: E731
-                                    "node": node, "http_status": 200, "error": None}
-    assert log.run(commands.run_updates(updates=[upd("start"), upd("succeed")]))["applied"] == 2
+
+    def upd(event: str, node: str = "n1", ok: bool = True) -> dict:
+        return {"run_id": run_id, "event": event, "at_ms": 10_050, "holder": node, "attempt": 1,
+                "lease_ms": 15_050, "ok": ok, "retryable": True, "retry_delay_ms": 0,
+                "http_status": 200, "exit_code": None, "error": None, "output_node": None}
+    result = log.run(commands.run_updates(updates=[upd("start"), upd("finish")]))
+    assert result["applied"] == 2
     assert log.store.get(RUNS, run_id.encode())["state"] == "succeeded"
     assert log.store.get(RUNS_OPEN, keys.open_run_key("n1", run_id)) is None
-    again = log.run(commands.run_updates(updates=[upd("fail"), upd("start", node="n9")]))
-    assert again == {"ok": True, "applied": 0, "stale": 2}
+    again = log.run(commands.run_updates(updates=[upd("finish", ok=False),
+                                                  upd("start", node="n9")]))
+    assert again == {"ok": True, "applied": 0, "stale": 2, "accepted": [False, False]}
     assert log.store.get(RUNS, run_id.encode())["state"] == "succeeded"
 
 
@@ -275,7 +280,7 @@ def test_fire_once_runs_the_latest_missed_occurrence_and_records_the_rest():
     assert runs[16_000]["state"] == "queued"
     assert [runs[t]["state"] for t in (10_000, 12_000, 14_000)] == ["missed"] * 3
     assert "fire_once" in runs[10_000]["reason"]
-    dispatched = [e.run["scheduled_ms"] for e in log.effects if isinstance(e, RunCreated)]
+    dispatched = [e.run["scheduled_ms"] for e in log.effects if isinstance(e, RunQueued)]
     assert dispatched == [16_000]
     assert log.store.get(JOBS, b"job_a1")["next_ms"] == 18_000
 

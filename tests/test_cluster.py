@@ -92,6 +92,7 @@ def test_seed_body_answers_201_with_job_zone_offset(shared_cluster, sink):
     got = shared_cluster.api("n1", "GET", f"/v1/jobs/{first.body['job_id']}?consistent=true")
     assert got.body["status"] == "active"
     assert got.body["retry"]["max_attempts"] == 5
+    assert got.body["retry"]["base_s"] == 10.0
     assert got.body["concurrency"] == {"policy": "skip_if_running"}
     assert 0 <= got.body["shard"] < 256
 

@@ -30,7 +30,8 @@ def test_seed_body_is_accepted_whole():
     assert spec["target"] == {"type": "http", "url": "https://payments.internal/settle",
                               "method": "POST", "headers": {"Authorization": "Bearer x"},
                               "body": {"region": "in"}, "timeout_s": 30.0}
-    assert spec["retry"] == {"max_attempts": 5, "backoff": "exponential"}
+    assert spec["retry"] == {"max_attempts": 5, "backoff": "exponential", "base_s": 1.0,
+                             "max_s": 60.0, "non_retryable_exit_codes": []}
     assert spec["concurrency"] == {"policy": "skip_if_running"}
     assert spec["misfire"] == {"policy": "fire_once",
                                "tolerance_ms": int(limits.misfire_tolerance_s_default * 1000),
@@ -44,8 +45,10 @@ def test_defaults_of_a_minimal_body():
     assert spec["target"]["method"] == "POST"
     assert spec["target"]["timeout_s"] == limits.target_timeout_s_default
     assert spec["target"]["headers"] == {} and spec["target"]["body"] is None
-    assert spec["retry"] == {"max_attempts": 1}
+    assert spec["retry"] == {"max_attempts": 3, "backoff": "exponential", "base_s": 1.0,
+                             "max_s": 60.0, "non_retryable_exit_codes": []}
     assert spec["concurrency"] == {"policy": "allow"}
+    assert spec["alert"] == {}
     assert spec["metadata"] == {}
 
 
@@ -77,7 +80,7 @@ DELETE = object()
     ("schedule.cron", "0 25 * * *", "schedule.cron"),
     ("schedule.timezone", "Asia/Atlantis", "schedule.timezone"),
     ("target", DELETE, "target"),
-    ("target.type", "command", "target.type"),
+    ("target.type", "ftp", "target.type"),
     ("target.url", "ftp://h/x", "target.url"),
     ("target.url", "http:///nohost", "target.url"),
     ("target.url", "https://h/" + "x" * limits.target_url_chars_max, "target.url"),
@@ -96,10 +99,35 @@ DELETE = object()
     ("retry.max_attempts", 0, "retry.max_attempts"),
     ("retry.max_attempts", limits.retry_max_attempts_max + 1, "retry.max_attempts"),
     ("retry.backoff", "random", "retry.backoff"),
-    ("retry.initial_delay_s", -1, "retry.initial_delay_s"),
-    ("retry.pause", 1, "retry.pause"),
+    ("retry.backoff", "linear", "retry.backoff"),
+    ("retry.base_s", -1, "retry.base_s"),
+    ("retry.max_s", limits.retry_delay_s_max + 1, "retry.max_s"),
+    ("retry", {"base_s": 10, "max_s": 5}, "retry.max_s"),
+    ("retry.non_retryable_exit_codes", [256], "retry.non_retryable_exit_codes"),
+    ("retry.non_retryable_exit_codes", "2", "retry.non_retryable_exit_codes"),
+    ("retry", {"initial_delay_s": 1, "base_s": 2}, "retry.initial_delay_s"),
+    ("retry.multiplier", 2, "retry.multiplier"),
     ("concurrency", "sometimes", "concurrency"),
     ("concurrency", {"policy": "queue", "depth": 3}, "concurrency.depth"),
+    ("concurrency", {"policy": "queue", "queue_max": 0}, "concurrency.queue_max"),
+    ("concurrency", {"policy": "allow", "queue_max": 5}, "concurrency.queue_max"),
+    ("alert", "http://a/", "alert"),
+    ("alert", {"webhook_url": "ftp://a/"}, "alert.webhook_url"),
+    ("alert", {"email": "x@y"}, "alert.email"),
+    ("target", {"type": "command", "argv": []}, "target.argv"),
+    ("target", {"type": "command", "argv": ["a", 1]}, "target.argv"),
+    ("target", {"type": "command", "argv": ["a", "b"], "shell": True}, "target.argv"),
+    ("target", {"type": "command", "argv": ["a"], "shell": "yes"}, "target.shell"),
+    ("target", {"type": "command", "argv": ["a"], "env": {"RAFTSCHED_ATTEMPT": "9"}},
+     "target.env.RAFTSCHED_ATTEMPT"),
+    ("target", {"type": "command", "argv": ["a"], "env": {"A": 1}}, "target.env"),
+    ("target", {"type": "command", "argv": ["a"], "cwd": "relative"}, "target.cwd"),
+    ("target", {"type": "command", "argv": ["a"], "queue": "no spaces"}, "target.queue"),
+    ("target", {"type": "command", "argv": ["a"], "url": "http://h/"}, "target.url"),
+    ("target", {"type": "publish", "message": 1}, "target.topic"),
+    ("target", {"type": "publish", "topic": "t"}, "target.message"),
+    ("target", {"type": "publish", "topic": "a/b", "message": 1}, "target.topic"),
+    ("target", {"type": "smoke-signal"}, "target.type"),
     ("misfire", 7, "misfire"),
     ("misfire", {"policy": "later"}, "misfire.policy"),
     ("misfire", {"policy": "skip", "misfire_tolerance_s": -1}, "misfire.misfire_tolerance_s"),
@@ -148,6 +176,33 @@ def test_misfire_policies_and_bounds():
     assert ok({"policy": "fire_all", "catchup_max": limits.catchup_max_max})
 
 
+def test_command_and_publish_targets():
+    command = jobspec.validate_target({"type": "command", "argv": ["/bin/echo", "$HOME"],
+                                       "env": {"A": "1"}, "cwd": "/tmp", "queue": "batch"})
+    assert command == {"type": "command", "argv": ["/bin/echo", "$HOME"], "env": {"A": "1"},
+                       "cwd": "/tmp", "timeout_s": limits.target_timeout_s_default,
+                       "queue": "batch", "shell": False}
+    assert jobspec.validate_target({"type": "command", "argv": ["x"]})["queue"] == "default"
+    assert jobspec.validate_target({"type": "publish", "topic": "orders.v1",
+                                    "message": {"id": 1}}) == \
+        {"type": "publish", "topic": "orders.v1", "message": {"id": 1}, "key": None}
+
+
+def test_older_retry_names_are_stored_under_the_new_ones():
+    spec = jobspec.validate_retry({"initial_delay_s": 10, "max_delay_s": 100})
+    assert (spec["base_s"], spec["max_s"]) == (10.0, 100.0)
+    assert "initial_delay_s" not in spec
+
+
+def test_retry_and_concurrency_are_patchable():
+    spec = jobspec.validate_patch({"retry": {"max_attempts": 7, "backoff": "fixed"},
+                                   "concurrency": {"policy": "queue"}}, CURRENT)
+    assert spec["retry"]["max_attempts"] == 7
+    assert spec["retry"]["backoff"] == "fixed"
+    assert spec["concurrency"] == {"policy": "queue",
+                                   "queue_max": limits.concurrency_queue_max_default}
+
+
 def test_method_is_upper_cased():
     target = jobspec.validate_target({"type": "http", "url": "http://h/", "method": "put"})
     assert target["method"] == "PUT"
@@ -170,7 +225,8 @@ def test_patch_changes_only_what_it_names():
 @pytest.mark.parametrize("body, field", [
     ({}, "body"),
     ("x", "body"),
-    ({"retry": {"max_attempts": 2}}, "retry"),       # not patchable (yet)
+    ({"retry": {"max_attempts": 0}}, "retry.max_attempts"),
+    ({"tenant": "other"}, "tenant"),
     ({"name": ""}, "name"),
     ({"schedule": {"cron": "nope"}}, "schedule.cron"),
     ({"schedule": {"cron": "0 1 * * *"}, "run_at": "2030-01-01T00:00:00Z"}, "schedule"),

@@ -5,7 +5,6 @@ the leader had committed when the request arrived)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import time
@@ -16,6 +15,9 @@ import aiohttp
 from aiohttp import web
 
 from raftsched import limits
+from raftsched.api import execution
+from raftsched.api.common import (NODE_KEY, int_param, json_body, json_response, node_of,
+                                  raise_refusal)
 from raftsched.api.problems import problem
 from raftsched.api.views import format_in_job_zone, job_view, run_view
 from raftsched.core import commands, keys
@@ -23,7 +25,7 @@ from raftsched.core.apply import JOBS, NODES, RUNS, RUNS_BY_JOB, SHARDS
 from raftsched.core.jobspec import validate_create, validate_patch
 from raftsched.core.schedule import next_fire_ms, parse_schedule, preview_ms
 from raftsched.core.timeutil import format_ms, parse_rfc3339
-from raftsched.errors import InvalidInput, NotFound, Conflict, Unavailable
+from raftsched.errors import InvalidInput, NotFound, Unavailable
 from raftsched.storage.base import digest
 
 if TYPE_CHECKING:
@@ -31,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("raftsched.api")
 TENANT = "default"
-NODE_KEY = web.AppKey("node", object)
 JOB_ID = "{job_id:job_[0-9a-f]+}"
 
 
@@ -61,41 +62,9 @@ async def problems_middleware(request: web.Request, handler: Any) -> web.StreamR
         return problem(500, "internal", "an internal error occurred; see the node's log")
 
 
-def _node(request: web.Request) -> "Node":
-    return request.app[NODE_KEY]  # type: ignore[return-value]
-
-
-async def _json_body(request: web.Request) -> Any:
-    raw = await request.read()
-    if not raw:
-        raise InvalidInput("the request body is empty; send a JSON object", field="body")
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"the request body is not JSON: {exc}", field="body") from None
-
-
-def _json(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status)
-
-
-def _int_param(request: web.Request, name: str, default: int, maximum: int) -> int:
-    text = request.query.get(name)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise InvalidInput(f"`{name}` must be an integer", field=name) from None
-    if not 1 <= value <= maximum:
-        raise InvalidInput(f"`{name}` must be from 1 to {maximum}", field=name,
-                           limit="list_limit_max")
-    return value
-
-
 async def _maybe_consistent(request: web.Request) -> None:
     if request.query.get("consistent", "").lower() in ("1", "true", "yes"):
-        await _node(request).wait_caught_up()
+        await node_of(request).wait_caught_up()
 
 
 def _live_job(node: "Node", job_id: str) -> dict:
@@ -105,21 +74,11 @@ def _live_job(node: "Node", job_id: str) -> dict:
     return job
 
 
-def _raise_refusal(result: dict) -> None:
-    if result.get("ok"):
-        return
-    if result["error"] == "not_found":
-        raise NotFound(result["detail"], field="job_id")
-    if result["error"] == "conflict":
-        raise Conflict(result["detail"])
-    raise InvalidInput(result["detail"])
-
-
 # --- jobs ------------------------------------------------------------------------------
 
 async def create_job(request: web.Request) -> web.Response:
-    node = _node(request)
-    parsed = validate_create(await _json_body(request))
+    node = node_of(request)
+    parsed = validate_create(await json_body(request))
     spec, idem = parsed["spec"], parsed["idempotency_key"]
     now = node.now_ms()
     _check_run_at(spec["schedule"], now)
@@ -128,8 +87,8 @@ async def create_job(request: web.Request) -> web.Response:
                               shard=keys.shard_of(job_id, node.shard_count),
                               next_ms=next_fire_ms(spec["schedule"], now), at_ms=now)
     result = await node.propose(cmd)
-    _raise_refusal(result)
-    return _json(job_view(result["job"]), status=200 if result["existing"] else 201)
+    raise_refusal(result)
+    return json_response(job_view(result["job"]), status=200 if result["existing"] else 201)
 
 
 def _check_run_at(schedule: dict, now: int) -> None:
@@ -139,9 +98,9 @@ def _check_run_at(schedule: dict, now: int) -> None:
 
 
 async def list_jobs(request: web.Request) -> web.Response:
-    node = _node(request)
+    node = node_of(request)
     await _maybe_consistent(request)
-    limit = _int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
+    limit = int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
     cursor = request.query.get("cursor")
     start = keys.job_key(cursor) + b"\x00" if cursor else b""
     jobs: list[dict] = []
@@ -161,18 +120,18 @@ async def list_jobs(request: web.Request) -> web.Response:
         if len(rows) < limit:
             break
     next_cursor = jobs[-1]["job_id"] if len(jobs) == limit else None
-    return _json({"jobs": jobs, "next_cursor": next_cursor})
+    return json_response({"jobs": jobs, "next_cursor": next_cursor})
 
 
 async def get_job(request: web.Request) -> web.Response:
-    node = _node(request)
+    node = node_of(request)
     await _maybe_consistent(request)
-    return _json(job_view(_live_job(node, request.match_info["job_id"])))
+    return json_response(job_view(_live_job(node, request.match_info["job_id"])))
 
 
 async def patch_job(request: web.Request) -> web.Response:
-    node = _node(request)
-    body = await _json_body(request)
+    node = node_of(request)
+    body = await json_body(request)
     # A write that reads first must read the latest state: a job created a
     # moment ago through another node may not be applied here yet.
     await node.wait_caught_up()
@@ -183,28 +142,28 @@ async def patch_job(request: web.Request) -> web.Response:
     next_ms = None if job["status"] == "paused" else next_fire_ms(spec["schedule"], now)
     result = await node.propose(commands.update_job(
         job_id=job["id"], spec=spec, expected_version=job["version"], next_ms=next_ms, at_ms=now))
-    _raise_refusal(result)
-    return _json(job_view(result["job"]))
+    raise_refusal(result)
+    return json_response(job_view(result["job"]))
 
 
 async def delete_job(request: web.Request) -> web.Response:
-    node = _node(request)
+    node = node_of(request)
     result = await node.propose(commands.delete_job(job_id=request.match_info["job_id"],
                                                     at_ms=node.now_ms()))
-    _raise_refusal(result)
+    raise_refusal(result)
     return web.Response(status=204)
 
 
 async def pause_job(request: web.Request) -> web.Response:
-    node = _node(request)
+    node = node_of(request)
     result = await node.propose(commands.pause_job(job_id=request.match_info["job_id"],
                                                    at_ms=node.now_ms()))
-    _raise_refusal(result)
-    return _json(job_view(result["job"]))
+    raise_refusal(result)
+    return json_response(job_view(result["job"]))
 
 
 async def resume_job(request: web.Request) -> web.Response:
-    node = _node(request)
+    node = node_of(request)
     await node.wait_caught_up()
     job = _live_job(node, request.match_info["job_id"])
     now = node.now_ms()
@@ -212,59 +171,59 @@ async def resume_job(request: web.Request) -> web.Response:
     # time passed while paused runs once, now).
     result = await node.propose(commands.resume_job(
         job_id=job["id"], next_ms=next_fire_ms(job["spec"]["schedule"], now), at_ms=now))
-    _raise_refusal(result)
-    return _json(job_view(result["job"]))
+    raise_refusal(result)
+    return json_response(job_view(result["job"]))
 
 
 async def trigger_job(request: web.Request) -> web.Response:
-    node = _node(request)
+    node = node_of(request)
     now = node.now_ms()
     result = await node.propose(commands.trigger_job(
         job_id=request.match_info["job_id"], scheduled_ms=now, node=node.node_id, at_ms=now))
-    _raise_refusal(result)
-    return _json(run_view(result["run"]), status=201 if result["created"] else 200)
+    raise_refusal(result)
+    return json_response(run_view(result["run"]), status=201 if result["created"] else 200)
 
 
 async def job_runs(request: web.Request) -> web.Response:
-    node = _node(request)
+    node = node_of(request)
     await _maybe_consistent(request)
     job_id = request.match_info["job_id"]
     if node.store.get(JOBS, keys.job_key(job_id)) is None:
         raise NotFound(f"job {job_id} not found", field="job_id")
-    limit = _int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
+    limit = int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
     prefix = keys.runs_by_job_prefix(job_id)
     rows = node.store.scan(RUNS_BY_JOB, start=prefix, stop=prefix[:-1] + b"\x01",
                            reverse=True, limit=limit)
     runs = [node.store.get(RUNS, run_id.encode()) for _, run_id in rows]
-    return _json({"runs": [run_view(r) for r in runs if r is not None]})
+    return json_response({"runs": [run_view(r) for r in runs if r is not None]})
 
 
 async def get_run(request: web.Request) -> web.Response:
-    node = _node(request)
+    node = node_of(request)
     await _maybe_consistent(request)
     run = node.store.get(RUNS, request.match_info["run_id"].encode())
     if run is None:
         raise NotFound(f"run {request.match_info['run_id']} not found", field="run_id")
-    return _json(run_view(run))
+    return json_response(run_view(run))
 
 
 async def job_preview(request: web.Request) -> web.Response:
-    node = _node(request)
+    node = node_of(request)
     job = _live_job(node, request.match_info["job_id"])
-    count = _int_param(request, "count", 10, limits.preview_count_max)
+    count = int_param(request, "count", 10, limits.preview_count_max)
     times = preview_ms(job["spec"]["schedule"], node.now_ms(), count)
-    return _json({"fire_times": [format_in_job_zone(job["spec"], t) for t in times]})
+    return json_response({"fire_times": [format_in_job_zone(job["spec"], t) for t in times]})
 
 
 async def schedules_preview(request: web.Request) -> web.Response:
-    body = await _json_body(request)
+    body = await json_body(request)
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object", field="body")
     unknown = sorted(set(body) - {"schedule", "run_at", "after", "count"})
     if unknown:
         raise InvalidInput(f"unknown field {unknown[0]!r}", field=unknown[0])
     schedule = parse_schedule(body.get("schedule"), body.get("run_at"))
-    after = _node(request).now_ms()
+    after = node_of(request).now_ms()
     if body.get("after") is not None:
         try:
             after = parse_rfc3339(body["after"])[0]
@@ -278,7 +237,7 @@ async def schedules_preview(request: web.Request) -> web.Response:
                            field="count", limit="preview_count_max")
     spec = {"schedule": schedule}
     times = preview_ms(schedule, after, count)
-    return _json({"fire_times": [format_in_job_zone(spec, t) for t in times]})
+    return json_response({"fire_times": [format_in_job_zone(spec, t) for t in times]})
 
 
 # --- cluster ---------------------------------------------------------------------------
@@ -294,11 +253,11 @@ def _local_status(node: "Node") -> dict:
 
 
 async def node_status(request: web.Request) -> web.Response:
-    return _json(_local_status(_node(request)))
+    return json_response(_local_status(node_of(request)))
 
 
 async def cluster(request: web.Request) -> web.Response:
-    node = _node(request)
+    node = node_of(request)
     me = _local_status(node)
     registered = {rec["id"]: rec for _, rec in node.store.scan(NODES)}
     registered.setdefault(node.node_id, {"id": node.node_id, "http": me["http"],
@@ -325,7 +284,7 @@ async def cluster(request: web.Request) -> web.Response:
                                               "applied_index", "shards_owned")}
              for s in statuses}
     shards = [state for _, state in node.store.scan(SHARDS)]
-    return _json({"leader": leader, "self": node.node_id, "shard_count": node.shard_count,
+    return json_response({"leader": leader, "self": node.node_id, "shard_count": node.shard_count,
                   "nodes": nodes,
                   # Fires refused by apply for a stale fencing token, cluster-wide
                   # (replicated, so every node reports the same count).
@@ -333,22 +292,22 @@ async def cluster(request: web.Request) -> web.Response:
 
 
 async def cluster_shards(request: web.Request) -> web.Response:
-    node = _node(request)
+    node = node_of(request)
     await _maybe_consistent(request)
     shards = [{"shard": int.from_bytes(key, "big"), "owner": state["owner"],
                "token": state["token"], "checkpoint": format_ms(state["checkpoint_ms"] or None),
                "stale_fires": state["stale_fires"]}
               for key, state in node.store.scan(SHARDS)]
-    return _json({"shards": shards})
+    return json_response({"shards": shards})
 
 
 async def state_digest(request: web.Request) -> web.Response:
     """This node's digest now, or with ?index=N the digest it recorded when it
     applied the check_digest entry at N (waiting briefly until it gets there)."""
-    node = _node(request)
+    node = node_of(request)
     if "index" not in request.query:
         index, value = await asyncio.get_running_loop().run_in_executor(None, digest, node.store)
-        return _json({"node": node.node_id, "applied_index": index, "digest": "sha256:" + value})
+        return json_response({"node": node.node_id, "applied_index": index, "digest": "sha256:" + value})
     try:
         index = int(request.query["index"])
     except ValueError:
@@ -364,19 +323,19 @@ async def state_digest(request: web.Request) -> web.Response:
                "older than the checks kept, or passed over by a snapshot install or restart)")
         return problem(404, "not-found", f"no digest recorded at index {index}: {why}",
                        field="index")
-    return _json({"node": node.node_id, "applied_index": index, "digest": "sha256:" + value})
+    return json_response({"node": node.node_id, "applied_index": index, "digest": "sha256:" + value})
 
 
 async def check_digest(request: web.Request) -> web.Response:
     """Commit a check_digest entry: every replica records its digest at its index."""
-    node = _node(request)
+    node = node_of(request)
     result = await node.propose(commands.check_digest(node=node.node_id, at_ms=node.now_ms()))
-    return _json({"node": node.node_id, "index": result["index"],
+    return json_response({"node": node.node_id, "index": result["index"],
                   "digest": "sha256:" + result["digest"]})
 
 
 async def healthz(request: web.Request) -> web.Response:
-    return _json({"ok": True, "node": _node(request).node_id})
+    return json_response({"ok": True, "node": node_of(request).node_id})
 
 
 async def ui(request: web.Request) -> web.Response:
@@ -401,11 +360,12 @@ def make_app(node: "Node") -> web.Application:
     r.add_post(f"/v1/jobs/{JOB_ID}:trigger", trigger_job)
     r.add_get(f"/v1/jobs/{JOB_ID}/runs", job_runs)
     r.add_get(f"/v1/jobs/{JOB_ID}/preview", job_preview)
-    r.add_get("/v1/runs/{run_id}", get_run)
+    r.add_get(f"/v1/runs/{execution.RUN_ID}", get_run)
     r.add_post("/v1/schedules:preview", schedules_preview)
     r.add_get("/v1/cluster", cluster)
     r.add_get("/v1/cluster/shards", cluster_shards)
     r.add_get("/v1/node", node_status)
     r.add_get("/v1/state/digest", state_digest)
     r.add_post("/v1/state/digest:check", check_digest)
+    execution.add_routes(r)
     return app

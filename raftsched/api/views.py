@@ -33,6 +33,7 @@ def job_view(job: dict) -> dict:
         "next_run_at": format_in_job_zone(spec, job["next_ms"]),
         "target": spec["target"],
         "retry": spec["retry"],
+        "alert": spec.get("alert", {}),
         "concurrency": spec["concurrency"],
         "misfire": _misfire_view(spec.get("misfire")),
         "misfires_omitted": job.get("misfires_omitted", 0),
@@ -56,14 +57,29 @@ def run_view(run: dict) -> dict:
         "trigger": run["trigger"],
         "execution_id": run["execution_id"],
         "node": run["node"],
+        "queue": run.get("queue"),
+        "holder": run.get("holder"),
+        "lease_expires_at": format_ms(run.get("lease_ms")),
+        "next_attempt_at": format_ms(run.get("retry_due_ms")),
         "created_at": format_ms(run["created_ms"]),
         "started_at": format_ms(run["started_ms"]),
         "finished_at": format_ms(run["finished_ms"]),
         "http_status": run["http_status"],
+        "exit_code": run.get("exit_code"),
         "error": run["error"],
         "reason": run.get("reason"),
         "fencing_token": run.get("token", 0),
+        "attempts": [_attempt_view(a) for a in run.get("attempts", [])],
+        "alert": run.get("alert"),
     }
+
+
+def _attempt_view(attempt: dict) -> dict:
+    return {"attempt": attempt["attempt"], "holder": attempt["holder"],
+            "started_at": format_ms(attempt["started_ms"]),
+            "finished_at": format_ms(attempt["finished_ms"]),
+            "http_status": attempt["http_status"], "exit_code": attempt["exit_code"],
+            "error": attempt["error"], "retry_delay_ms": attempt.get("retry_delay_ms")}
 
 
 def _misfire_view(misfire: dict | None) -> dict:

@@ -17,7 +17,8 @@ VERSION = 1
 
 TAGS = frozenset({"create_job", "update_job", "delete_job", "pause_job", "resume_job",
                   "trigger_job", "fire", "assign_shards", "run_updates", "register_node", "renew",
-                  "check_digest"})
+                  "check_digest", "expire_leases", "reassign_runs", "cancel_run", "alert_done",
+                  "publish", "commit_offset"})
 
 
 def encode(command: dict) -> bytes:
@@ -75,13 +76,14 @@ def trigger_job(*, job_id: str, scheduled_ms: int, node: str, at_ms: int) -> dic
 
 
 def fire(*, shard: int, token: int, upto_ms: int, node: str, at_ms: int,
-         items: list[tuple[str, int, int | None, list[int], bool]]) -> dict:
+         items: list[tuple[str, int, int | None, list[int], bool]],
+         retries: list[tuple[str, int]] = ()) -> dict:
     """Fire due entries of `shard` under fencing `token`. items, one per due
-    entry: (job_id, due_ms, next_ms or None, occurrences covered (ascending,
-    starting with due_ms), omitted: whether occurrences past catchup_max were
-    left out)."""
+    occurrence: (job_id, due_ms, next_ms or None, occurrences covered
+    (ascending, starting with due_ms), omitted: whether occurrences past
+    catchup_max were left out). retries, one per due retry: (run_id, due_ms)."""
     return _cmd("fire", shard=shard, token=token, upto_ms=upto_ms, node=node, at_ms=at_ms,
-                items=[list(item) for item in items])
+                items=[list(item) for item in items], retries=[list(r) for r in retries])
 
 
 def assign_shards(*, assignments: list[tuple[int, str]], at_ms: int) -> dict:
@@ -90,8 +92,40 @@ def assign_shards(*, assignments: list[tuple[int, str]], at_ms: int) -> dict:
 
 
 def run_updates(*, updates: list[dict]) -> dict:
-    """updates: {run_id, event (start|succeed|fail), at_ms, node, http_status, error}."""
+    """Executor reports, each {run_id, event, holder, attempt, at_ms} and:
+    start, heartbeat: lease_ms (the new lease expiry, holder's clock);
+    finish: ok, retryable, retry_delay_ms (drawn by the proposer), http_status,
+    exit_code, error (short), output_node (where the attempt's output is kept)."""
     return _cmd("run_updates", updates=updates)
+
+
+def expire_leases(*, items: list[tuple[str, int, int]], at_ms: int) -> dict:
+    """The reaper's: (run_id, attempt, retry_delay_ms) for leases expired by at_ms."""
+    return _cmd("expire_leases", items=[list(i) for i in items], at_ms=at_ms)
+
+
+def reassign_runs(*, items: list[tuple[str, str, str]], at_ms: int) -> dict:
+    """(run_id, from_node, to_node): queued runs of a dead node move to a live one."""
+    return _cmd("reassign_runs", items=[list(i) for i in items], at_ms=at_ms)
+
+
+def cancel_run(*, run_id: str, reason: str, at_ms: int) -> dict:
+    return _cmd("cancel_run", run_id=run_id, reason=reason, at_ms=at_ms)
+
+
+def alert_done(*, run_id: str, outcome: str, error: str | None, at_ms: int) -> dict:
+    """outcome: sent | undeliverable | no_webhook."""
+    return _cmd("alert_done", run_id=run_id, outcome=outcome, error=error, at_ms=at_ms)
+
+
+def publish(*, topic: str, key: str | None, message: object, execution_id: str, job_id: str,
+            at_ms: int) -> dict:
+    return _cmd("publish", topic=topic, key=key, message=message, execution_id=execution_id,
+                job_id=job_id, at_ms=at_ms)
+
+
+def commit_offset(*, topic: str, group: str, offset: int, at_ms: int) -> dict:
+    return _cmd("commit_offset", topic=topic, group=group, offset=offset, at_ms=at_ms)
 
 
 def register_node(*, node: str, http: str, raft: str, at_ms: int) -> dict:

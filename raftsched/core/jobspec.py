@@ -11,17 +11,26 @@ from urllib.parse import urlsplit
 
 from raftsched import limits
 from raftsched.core import codec
+from raftsched.core.retry import DEFAULT_POLICY
 from raftsched.core.schedule import parse_schedule
 from raftsched.errors import InvalidInput
 
 CREATE_FIELDS = {"name", "schedule", "run_at", "target", "retry", "concurrency", "misfire",
-                 "idempotency_key", "metadata"}
-PATCH_FIELDS = {"name", "schedule", "run_at", "target", "misfire"}
+                 "alert", "idempotency_key", "metadata"}
+PATCH_FIELDS = {"name", "schedule", "run_at", "target", "retry", "concurrency", "misfire",
+                "alert"}
 MISFIRE_POLICIES = ("fire_once", "skip", "fire_all")
 MISFIRE_FIELDS = {"policy", "misfire_tolerance_s", "catchup_max"}
-TARGET_FIELDS = {"type", "url", "method", "headers", "body", "timeout_s"}
-RETRY_FIELDS = {"max_attempts", "backoff", "initial_delay_s", "max_delay_s", "multiplier",
-                "jitter"}
+TARGET_TYPES = ("http", "command", "publish")
+HTTP_TARGET_FIELDS = {"type", "url", "method", "headers", "body", "timeout_s"}
+COMMAND_TARGET_FIELDS = {"type", "argv", "env", "cwd", "timeout_s", "queue", "shell"}
+PUBLISH_TARGET_FIELDS = {"type", "topic", "message", "key"}
+RETRY_FIELDS = {"max_attempts", "backoff", "base_s", "max_s", "non_retryable_exit_codes"}
+# Earlier names of base_s and max_s, still accepted (and stored under the new names).
+RETRY_ALIASES = {"initial_delay_s": "base_s", "max_delay_s": "max_s"}
+BACKOFFS = ("exponential", "fixed")
+# Names of queues and topics: they appear in URLs and keys.
+NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 CONCURRENCY_POLICIES = ("allow", "skip_if_running", "queue", "replace")
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 # Headers raftsched sets itself on every call; a job may not override them.
@@ -48,6 +57,7 @@ def validate_create(body: object) -> dict:
         "retry": validate_retry(body.get("retry")),
         "concurrency": validate_concurrency(body.get("concurrency")),
         "misfire": validate_misfire(body.get("misfire")),
+        "alert": validate_alert(body.get("alert")),
         "metadata": validate_metadata(body.get("metadata")),
     }
     key = body.get("idempotency_key")
@@ -65,8 +75,8 @@ def validate_patch(body: object, current: dict) -> dict:
         raise InvalidInput("the request body must be a JSON object", field="body")
     _reject_unknown(body, PATCH_FIELDS, "")
     if not body:
-        raise InvalidInput("nothing to change: give name, schedule, run_at or target",
-                           field="body")
+        raise InvalidInput("nothing to change: give one of "
+                           f"{', '.join(sorted(PATCH_FIELDS))}", field="body")
     spec = dict(current)
     if "name" in body:
         spec["name"] = validate_name(body["name"])
@@ -74,8 +84,11 @@ def validate_patch(body: object, current: dict) -> dict:
         spec["schedule"] = parse_schedule(body.get("schedule"), body.get("run_at"))
     if "target" in body:
         spec["target"] = validate_target(body["target"])
-    if "misfire" in body:
-        spec["misfire"] = validate_misfire(body["misfire"])
+    validators = {"misfire": validate_misfire, "retry": validate_retry,
+                  "concurrency": validate_concurrency, "alert": validate_alert}
+    for name, validate in validators.items():
+        if name in body:
+            spec[name] = validate(body[name])
     return spec
 
 
@@ -91,31 +104,117 @@ def validate_name(value: object) -> str:
 def validate_target(value: object) -> dict:
     if not isinstance(value, dict):
         raise InvalidInput("`target` is required: {type: \"http\", url, ...}", field="target")
-    _reject_unknown(value, TARGET_FIELDS, "target.")
-    if value.get("type") != "http":
-        raise InvalidInput("`target.type` must be \"http\" (command and publish targets "
-                           "are not available yet)", field="target.type")
+    kind = value.get("type")
+    if kind not in TARGET_TYPES:
+        raise InvalidInput(f"`target.type` must be one of {', '.join(TARGET_TYPES)}",
+                           field="target.type")
+    if kind == "command":
+        return validate_command_target(value)
+    if kind == "publish":
+        return validate_publish_target(value)
+    return validate_http_target(value)
+
+
+def validate_http_target(value: dict) -> dict:
+    _reject_unknown(value, HTTP_TARGET_FIELDS, "target.")
     url = value.get("url")
     if not isinstance(url, str) or len(url) > limits.target_url_chars_max:
         raise InvalidInput("`target.url` must be an http(s) URL", field="target.url",
                            limit="target_url_chars_max" if isinstance(url, str) else None)
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidInput(f"`target.url` must be an http or https URL with a host, not {url!r}",
-                           field="target.url")
+    validate_http_url(url, "target.url")
     method = value.get("method", "POST")
     if not isinstance(method, str) or method.upper() not in HTTP_METHODS:
         raise InvalidInput(f"`target.method` must be one of {', '.join(HTTP_METHODS)}",
                            field="target.method")
-    timeout_s = value.get("timeout_s", limits.target_timeout_s_default)
+    return {"type": "http", "url": url, "method": method.upper(),
+            "headers": _validate_headers(value.get("headers")),
+            "body": _validate_body(value.get("body")),
+            "timeout_s": _validate_timeout(value.get("timeout_s"))}
+
+
+def validate_http_url(url: str, field: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInput(f"`{field}` must be an http or https URL with a host, not {url!r}",
+                           field=field)
+
+
+def _validate_timeout(timeout_s: object) -> float:
+    if timeout_s is None:
+        timeout_s = limits.target_timeout_s_default
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
             or not limits.target_timeout_s_min <= timeout_s <= limits.target_timeout_s_max:
         raise InvalidInput(f"`target.timeout_s` must be a number from "
                            f"{limits.target_timeout_s_min} to {limits.target_timeout_s_max}",
                            field="target.timeout_s", limit="target_timeout_s_max")
-    return {"type": "http", "url": url, "method": method.upper(),
-            "headers": _validate_headers(value.get("headers")),
-            "body": _validate_body(value.get("body")), "timeout_s": float(timeout_s)}
+    return float(timeout_s)
+
+
+def validate_name_token(value: object, field: str, default: str | None = None) -> str:
+    """A queue or topic name: 1-100 of [A-Za-z0-9._-]."""
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, str) or not value or len(value) > limits.topic_name_chars_max \
+            or not set(value) <= NAME_CHARS:
+        raise InvalidInput(f"`{field}` must be 1 to {limits.topic_name_chars_max} letters, "
+                           "digits, '.', '_' or '-'", field=field)
+    return value
+
+
+def validate_command_target(value: dict) -> dict:
+    """{type: command, argv: [...], env, cwd, timeout_s, queue, shell}. No shell
+    unless `shell: true`; then argv is one script for /bin/sh -c."""
+    _reject_unknown(value, COMMAND_TARGET_FIELDS, "target.")
+    argv = value.get("argv")
+    if not isinstance(argv, list) or not argv or len(argv) > limits.command_argv_max \
+            or not all(isinstance(a, str) and a for a in argv):
+        raise InvalidInput(f"`target.argv` must be a list of 1 to {limits.command_argv_max} "
+                           "non-empty strings", field="target.argv", limit="command_argv_max")
+    shell = value.get("shell", False)
+    if not isinstance(shell, bool):
+        raise InvalidInput("`target.shell` must be true or false", field="target.shell")
+    if shell and len(argv) != 1:
+        raise InvalidInput("with `shell: true`, `target.argv` is one script string",
+                           field="target.argv")
+    env = value.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) and k and "=" not in k
+                                            and isinstance(v, str) for k, v in env.items()):
+        raise InvalidInput("`target.env` must be an object of string values", field="target.env")
+    reserved = sorted(k for k in env if k.upper().startswith("RAFTSCHED_"))
+    if reserved:
+        raise InvalidInput(f"`{reserved[0]}` is set by raftsched on every run",
+                           field=f"target.env.{reserved[0]}")
+    cwd = value.get("cwd")
+    if cwd is not None and (not isinstance(cwd, str) or not cwd.startswith("/")):
+        raise InvalidInput("`target.cwd` must be an absolute path", field="target.cwd")
+    spec = {"type": "command", "argv": list(argv), "env": dict(env), "cwd": cwd,
+            "timeout_s": _validate_timeout(value.get("timeout_s")),
+            "queue": validate_name_token(value.get("queue"), "target.queue", "default"),
+            "shell": shell}
+    if len(codec.pack(spec)) > limits.target_body_bytes_max:
+        raise InvalidInput(f"the command target is larger than {limits.target_body_bytes_max} "
+                           "bytes", field="target", status=413, type_="too-large",
+                           limit="target_body_bytes_max")
+    return spec
+
+
+def validate_publish_target(value: dict) -> dict:
+    """{type: publish, topic, message, key}: appended to a built-in topic."""
+    _reject_unknown(value, PUBLISH_TARGET_FIELDS, "target.")
+    key = value.get("key")
+    if key is not None and (not isinstance(key, str) or len(key) > limits.topic_name_chars_max):
+        raise InvalidInput(f"`target.key` must be a string of at most "
+                           f"{limits.topic_name_chars_max} characters", field="target.key")
+    if "message" not in value:
+        raise InvalidInput("`target.message` is required (any JSON value)",
+                           field="target.message")
+    message = value["message"]
+    if len(codec.pack(message)) > limits.target_body_bytes_max:
+        raise InvalidInput(f"`target.message` is larger than {limits.target_body_bytes_max} "
+                           "bytes", field="target.message", status=413, type_="too-large",
+                           limit="target_body_bytes_max")
+    return {"type": "publish", "topic": validate_name_token(value.get("topic"), "target.topic"),
+            "message": message, "key": key}
 
 
 def _validate_headers(value: object) -> dict:
@@ -153,50 +252,96 @@ def _validate_body(value: object) -> object:
 
 
 def validate_retry(value: object) -> dict:
-    """Stored now; the retry policy takes effect with durable retries."""
+    """{max_attempts, backoff: exponential|fixed, base_s, max_s,
+    non_retryable_exit_codes}; missing members take retry.DEFAULT_POLICY's."""
     if value is None:
-        return {"max_attempts": 1}
+        value = {}
     if not isinstance(value, dict):
         raise InvalidInput("`retry` must be an object such as {\"max_attempts\": 3}",
                            field="retry")
-    _reject_unknown(value, RETRY_FIELDS, "retry.")
-    attempts = value.get("max_attempts", 1)
+    _reject_unknown(value, RETRY_FIELDS | set(RETRY_ALIASES), "retry.")
+    for old, new in RETRY_ALIASES.items():
+        if old in value:
+            if new in value:
+                raise InvalidInput(f"give `retry.{new}` or its older name `{old}`, not both",
+                                   field=f"retry.{old}")
+            value = {**{k: v for k, v in value.items() if k != old}, new: value[old]}
+    out = dict(DEFAULT_POLICY)
+    attempts = value.get("max_attempts", out["max_attempts"])
     if isinstance(attempts, bool) or not isinstance(attempts, int) \
             or not 1 <= attempts <= limits.retry_max_attempts_max:
         raise InvalidInput(f"`retry.max_attempts` must be an integer from 1 to "
                            f"{limits.retry_max_attempts_max}", field="retry.max_attempts",
                            limit="retry_max_attempts_max")
-    out: dict = {"max_attempts": attempts}
-    for name in ("initial_delay_s", "max_delay_s", "multiplier"):
-        if name in value:
-            number = value[name]
-            if isinstance(number, bool) or not isinstance(number, (int, float)) or number < 0:
-                raise InvalidInput(f"`retry.{name}` must be a non-negative number",
-                                   field=f"retry.{name}")
-            out[name] = number
-    if "backoff" in value:
-        if value["backoff"] not in ("exponential", "fixed", "linear"):
-            raise InvalidInput("`retry.backoff` must be exponential, fixed or linear",
-                               field="retry.backoff")
-        out["backoff"] = value["backoff"]
-    if "jitter" in value:
-        if value["jitter"] not in ("full", "none", True, False):
-            raise InvalidInput("`retry.jitter` must be \"full\" or \"none\"", field="retry.jitter")
-        out["jitter"] = value["jitter"]
+    out["max_attempts"] = attempts
+    for name in ("base_s", "max_s"):
+        number = value.get(name, out[name])
+        if isinstance(number, bool) or not isinstance(number, (int, float)) \
+                or not 0 <= number <= limits.retry_delay_s_max:
+            raise InvalidInput(f"`retry.{name}` must be a number of seconds from 0 to "
+                               f"{limits.retry_delay_s_max:g}", field=f"retry.{name}",
+                               limit="retry_delay_s_max")
+        out[name] = float(number)
+    if out["max_s"] < out["base_s"]:
+        raise InvalidInput("`retry.max_s` must be at least `retry.base_s`", field="retry.max_s")
+    backoff = value.get("backoff", out["backoff"])
+    if backoff not in BACKOFFS:
+        raise InvalidInput(f"`retry.backoff` must be one of {', '.join(BACKOFFS)}",
+                           field="retry.backoff")
+    out["backoff"] = backoff
+    codes = value.get("non_retryable_exit_codes", [])
+    if not isinstance(codes, list) or len(codes) > 64 or not all(
+            isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255 for c in codes):
+        raise InvalidInput("`retry.non_retryable_exit_codes` must be a list of at most 64 "
+                           "exit codes (0-255)", field="retry.non_retryable_exit_codes")
+    out["non_retryable_exit_codes"] = sorted(set(codes))
     return out
 
 
 def validate_concurrency(value: object) -> dict:
-    """Accepts "skip_if_running" or {"policy": "skip_if_running"}; stored now."""
+    """Accepts "skip_if_running" or {"policy": "queue", "queue_max": 10}."""
     if value is None:
         return {"policy": "allow"}
     policy = value.get("policy") if isinstance(value, dict) else value
     if isinstance(value, dict):
-        _reject_unknown(value, {"policy"}, "concurrency.")
+        _reject_unknown(value, {"policy", "queue_max"}, "concurrency.")
     if policy not in CONCURRENCY_POLICIES:
         raise InvalidInput(f"`concurrency` must be one of {', '.join(CONCURRENCY_POLICIES)}",
                            field="concurrency")
-    return {"policy": policy}
+    out = {"policy": policy}
+    if isinstance(value, dict) and "queue_max" in value:
+        bound = value["queue_max"]
+        if policy != "queue":
+            raise InvalidInput("`queue_max` applies to the queue policy only",
+                               field="concurrency.queue_max")
+        if isinstance(bound, bool) or not isinstance(bound, int) \
+                or not 1 <= bound <= limits.concurrency_queue_max_max:
+            raise InvalidInput(f"`concurrency.queue_max` must be an integer from 1 to "
+                               f"{limits.concurrency_queue_max_max}",
+                               field="concurrency.queue_max", limit="concurrency_queue_max_max")
+        out["queue_max"] = bound
+    elif policy == "queue":
+        out["queue_max"] = limits.concurrency_queue_max_default
+    return out
+
+
+def validate_alert(value: object) -> dict:
+    """{webhook_url}: where a run that failed for good is reported (else the
+    cluster default, `--alert-webhook-url`)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput("`alert` must be an object such as {\"webhook_url\": \"https://...\"}",
+                           field="alert")
+    _reject_unknown(value, {"webhook_url"}, "alert.")
+    url = value.get("webhook_url")
+    if url is None:
+        return {}
+    if not isinstance(url, str) or len(url) > limits.target_url_chars_max:
+        raise InvalidInput("`alert.webhook_url` must be an http(s) URL",
+                           field="alert.webhook_url")
+    validate_http_url(url, "alert.webhook_url")
+    return {"webhook_url": url}
 
 
 def validate_misfire(value: object) -> dict:

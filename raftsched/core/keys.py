@@ -13,7 +13,8 @@ _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 _U16U64 = struct.Struct(">HQ")
 
-KIND_OCCURRENCE = b"o"
+KIND_OCCURRENCE = b"o"   # the id after it is a job id: the job's next occurrence
+KIND_RETRY = b"r"        # the id after it is a run id: the run's next attempt
 
 
 def stable_hash(text: str) -> int:
@@ -44,6 +45,10 @@ def due_key(shard: int, due_ms: int, job_id: str, kind: bytes = KIND_OCCURRENCE)
     return _U16U64.pack(shard, due_ms) + kind + job_id.encode()
 
 
+def retry_due_key(shard: int, due_ms: int, run: str) -> bytes:
+    return due_key(shard, due_ms, run, KIND_RETRY)
+
+
 def parse_due_key(key: bytes) -> tuple[int, int, bytes, str]:
     shard, due_ms = _U16U64.unpack_from(key)
     return shard, due_ms, key[10:11], key[11:].decode()
@@ -72,6 +77,44 @@ def open_run_key(node: str, run: str) -> bytes:
 
 def open_run_prefix(node: str) -> bytes:
     return node.encode() + b"\x00"
+
+
+def lease_key(expiry_ms: int, run: str) -> bytes:
+    return _U64.pack(expiry_ms) + run.encode()
+
+
+def parse_lease_key(key: bytes) -> tuple[int, str]:
+    return _U64.unpack_from(key)[0], key[8:].decode()
+
+
+def ready_prefix(queue: str) -> bytes:
+    return queue.encode() + b"\x00"
+
+
+def ready_key(queue: str, queued_ms: int, run: str) -> bytes:
+    return ready_prefix(queue) + _U64.pack(queued_ms) + run.encode()
+
+
+def topic_prefix(topic: str) -> bytes:
+    return topic.encode() + b"\x00"
+
+
+def topic_key(topic: str, offset: int) -> bytes:
+    return topic_prefix(topic) + _U64.pack(offset)
+
+
+def topic_idem_key(topic: str, execution: str) -> bytes:
+    return topic_prefix(topic) + execution.encode()
+
+
+def group_key(topic: str, group: str) -> bytes:
+    return topic_prefix(topic) + group.encode()
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The first key after every key that starts with `prefix` (which ends in 0x00)."""
+    assert prefix.endswith(b"\x00")
+    return prefix[:-1] + b"\x01"
 
 
 def shard_key(shard: int) -> bytes:

@@ -1,43 +1,69 @@
-"""The run lifecycle: one table, every legal edge.
+"""The run lifecycle: one table, every legal edge (docs/lifecycle.md is
+generated from it by scripts/gen_lifecycle_doc.py, and a test keeps the two equal).
 
-    queued --start--> running
-    queued --succeed--> succeeded        (a fast target finished before its
-    queued --fail--> failed               start was replicated: one batch)
-    running --succeed--> succeeded
-    running --fail--> failed
+A run is one occurrence of a job, identified by (job_id, scheduled_for); its
+attempts share the run and its execution id. A run is created in one of
+CREATED_STATES:
 
-A run may also be created directly in a terminal state that records an
-occurrence which was not run, with its reason: `missed` (the misfire policy ran
-a later occurrence instead) or `skipped` (later than `misfire_tolerance_s`).
+  scheduled  waiting behind an open run of the same job (the `queue` policy)
+  queued     ready: waiting for its executor (a node, or a worker of its queue)
+  skipped    not run: the concurrency policy or the misfire tolerance said so
+  missed     not run: the misfire policy ran a later occurrence instead
+
+and then moves only along TRANSITIONS. `start` takes a lease (holder,
+attempt, expiry); `heartbeat` extends it; `succeed`, `fail` and `retry` end the
+attempt and are accepted only from the lease's holder for its attempt. `retry`
+parks the run in retry_wait behind a durable due entry; `due` (that entry
+fired) queues the next attempt. The reaper ends an attempt whose lease expired
+with `retry` or `fail`. `reassign` moves a queued run off a node that died
+before starting it.
 
 `next_state` raises InvalidTransition for any other pair. apply treats a
-transition from a terminal state as a stale duplicate (it is counted, not
-applied), and anything else as the caller's bug.
+transition the table does not allow as a stale report (counted, not applied):
+reports are delivered at least once.
 """
 
 from __future__ import annotations
 
 from raftsched.errors import InvalidTransition
 
+SCHEDULED = "scheduled"
 QUEUED = "queued"
 RUNNING = "running"
 SUCCEEDED = "succeeded"
 FAILED = "failed"
-MISSED = "missed"
+RETRY_WAIT = "retry_wait"
 SKIPPED = "skipped"
+MISSED = "missed"
+CANCELLED = "cancelled"
 
-TERMINAL = frozenset({SUCCEEDED, FAILED, MISSED, SKIPPED})
-OPEN = frozenset({QUEUED, RUNNING})
+STATES = (SCHEDULED, QUEUED, RUNNING, RETRY_WAIT, SUCCEEDED, FAILED, SKIPPED, MISSED,
+          CANCELLED)
+TERMINAL = frozenset({SUCCEEDED, FAILED, SKIPPED, MISSED, CANCELLED})
+# Counted against the job's concurrency policy: the run has or will get an executor.
+ACTIVE = frozenset({QUEUED, RUNNING, RETRY_WAIT})
+OPEN = frozenset({SCHEDULED}) | ACTIVE
+CREATED_STATES = frozenset({SCHEDULED, QUEUED, SKIPPED, MISSED})
 
 TRANSITIONS: dict[tuple[str, str], str] = {
+    (SCHEDULED, "promote"): QUEUED,
+    (SCHEDULED, "cancel"): CANCELLED,
     (QUEUED, "start"): RUNNING,
-    (QUEUED, "succeed"): SUCCEEDED,
-    (QUEUED, "fail"): FAILED,
+    (QUEUED, "reassign"): QUEUED,
+    (QUEUED, "cancel"): CANCELLED,
+    (RUNNING, "heartbeat"): RUNNING,
     (RUNNING, "succeed"): SUCCEEDED,
     (RUNNING, "fail"): FAILED,
+    (RUNNING, "retry"): RETRY_WAIT,
+    (RUNNING, "cancel"): CANCELLED,
+    (RETRY_WAIT, "due"): QUEUED,
+    (RETRY_WAIT, "cancel"): CANCELLED,
 }
 
 EVENTS = frozenset(event for _, event in TRANSITIONS)
+
+assert TERMINAL.isdisjoint(state for state, _ in TRANSITIONS)
+assert set(TRANSITIONS.values()) | CREATED_STATES == set(STATES)
 
 
 def next_state(run_id: str, state: str, event: str) -> str:
@@ -45,3 +71,19 @@ def next_state(run_id: str, state: str, event: str) -> str:
         return TRANSITIONS[(state, event)]
     except KeyError:
         raise InvalidTransition(run_id, state, event) from None
+
+
+def allows(state: str, event: str) -> bool:
+    return (state, event) in TRANSITIONS
+
+
+def diagram() -> str:
+    """A Mermaid state diagram of the table (docs/lifecycle.md)."""
+    lines = ["stateDiagram-v2"]
+    for state in sorted(CREATED_STATES, key=STATES.index):
+        lines.append(f"    [*] --> {state}")
+    for (state, event), target in TRANSITIONS.items():
+        lines.append(f"    {state} --> {target}: {event}")
+    for state in sorted(TERMINAL, key=STATES.index):
+        lines.append(f"    {state} --> [*]")
+    return "\n".join(lines) + "\n"

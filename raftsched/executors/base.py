@@ -29,8 +29,15 @@ class Attempt:
 class Outcome:
     ok: bool
     http_status: int | None = None
+    exit_code: int | None = None
     error: str | None = None      # short, human: kept in the replicated run record
     duration_ms: int = 0
+    # False for a failure another attempt cannot fix (HTTP 4xx other than 408
+    # and 429, an invalid target, a listed exit code): the run fails at once.
+    retryable: bool = True
+    # Kept off the Raft log, on the node that received it (storage/output_store.py):
+    # {"stdout": str, "stderr": str, "http_body": str, "truncated": {stream: bytes dropped}}
+    output: dict | None = None
 
 
 class Executor(Protocol):

@@ -3,6 +3,9 @@
 Every call carries `Idempotency-Key: <execution_id>` and the X-Raftsched-*
 headers, so a target can achieve effectively-once by deduplicating on the key.
 2xx is success; anything else, a connection error or the timeout, is failure.
+A 4xx other than 408 and 429 is not retryable (the request itself is wrong),
+nor is a URL aiohttp cannot call. The head of the response body is kept as
+the attempt's output.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Awaitable, Callable
 import aiohttp
 
 from raftsched import limits
+from raftsched.core.retry import http_status_retryable
 from raftsched.core.timeutil import format_ms
 from raftsched.executors.base import Attempt, Outcome
 
@@ -72,13 +76,22 @@ class HttpExecutor:
         except asyncio.TimeoutError:
             return Outcome(ok=False, error=f"timed out after {timeout_s:g} s",
                            duration_ms=_since(started))
+        except aiohttp.InvalidURL as exc:
+            return Outcome(ok=False, retryable=False, error=_short(f"invalid URL: {exc}"),
+                           duration_ms=_since(started))
         except aiohttp.ClientError as exc:
             return Outcome(ok=False, error=_short(f"{type(exc).__name__}: {exc}"),
                            duration_ms=_since(started))
+        text = head.decode("utf-8", "replace")
+        output = {"http_body": text}
+        if len(head) >= limits.http_response_head_bytes_max:
+            output["http_body"] += (f"\n[raftsched: response body cut at "
+                                    f"http_response_head_bytes_max={len(head)} bytes]")
         if 200 <= status < 300:
-            return Outcome(ok=True, http_status=status, duration_ms=_since(started))
-        snippet = head.decode("utf-8", "replace").strip()
-        return Outcome(ok=False, http_status=status, duration_ms=_since(started),
+            return Outcome(ok=True, http_status=status, duration_ms=_since(started), output=output)
+        snippet = text.strip()   # the error keeps the head without the cut notice
+        return Outcome(ok=False, http_status=status, duration_ms=_since(started), output=output,
+                       retryable=http_status_retryable(status),
                        error=_short(f"HTTP {status}" + (f": {snippet}" if snippet else "")))
 
     async def _send_aiohttp(self, method: str, url: str, headers: dict, body: bytes | None,

@@ -1,23 +1,35 @@
-"""The dispatcher: execute the runs this node fired, and report their states.
+"""The dispatcher: execute the runs given to this node, under a lease.
 
-Runs arrive as RunCreated effects from apply (on the loop thread). Each is
-executed at most `runs_inflight_max` at a time; its start and finish are
-batched into `run_updates` commands (one Raft entry per tick carries many
-runs). On start-up the node also resumes every run the replicated open-runs
-index still assigns to it, so a run fired just before a crash is executed
-after the restart (at-least-once: it may be called twice, with the same
-execution id).
+Runs arrive as RunQueued effects from apply (on the loop thread): HTTP and
+publish targets, and commands on the default queue (the node's embedded
+worker). For each run, up to `runs_inflight_max` at a time:
+
+  1. if its target host's circuit breaker is open, wait for the cool-off
+     (the run stays queued: no attempt is spent on a host that is down);
+  2. propose `start` (taking the lease: holder = this node, the attempt, an
+     expiry `run_lease_ms` ahead) and go on only if apply accepted it;
+  3. call the target, heartbeating every `run_heartbeat_ms`; a refused
+     heartbeat (cancelled, or the lease expired and the run moved on) stops
+     the call;
+  4. keep the attempt's output in the node's output store and propose
+     `finish`, with a retry delay drawn here when the failure is retryable.
+
+Reports are batched by the Reporter (one Raft entry carries many runs). On
+start-up the node resumes its queued runs and ends the attempts it held when
+it stopped (they died with the process) as retryable failures, rather than
+leaving them to the reaper.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
+import random
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from raftsched import limits
-from raftsched.core import commands, keys
+from raftsched.core import commands, keys, retry
 from raftsched.core.apply import JOBS, RUNS, RUNS_OPEN
 from raftsched.errors import Unavailable
 from raftsched.executors.base import Attempt, Outcome
@@ -28,24 +40,47 @@ if TYPE_CHECKING:
 log = logging.getLogger("raftsched.dispatch")
 
 
+def attempt_of(run: dict) -> Attempt:
+    return Attempt(run_id=run["id"], job_id=run["job_id"], execution_id=run["execution_id"],
+                   scheduled_ms=run["scheduled_ms"], attempt=run["attempt"],
+                   fencing_token=run.get("token", 0))
+
+
+def finish_update(node: "Node", run: dict, holder: str, outcome: Outcome,
+                  policy: dict) -> dict:
+    """The finish report for an attempt; the proposer draws the retry delay."""
+    return {"run_id": run["id"], "event": "finish", "holder": holder, "attempt": run["attempt"],
+            "at_ms": node.now_ms(), "ok": outcome.ok, "retryable": outcome.retryable,
+            "retry_delay_ms": retry.draw_delay_ms(policy, run["attempt"], random.random),
+            "http_status": outcome.http_status, "exit_code": outcome.exit_code,
+            "error": outcome.error, "output_node": node.node_id if outcome.output else None}
+
+
+def breaker_ok(outcome: Outcome) -> bool:
+    """Did the host answer sanely? A 4xx other than 429 is the request's fault."""
+    status = outcome.http_status
+    return outcome.ok or (status is not None and 400 <= status < 500 and status != 429)
+
+
 class Dispatcher:
     def __init__(self, node: "Node") -> None:
         self._node = node
         self._queue: asyncio.Queue[dict] = asyncio.Queue(maxsize=limits.dispatch_queue_max)
-        # Runs submitted and not yet settled: executing, or finished with the
-        # final report not yet committed. A rescan skips them, so a run whose
-        # success is still on its way to the log is not executed again.
+        # Runs taken and not yet settled: starting, executing, or finished with
+        # the finish not yet committed. A rescan skips them.
         self._active: set[str] = set()
+        self._running: dict[str, tuple[int, asyncio.Task]] = {}   # run -> (attempt, task)
         self._slots = asyncio.Semaphore(limits.runs_inflight_max)
-        self._pending: collections.deque[dict] = collections.deque()
-        self._flush = asyncio.Event()
         self._rescan = True   # resume open runs at start-up
         self._tasks: set[asyncio.Task] = set()
         self.dropped_notifications = 0
+        self.parked_total = 0
+        self.cancelled_total = 0
+
+    # --- inputs (loop thread) ---------------------------------------------------------
 
     def submit(self, run: dict) -> None:
-        """Loop thread. Never blocks: on overflow, a rescan of the open-runs index
-        picks the run up later."""
+        """Never blocks: on overflow, a rescan of the open-runs index picks the run up."""
         try:
             self._queue.put_nowait(run)
         except asyncio.QueueFull:
@@ -53,6 +88,22 @@ class Dispatcher:
             self._rescan = True
             log.error("dispatch queue full (%d, dispatch_queue_max); run %s will be picked up "
                       "by the next rescan", limits.dispatch_queue_max, run["id"])
+
+    def cancelled(self, run_id: str, attempt: int) -> None:
+        """From apply's RunCancelled: stop the call (HTTP aborted, process group killed)."""
+        entry = self._running.get(run_id)
+        if entry is not None and entry[0] == attempt:
+            self.cancelled_total += 1
+            entry[1].cancel()
+
+    def request_rescan(self) -> None:
+        """After a snapshot install: the open-runs index may name new runs of ours."""
+        self._rescan = True
+
+    def running(self) -> int:
+        return len(self._running)
+
+    # --- the loops --------------------------------------------------------------------
 
     async def run(self) -> None:
         while True:
@@ -63,95 +114,150 @@ class Dispatcher:
                 run = await asyncio.wait_for(self._queue.get(), 1.0)
             except asyncio.TimeoutError:
                 continue
-            if run["id"] in self._active:
+            if run["id"] in self._active or self._maybe_park(run):
                 continue
             await self._slots.acquire()
             self._active.add(run["id"])
-            task = asyncio.ensure_future(self._execute(run))
+            task = asyncio.ensure_future(self._attempt(run))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _maybe_park(self, run: dict) -> bool:
+        """Hold a run back while its target host's breaker is open; say whether it did."""
+        host = self._host(run)
+        breaker = self._node.breaker
+        if host is None or breaker.allow(host):
+            return False
+        self.parked_total += 1
+        delay_s = max(0.5, breaker.retry_at(host) - self._node.monotonic())
+        asyncio.get_running_loop().call_later(delay_s, self.submit, run)
+        return True
+
+    def _host(self, run: dict) -> str | None:
+        job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
+        if job is None or job["spec"]["target"]["type"] != "http":
+            return None
+        return urlsplit(job["spec"]["target"]["url"]).netloc
+
+    async def heartbeat_loop(self) -> None:
+        node = self._node
+        while True:
+            await asyncio.sleep(node.config.run_heartbeat_ms / 1000)
+            beats = []
+            for run_id, (attempt, task) in list(self._running.items()):
+                update = {"run_id": run_id, "event": "heartbeat", "holder": node.node_id,
+                          "attempt": attempt, "at_ms": node.now_ms(),
+                          "lease_ms": node.now_ms() + node.config.run_lease_ms}
+                beats.append((run_id, attempt, task, node.reporter.send(update)))
+            for run_id, attempt, task, future in beats:
+                if not await future and self._running.get(run_id, (None,))[0] == attempt:
+                    log.warning("run %s attempt %d: lease lost (cancelled or expired); "
+                                "stopping it", run_id, attempt)
+                    task.cancel()
 
     def _resume_open_runs(self) -> None:
         node = self._node
         prefix = keys.open_run_prefix(node.node_id)
-        rows = node.store.scan(RUNS_OPEN, start=prefix, stop=prefix[:-1] + b"\x01",
+        rows = node.store.scan(RUNS_OPEN, start=prefix, stop=keys.prefix_end(prefix),
                                limit=limits.dispatch_queue_max)
-        resumed = 0
+        resumed = ended = 0
         for key, _ in rows:
             run = node.store.get(RUNS, key[len(prefix):])
-            if run is not None and run["id"] not in self._active:
+            if run is None or run["id"] in self._active:
+                continue
+            if run["state"] == "queued":
                 self.submit(run)
                 resumed += 1
-        if resumed:
-            log.info("resuming %d open runs assigned to %s", resumed, node.node_id)
+            elif run["state"] == "running" and run["holder"] == node.node_id:
+                self._end_orphaned_attempt(run)
+                ended += 1
+        if resumed or ended:
+            log.info("resuming %d queued runs; ending %d attempts this node held when it "
+                     "stopped (retried by policy)", resumed, ended)
 
-    async def _execute(self, run: dict) -> None:
+    def _end_orphaned_attempt(self, run: dict) -> None:
         node = self._node
+        job = node.store.get(JOBS, keys.job_key(run["job_id"]))
+        outcome = Outcome(ok=False, error=f"node {node.node_id} restarted during the attempt")
+        self._active.add(run["id"])
+        future = node.reporter.send(finish_update(node, run, node.node_id, outcome,
+                                                  retry.policy_of(job["spec"].get("retry"))))
+        future.add_done_callback(lambda _: self._active.discard(run["id"]))
+
+    # --- one attempt ------------------------------------------------------------------
+
+    async def _attempt(self, run: dict) -> None:
+        node = self._node
+        settled_here = True
         try:
+            started = await node.reporter.send({
+                "run_id": run["id"], "event": "start", "holder": node.node_id,
+                "attempt": run["attempt"], "at_ms": node.now_ms(),
+                "lease_ms": node.now_ms() + node.config.run_lease_ms})
+            if not started:
+                return   # cancelled, reassigned or already started: not ours to run
+            task = asyncio.current_task()
+            assert task is not None
+            self._running[run["id"]] = (run["attempt"], task)
             job = node.store.get(JOBS, keys.job_key(run["job_id"]))
-            if run["state"] == "queued":
-                self._report(run, "start", None)
-            if job is None or job["status"] == "deleted":
-                outcome = Outcome(ok=False, error="the job was deleted before the run started")
-            else:
-                attempt = Attempt(run_id=run["id"], job_id=run["job_id"],
-                                  execution_id=run["execution_id"],
-                                  scheduled_ms=run["scheduled_ms"], attempt=run["attempt"],
-                                  fencing_token=run.get("token", 0))
-                target = job["spec"]["target"]
-                deadline_ms = node.now_ms() + int(target["timeout_s"] * 1000)
-                outcome = await node.http_executor.run(attempt, target, deadline_ms)
-            self._report(run, "succeed" if outcome.ok else "fail", outcome)
+            try:
+                outcome = await self._call(job, run)
+            except asyncio.CancelledError:
+                return   # apply cancelled it or the lease is gone: nothing to report
+            finally:
+                self._running.pop(run["id"], None)
+            self._report(job, run, outcome)
+            settled_here = False
         except Exception:
-            log.exception("run %s: executor failed unexpectedly", run["id"])
-            self._report(run, "fail", Outcome(ok=False, error="internal executor error"))
+            log.exception("run %s: dispatcher failed unexpectedly", run["id"])
         finally:
             self._slots.release()
-
-    def _report(self, run: dict, event: str, outcome: Outcome | None) -> None:
-        if len(self._pending) >= limits.run_update_pending_max:
-            log.error("run_update_pending_max (%d) reached; dropping the %s of run %s "
-                      "(it stays open and runs again after a restart)",
-                      limits.run_update_pending_max, event, run["id"])
-            if event != "start":
+            if settled_here:
                 self._active.discard(run["id"])
-            return
-        self._pending.append({"run_id": run["id"], "event": event, "at_ms": self._node.now_ms(),
-                              "node": self._node.node_id,
-                              "http_status": outcome.http_status if outcome else None,
-                              "error": outcome.error if outcome else None})
-        self._flush.set()
 
-    async def report_loop(self) -> None:
-        """Send pending run updates in batches; keep them while there is no leader."""
-        backoff_s = limits.run_update_period_ms / 1000
-        while True:
-            await self._flush.wait()
-            await asyncio.sleep(limits.run_update_period_ms / 1000)
-            batch = [self._pending.popleft()
-                     for _ in range(min(len(self._pending), limits.run_update_batch_max))]
-            if not self._pending:
-                self._flush.clear()
-            if not batch:
-                continue
-            try:
-                await self._node.replicator.propose_wait(
-                    commands.encode(commands.run_updates(updates=batch)))
-                for update in batch:
-                    if update["event"] != "start":
-                        self._active.discard(update["run_id"])
-                backoff_s = limits.run_update_period_ms / 1000
-            except Unavailable as exc:
-                log.warning("%d run updates not committed (%s); retrying", len(batch), exc.detail)
-                self._pending.extendleft(reversed(batch))
-                self._flush.set()
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 2.0)
+    async def _call(self, job: dict | None, run: dict) -> Outcome:
+        node = self._node
+        if job is None or job["status"] == "deleted":
+            return Outcome(ok=False, retryable=False,
+                           error="the job was deleted before the run started")
+        target = job["spec"]["target"]
+        deadline_ms = node.now_ms() + int(target.get("timeout_s", 30) * 1000)
+        attempt = attempt_of(run)
+        if target["type"] == "http":
+            outcome = await node.http_executor.run(attempt, target, deadline_ms)
+            node.breaker.record(urlsplit(target["url"]).netloc, breaker_ok(outcome))
+            return outcome
+        if target["type"] == "command":
+            codes = retry.policy_of(job["spec"].get("retry"))["non_retryable_exit_codes"]
+            return await node.command_executor.run(
+                attempt, dict(target, non_retryable_exit_codes=codes), deadline_ms)
+        assert target["type"] == "publish", target
+        return await self._publish(job, run, target)
+
+    async def _publish(self, job: dict, run: dict, target: dict) -> Outcome:
+        node = self._node
+        try:
+            result = await node.propose(commands.publish(
+                topic=target["topic"], key=target.get("key"), message=target["message"],
+                execution_id=run["execution_id"], job_id=job["id"], at_ms=node.now_ms()))
+        except Unavailable as exc:
+            return Outcome(ok=False, error=f"publish not committed: {exc.detail}")
+        again = " (already published by an earlier attempt)" if result["duplicate"] else ""
+        return Outcome(ok=True, output={"published": f"{target['topic']} offset "
+                                                     f"{result['offset']}{again}"})
+
+    def _report(self, job: dict | None, run: dict, outcome: Outcome) -> None:
+        node = self._node
+        if outcome.output:
+            node.outputs.put(run["id"], run["attempt"],
+                             dict(outcome.output, holder=node.node_id,
+                                  http_status=outcome.http_status, exit_code=outcome.exit_code),
+                             now_ms=node.now_ms())
+        policy = retry.policy_of(job["spec"].get("retry") if job else None)
+        future = node.reporter.send(finish_update(node, run, node.node_id, outcome, policy))
+        future.add_done_callback(lambda _: self._active.discard(run["id"]))
 
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
-
-    def request_rescan(self) -> None:
-        """After a snapshot install: the open-runs index may name new runs of ours."""
-        self._rescan = True
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -23,21 +23,29 @@ from aiohttp import web
 
 from raftsched import limits
 from raftsched.core import commands
-from raftsched.core.apply import (NODES, DueArmed, NodeRenewed, RunCreated, ShardsAssigned,
-                                  apply)
+from raftsched.core.apply import (NODES, AlertPending, DueArmed, NodeRenewed, RunCancelled,
+                                  RunQueued, ShardsAssigned, TopicAppended, apply)
 from raftsched.errors import InvariantBroken, Unavailable
+from raftsched.executors.breaker import Breaker
+from raftsched.executors.command import CommandExecutor
 from raftsched.executors.http import HttpExecutor
 from raftsched.replication.raft import Replicator, log_compaction_entries_default
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
+from raftsched.runtime.reaper import Reaper
+from raftsched.runtime.reporter import Reporter
 from raftsched.runtime.trigger import TriggerLoop
+from raftsched.runtime.workers import WorkerService
 from raftsched.storage.base import digest
 from raftsched.storage.lmdb_store import LmdbStore
+from raftsched.storage.output_store import OutputStore
 
 log = logging.getLogger("raftsched.node")
 
 # How often LMDB is fsynced (see storage/lmdb_store.py on durability).
 store_sync_period_s = 1.0
+# How often old run output is pruned (it is also bounded in size at each put).
+output_prune_period_s = 600.0
 # How many recorded digest checks a node keeps (see _record_digest).
 checked_digests_kept = 64
 # Exit code of a node that stopped itself on a broken invariant.
@@ -56,6 +64,11 @@ class NodeConfig:
     shard_count: int = limits.shard_count_default
     advertise_http: str | None = None   # URL other nodes and clients use for this node
     raft_snapshot_entries: int = log_compaction_entries_default
+    # A running attempt's lease, and how often its holder extends it.
+    run_lease_ms: int = limits.run_lease_ms_default
+    run_heartbeat_ms: int = limits.run_heartbeat_ms_default
+    # Where alerts of jobs without alert.webhook_url go (None: logged only).
+    alert_webhook_url: str | None = None
 
     @property
     def http_url(self) -> str:
@@ -68,9 +81,18 @@ class Node:
         self.node_id = config.node_id
         self.shard_count = config.shard_count
         self.store = LmdbStore(os.path.join(config.data_dir, "state"))
+        self.outputs = OutputStore(os.path.join(config.data_dir, "output"))
         self.http_executor = HttpExecutor()
+        self.command_executor = CommandExecutor()
+        self.breaker = Breaker(window=limits.breaker_window,
+                               failure_ratio=limits.breaker_failure_ratio,
+                               cooloff_s=limits.breaker_cooloff_s, clock=self.monotonic)
         self.replicator: Replicator  # set in start(), once the loop runs
+        self.reporter: Reporter      # set in start(): it makes loop objects
         self.dispatcher = Dispatcher(self)
+        self.workers = WorkerService(self)
+        self.reaper = Reaper(self)
+        self.topic_events: dict[str, asyncio.Event] = {}
         self.trigger = TriggerLoop(self)
         self.coordinator = Coordinator(self)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -83,6 +105,10 @@ class Node:
     @staticmethod
     def now_ms() -> int:
         return time.time_ns() // 1_000_000
+
+    @staticmethod
+    def monotonic() -> float:
+        return time.monotonic()
 
     # --- the Raft thread side --------------------------------------------------------
 
@@ -139,9 +165,20 @@ class Node:
 
     def _handle_effects(self, effects: tuple) -> None:
         for effect in effects:
-            if isinstance(effect, RunCreated):
-                if effect.run["node"] == self.node_id:
+            if isinstance(effect, RunQueued):
+                if effect.run.get("queue"):
+                    self.workers.queued(effect.run["queue"])
+                elif effect.run["node"] == self.node_id:
                     self.dispatcher.submit(effect.run)
+            elif isinstance(effect, RunCancelled):
+                if effect.holder == self.node_id:
+                    self.dispatcher.cancelled(effect.run_id, effect.attempt)
+            elif isinstance(effect, TopicAppended):
+                event = self.topic_events.pop(effect.topic, None)
+                if event is not None:
+                    event.set()
+            elif isinstance(effect, AlertPending):
+                pass   # the leader's alerter scans the pending alerts each pass
             elif isinstance(effect, DueArmed):
                 self.trigger.wake(effect.shard, effect.due_ms)
             elif isinstance(effect, ShardsAssigned):
@@ -197,6 +234,7 @@ class Node:
             secret=cfg.raft_secret, loop=self._loop, on_apply=self._on_apply,
             snapshot_items=self._snapshot_items, snapshot_install=self._snapshot_install,
             snapshot_entries=cfg.raft_snapshot_entries)
+        self.reporter = Reporter(self)
         await self.http_executor.start()
         app = make_app(self)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -204,9 +242,10 @@ class Node:
         site = web.TCPSite(self._runner, cfg.http_host, cfg.http_port,
                            reuse_address=True, backlog=1024)
         await site.start()
-        for coro in (self.trigger.run(), self.dispatcher.run(), self.dispatcher.report_loop(),
-                     self.coordinator.run(), self.coordinator.renew_loop(),
-                     self._register_loop(), self._sync_loop()):
+        for coro in (self.trigger.run(), self.dispatcher.run(), self.dispatcher.heartbeat_loop(),
+                     self.reporter.run(), self.reaper.run(), self.coordinator.run(),
+                     self.coordinator.renew_loop(), self._register_loop(), self._sync_loop(),
+                     self._prune_outputs_loop()):
             self._tasks.append(asyncio.ensure_future(coro))
         log.info("node %s serving HTTP on %s, Raft on %s, peers %s", self.node_id,
                  cfg.http_url, cfg.raft_addr, ",".join(cfg.peers) or "-")
@@ -229,6 +268,12 @@ class Node:
             await asyncio.sleep(store_sync_period_s)
             await asyncio.get_running_loop().run_in_executor(None, self.store.sync)
 
+    async def _prune_outputs_loop(self) -> None:
+        while True:
+            await asyncio.sleep(output_prune_period_s)
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: self.outputs.prune(now_ms=self.now_ms()))
+
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
@@ -240,6 +285,7 @@ class Node:
         self.replicator.destroy()
         await asyncio.sleep(0.05)   # let pysyncobj's thread leave its tick
         self.store.close()
+        self.outputs.close()
         log.info("node %s stopped", self.node_id)
 
 

@@ -10,6 +10,8 @@ token: one Raft entry fires up to `fire_batch_max` runs.
 For each due entry the proposer computes what apply may not: the occurrences
 the fire covers (only the due one when on time; the missed ones after an
 outage, for the job's misfire policy) and the next occurrence after now.
+A retry's due entry (a run in retry_wait) fires the same way: its next
+attempt is queued on this node, under this shard's token.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from typing import TYPE_CHECKING
 from raftsched import limits
 from raftsched.core import commands
 from raftsched.core.apply import DEFAULT_MISFIRE, DUE, JOBS, SHARDS
-from raftsched.core.keys import job_key, parse_due_key, shard_prefix
+from raftsched.core.keys import KIND_RETRY, job_key, parse_due_key, shard_prefix
 from raftsched.core.schedule import covered_occurrences
 from raftsched.errors import Unavailable
-from raftsched.storage.base import due_until
+from raftsched.storage.base import due_entries
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
@@ -125,8 +127,12 @@ class TriggerLoop:
 
     def _propose(self, shard: int, now: int) -> None:
         node = self._node
-        items = []
-        for due_ms, job_id in due_until(node.store, shard, now, limits.fire_batch_max):
+        items, retries = [], []
+        for due_ms, kind, ident in due_entries(node.store, shard, now, limits.fire_batch_max):
+            if kind == KIND_RETRY:
+                retries.append((ident, due_ms))
+                continue
+            job_id = ident
             job = node.store.get(JOBS, job_key(job_id))
             if job is None or job["next_ms"] != due_ms:
                 continue  # apply would refuse it as stale anyway
@@ -134,11 +140,11 @@ class TriggerLoop:
             occurrences, omitted, next_ms = covered_occurrences(
                 job["spec"]["schedule"], due_ms, now, policy["catchup_max"])
             items.append((job_id, due_ms, next_ms, occurrences, omitted))
-        if not items:
+        if not items and not retries:
             self._next_due[shard] = self._earliest(shard)
             return
         cmd = commands.fire(shard=shard, token=self._owned[shard], upto_ms=now,
-                            node=node.node_id, at_ms=now, items=items)
+                            node=node.node_id, at_ms=now, items=items, retries=retries)
         self._inflight.add(shard)
         task = asyncio.ensure_future(self._send(shard, cmd))
         self._tasks.add(task)
@@ -154,8 +160,8 @@ class TriggerLoop:
             self.fired_total += result["fired"]
             self.stale_items_total += result["stale"]
         except Unavailable as exc:
-            log.warning("fire of shard %d (%d items) not committed: %s", shard,
-                        len(cmd["items"]), exc.detail)
+            log.warning("fire of shard %d (%d items, %d retries) not committed: %s", shard,
+                        len(cmd["items"]), len(cmd["retries"]), exc.detail)
         finally:
             self._inflight.discard(shard)
             if shard in self._owned:

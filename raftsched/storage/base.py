@@ -42,15 +42,19 @@ def encode_value(value: Any) -> bytes:
     return codec.pack(value)
 
 
-def due_until(store: Store, shard: int, upto_ms: int, limit: int) -> list[tuple[int, str]]:
-    """Due entries of `shard` at or before `upto_ms`, oldest first: (due_ms, job_id)."""
+def due_entries(store: Store, shard: int, upto_ms: int,
+                limit: int) -> list[tuple[int, bytes, str]]:
+    """Due entries of `shard` at or before `upto_ms`, oldest first:
+    (due_ms, kind, id): a job id for an occurrence, a run id for a retry."""
     rows = store.scan(DUE, start=keys.shard_prefix(shard),
                       stop=keys.due_upto_key(shard, upto_ms), limit=limit)
-    out = []
-    for key, _ in rows:
-        _, due_ms, _, job_id = keys.parse_due_key(key)
-        out.append((due_ms, job_id))
-    return out
+    return [keys.parse_due_key(key)[1:] for key, _ in rows]
+
+
+def due_until(store: Store, shard: int, upto_ms: int, limit: int) -> list[tuple[int, str]]:
+    """The occurrences among the due entries: (due_ms, job_id)."""
+    return [(due_ms, ident) for due_ms, kind, ident in due_entries(store, shard, upto_ms, limit)
+            if kind == keys.KIND_OCCURRENCE]
 
 
 def digest(store: Store) -> tuple[int, str]:

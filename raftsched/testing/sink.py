@@ -1,8 +1,8 @@
 """An HTTP target for tests and chaos runs: records every call it receives.
 
 Runs a ThreadingHTTPServer on 127.0.0.1 in a background thread, so it answers
-while the test thread blocks. `status_for(job_id)` lets a test choose the
-answer; `delay_s` makes it slow.
+while the test thread blocks. `status_for(call)` lets a test choose the
+answer; `delay_s` (or `delay_for(call)`) makes it slow.
 """
 
 from __future__ import annotations
@@ -41,7 +41,12 @@ class Call:
 class Sink:
     status_for: Callable[["Call"], int] = lambda call: 200
     delay_s: float = 0.0
+    # Per-call delay (seconds); overrides delay_s when set.
+    delay_for: Callable[["Call"], float] | None = None
     calls: list[Call] = field(default_factory=list)
+    # Per job: calls being answered now, and the most there ever were at once.
+    inflight: dict[str, int] = field(default_factory=dict)
+    inflight_max: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -55,14 +60,23 @@ class Sink:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 call = Call(received, self.path, self.command, dict(self.headers), body)
+                job = call.job_id
                 with sink._lock:
                     sink.calls.append(call)
-                if sink.delay_s:
-                    time.sleep(sink.delay_s)
-                status = sink.status_for(call)
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                    sink.inflight[job] = sink.inflight.get(job, 0) + 1
+                    sink.inflight_max[job] = max(sink.inflight_max.get(job, 0),
+                                                 sink.inflight[job])
+                try:
+                    delay_s = sink.delay_for(call) if sink.delay_for else sink.delay_s
+                    if delay_s:
+                        time.sleep(delay_s)
+                    status = sink.status_for(call)
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                finally:
+                    with sink._lock:
+                        sink.inflight[job] -= 1
 
             do_POST = do_GET = do_PUT = do_PATCH = do_DELETE = _handle
 
@@ -73,6 +87,9 @@ class Sink:
             # The stdlib default backlog of 5 drops SYNs under a burst, which
             # shows up as 1 s of lateness (the TCP retransmit), not ours.
             request_queue_size = 1024
+
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass   # a caller that gave up (a cancelled run) is not the sink's error
 
         self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

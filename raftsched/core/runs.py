@@ -1,0 +1,371 @@
+"""Runs in apply: creation under the job's concurrency policy, leases,
+attempts, durable retries, cancellation and alerts.
+
+Every state change goes through `lifecycle.next_state`; the indexes that
+follow a run's state are kept here and only here:
+
+  RUNS_OPEN  node | run   a node-executed run that is queued or running on it
+  READY      queue | ms | run   a worker-executed run waiting to be claimed
+  LEASES     expiry | run        a running attempt (what the reaper scans)
+  DUE        shard | ms | r | run   a retry_wait run's next attempt
+  job["active"], job["waiting"]  the job's open runs, for its concurrency policy
+
+Callers that pass a `job` record in mutate it and must put it afterwards
+(`put_job`); run records are put here.
+"""
+
+from __future__ import annotations
+
+from raftsched import limits
+from raftsched.core import keys, lifecycle, retry
+from raftsched.core.lifecycle import ACTIVE, QUEUED, RETRY_WAIT, RUNNING, SCHEDULED, SKIPPED
+from raftsched.core.tx import (ALERTS, DUE, JOBS, LEASES, READY, RECORD_VERSION, RUNS,
+                               RUNS_BY_JOB, RUNS_OPEN, SHARDS, AlertPending, DueArmed,
+                               RunCancelled, RunQueued, Tx)
+
+DEFAULT_QUEUE = "default"
+
+
+def worker_queue(spec: dict) -> str | None:
+    """The worker queue a job's runs wait in, or None when a node executes them
+    (HTTP and publish targets, commands on the default queue)."""
+    target = spec["target"]
+    if target["type"] == "command" and target.get("queue", DEFAULT_QUEUE) != DEFAULT_QUEUE:
+        return target["queue"]
+    return None
+
+
+def put_job(tx: Tx, job: dict) -> None:
+    tx.put(JOBS, keys.job_key(job["id"]), job)
+
+
+def put_run(tx: Tx, run: dict) -> None:
+    tx.put(RUNS, run["id"].encode(), run)
+
+
+def get_run(tx: Tx, run_id: str) -> dict | None:
+    return tx.get(RUNS, run_id.encode())
+
+
+def _move(run: dict, event: str) -> None:
+    run["state"] = lifecycle.next_state(run["id"], run["state"], event)
+
+
+# --- creation --------------------------------------------------------------------------
+
+def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str, at_ms: int, trigger: str,
+               token: int = 0, state: str = QUEUED,
+               reason: str | None = None) -> tuple[dict, bool]:
+    """Create the run (job, scheduled_for) unless it exists: a second fire of
+    the same occurrence is a no-op. A run asked for as queued goes through the
+    job's concurrency policy first; one created missed or skipped only records
+    the occurrence."""
+    by_job = keys.runs_by_job_key(job["id"], scheduled_ms, 1)
+    existing = tx.get(RUNS_BY_JOB, by_job)
+    if existing is not None:
+        return get_run(tx, existing), False
+    run = {"v": RECORD_VERSION, "id": keys.run_id(job["id"], scheduled_ms, 1),
+           "job_id": job["id"], "tenant": job["tenant"], "scheduled_ms": scheduled_ms,
+           "attempt": 1, "execution_id": keys.execution_id(job["id"], scheduled_ms),
+           "state": SCHEDULED, "node": node, "queue": worker_queue(job["spec"]),
+           "trigger": trigger, "token": token, "created_ms": at_ms, "queued_ms": None,
+           "started_ms": None, "finished_ms": None, "holder": None, "lease_ms": None,
+           "retry_due_ms": None, "http_status": None, "exit_code": None, "error": None,
+           "reason": reason, "attempts": [], "alert": None}
+    if state == QUEUED:
+        state, run["reason"] = _admit(tx, job, run, at_ms)
+    tx.put(RUNS_BY_JOB, by_job, run["id"])
+    if state == QUEUED:
+        run["state"] = QUEUED
+        _enqueue(tx, run, node, at_ms)
+        job.setdefault("active", []).append(run["id"])
+    elif state == SCHEDULED:
+        job.setdefault("waiting", []).append(run["id"])
+    else:
+        run["state"], run["finished_ms"] = state, at_ms
+    put_run(tx, run)
+    return run, True
+
+
+def _admit(tx: Tx, job: dict, run: dict, at_ms: int) -> tuple[str, str | None]:
+    """The concurrency policy's answer for a new occurrence: (state, reason)."""
+    concurrency = job["spec"].get("concurrency") or {"policy": "allow"}
+    policy = concurrency["policy"]
+    active, waiting = job.get("active", []), job.get("waiting", [])
+    if policy == "skip_if_running" and active:
+        return SKIPPED, f"run {active[0]} of this job was still open (skip_if_running)"
+    if policy == "queue" and (active or waiting):
+        bound = concurrency.get("queue_max", limits.concurrency_queue_max_default)
+        if len(waiting) >= bound:
+            return SKIPPED, (f"{len(waiting)} runs already waiting, the queue bound "
+                             f"(concurrency.queue_max {bound})")
+        return SCHEDULED, f"waiting for run {(active or waiting)[-1]} (queue policy)"
+    if policy == "replace":
+        for other_id in list(active):
+            other = get_run(tx, other_id)
+            if other is not None and other["state"] in ACTIVE:
+                cancel(tx, job, other, at_ms, f"replaced by the run for {run['scheduled_ms']} "
+                                              f"(replace policy)")
+        return QUEUED, None
+    if len(active) >= limits.job_active_runs_max:
+        return SKIPPED, (f"{len(active)} runs of this job are open (job_active_runs_max)")
+    return QUEUED, None
+
+
+def _enqueue(tx: Tx, run: dict, node: str | None, at_ms: int) -> None:
+    """Hand a queued run to its executor: the node named, or its worker queue."""
+    assert run["state"] == QUEUED, run
+    run["queued_ms"] = at_ms
+    if run.get("queue"):
+        run["node"] = None
+        tx.put(READY, keys.ready_key(run["queue"], at_ms, run["id"]), 1)
+    else:
+        assert node is not None, run["id"]
+        run["node"] = node
+        tx.put(RUNS_OPEN, keys.open_run_key(node, run["id"]), 1)
+    tx.effects.append(RunQueued(run=run))
+
+
+def _dequeue(tx: Tx, run: dict) -> None:
+    if run.get("queue"):
+        tx.delete(READY, keys.ready_key(run["queue"], run["queued_ms"], run["id"]))
+    elif run["node"] is not None:
+        tx.delete(RUNS_OPEN, keys.open_run_key(run["node"], run["id"]))
+
+
+def _shard_owner(tx: Tx, job: dict) -> str | None:
+    state = tx.get(SHARDS, keys.shard_key(job["shard"]))
+    return state["owner"] if state else None
+
+
+# --- attempts --------------------------------------------------------------------------
+
+def _holds(run: dict, update: dict) -> bool:
+    """Only the current holder of the current attempt may report on it."""
+    return run.get("holder") == update["holder"] and run["attempt"] == update["attempt"]
+
+
+def start(tx: Tx, run: dict, update: dict) -> bool:
+    if run["state"] != QUEUED or run["attempt"] != update["attempt"]:
+        return False
+    if not run.get("queue") and run["node"] != update["holder"]:
+        return False   # a node-executed run starts only on the node it was given to
+    if run.get("queue"):
+        _dequeue(tx, run)
+    _move(run, "start")
+    run.update(holder=update["holder"], lease_ms=update["lease_ms"],
+               started_ms=update["at_ms"])
+    run["attempts"] = run.get("attempts", []) + [
+        {"attempt": run["attempt"], "holder": update["holder"], "started_ms": update["at_ms"],
+         "finished_ms": None, "http_status": None, "exit_code": None, "error": None,
+         "output_node": None, "retry_delay_ms": None}]
+    tx.put(LEASES, keys.lease_key(run["lease_ms"], run["id"]), update["holder"])
+    put_run(tx, run)
+    return True
+
+
+def heartbeat(tx: Tx, run: dict, update: dict) -> bool:
+    if run["state"] != RUNNING or not _holds(run, update):
+        return False
+    if update["lease_ms"] > run["lease_ms"]:
+        tx.delete(LEASES, keys.lease_key(run["lease_ms"], run["id"]))
+        run["lease_ms"] = update["lease_ms"]
+        tx.put(LEASES, keys.lease_key(run["lease_ms"], run["id"]), update["holder"])
+        put_run(tx, run)
+    return True
+
+
+def finish(tx: Tx, run: dict, update: dict) -> bool:
+    """End the current attempt: succeeded, retry_wait (a retryable failure with
+    attempts left) or failed."""
+    if run["state"] != RUNNING or not _holds(run, update):
+        return False
+    job = tx.get(JOBS, keys.job_key(run["job_id"]))
+    _release(tx, run)
+    at_ms = update["at_ms"]
+    summary = {name: update.get(name) for name in ("http_status", "exit_code", "error",
+                                                     "output_node")}
+    run["attempts"][-1].update(summary, finished_ms=at_ms)
+    run.update({k: v for k, v in summary.items() if k != "output_node"})
+    policy = retry.policy_of(job["spec"].get("retry"))
+    if update["ok"]:
+        _move(run, "succeed")
+    elif update.get("retryable", True) and job["status"] != "deleted" \
+            and run["attempt"] < policy["max_attempts"]:
+        _move(run, "retry")
+        delay_ms = update["retry_delay_ms"]
+        assert delay_ms is not None and delay_ms >= 0, update
+        run["attempts"][-1]["retry_delay_ms"] = delay_ms
+        run["retry_due_ms"] = at_ms + delay_ms
+        tx.put(DUE, keys.retry_due_key(job["shard"], run["retry_due_ms"], run["id"]), {"v": 1})
+        tx.effects.append(DueArmed(shard=job["shard"], due_ms=run["retry_due_ms"]))
+    else:
+        _move(run, "fail")
+        _raise_alert(tx, job, run, at_ms)
+    if run["state"] != RETRY_WAIT:
+        run["finished_ms"] = at_ms
+        settle(tx, job, run, at_ms)
+        put_job(tx, job)
+    put_run(tx, run)
+    return True
+
+
+def _release(tx: Tx, run: dict) -> None:
+    tx.delete(LEASES, keys.lease_key(run["lease_ms"], run["id"]))
+    if not run.get("queue") and run["node"] is not None:
+        tx.delete(RUNS_OPEN, keys.open_run_key(run["node"], run["id"]))
+    run["holder"], run["lease_ms"] = None, None
+
+
+def retry_due(tx: Tx, run: dict, node: str, token: int, at_ms: int) -> bool:
+    """A retry's due entry fired: queue the next attempt on the firing node
+    (the shard's owner) or in the run's worker queue."""
+    if run["state"] != RETRY_WAIT:
+        return False
+    _move(run, "due")
+    run["attempt"] += 1
+    run["token"] = token
+    run["retry_due_ms"] = None
+    _enqueue(tx, run, node, at_ms)
+    put_run(tx, run)
+    return True
+
+
+def reassign(tx: Tx, run: dict, from_node: str, to_node: str, at_ms: int) -> bool:
+    """A queued run whose node died before starting it moves to a live node."""
+    if run["state"] != QUEUED or run.get("queue") or run["node"] != from_node:
+        return False
+    _dequeue(tx, run)
+    _move(run, "reassign")
+    _enqueue(tx, run, to_node, at_ms)
+    put_run(tx, run)
+    return True
+
+
+def settle(tx: Tx, job: dict, run: dict, at_ms: int) -> None:
+    """A run left the active set: under the queue policy the next waiting run
+    of the job is queued."""
+    active = job.get("active", [])
+    if run["id"] in active:
+        active.remove(run["id"])
+    waiting = job.get("waiting", [])
+    if active or not waiting:
+        return
+    nxt = get_run(tx, waiting.pop(0))
+    assert nxt is not None and nxt["state"] == SCHEDULED, (job["id"], nxt)
+    _move(nxt, "promote")
+    _enqueue(tx, nxt, _shard_owner(tx, job) or nxt["node"], at_ms)
+    active.append(nxt["id"])
+    job["active"] = active
+    put_run(tx, nxt)
+
+
+def cancel(tx: Tx, job: dict, run: dict, at_ms: int, reason: str) -> None:
+    """Cancel an open run wherever it is; its holder is told to stop."""
+    previous = run["state"]
+    _move(run, "cancel")
+    if previous == SCHEDULED:
+        job["waiting"].remove(run["id"])
+    elif previous == QUEUED:
+        _dequeue(tx, run)
+    elif previous == RUNNING:
+        tx.effects.append(RunCancelled(run_id=run["id"], holder=run["holder"],
+                                       attempt=run["attempt"]))
+        _release(tx, run)
+        run["attempts"][-1].update(finished_ms=at_ms, error="cancelled")
+    elif previous == RETRY_WAIT:
+        tx.delete(DUE, keys.retry_due_key(job["shard"], run["retry_due_ms"], run["id"]))
+        run["retry_due_ms"] = None
+    run["reason"], run["finished_ms"] = reason, at_ms
+    if previous in ACTIVE:
+        settle(tx, job, run, at_ms)
+    put_run(tx, run)
+
+
+def _raise_alert(tx: Tx, job: dict, run: dict, at_ms: int) -> None:
+    url = (job["spec"].get("alert") or {}).get("webhook_url")
+    tx.put(ALERTS, run["id"].encode(), {"v": 1, "run_id": run["id"], "job_id": job["id"],
+                                        "url": url, "created_ms": at_ms})
+    run["alert"] = "pending"
+    tx.effects.append(AlertPending(run_id=run["id"]))
+
+
+# --- handlers --------------------------------------------------------------------------
+
+_UPDATES = {"start": start, "heartbeat": heartbeat, "finish": finish}
+
+
+def handle_run_updates(tx: Tx, cmd: dict) -> dict:
+    """Batched reports from executors: start (take the lease), heartbeat
+    (extend it), finish (end the attempt). Each is conditioned on the run's
+    state and holder; one that does not hold is refused, counted and named."""
+    accepted = []
+    for update in cmd["updates"]:
+        run = get_run(tx, update["run_id"])
+        accepted.append(run is not None and _UPDATES[update["event"]](tx, run, update))
+    stale = accepted.count(False)
+    return {"ok": True, "applied": len(accepted) - stale, "stale": stale, "accepted": accepted}
+
+
+def handle_expire_leases(tx: Tx, cmd: dict) -> dict:
+    """The reaper: attempts whose lease ran out by the proposer's `at_ms` end
+    as a retryable failure (retry_wait, or failed when attempts are spent)."""
+    expired = 0
+    for run_id, attempt, delay_ms in cmd["items"]:
+        run = get_run(tx, run_id)
+        if run is None or run["state"] != RUNNING or run["attempt"] != attempt \
+                or run["lease_ms"] > cmd["at_ms"]:
+            continue
+        update = {"holder": run["holder"], "attempt": attempt, "at_ms": cmd["at_ms"],
+                  "ok": False, "retryable": True, "retry_delay_ms": delay_ms,
+                  "error": f"lease expired: {run['holder']} stopped heartbeating"}
+        expired += int(finish(tx, run, update))
+    return {"ok": True, "expired": expired}
+
+
+def handle_reassign_runs(tx: Tx, cmd: dict) -> dict:
+    moved = 0
+    for run_id, from_node, to_node in cmd["items"]:
+        run = get_run(tx, run_id)
+        moved += int(run is not None and reassign(tx, run, from_node, to_node, cmd["at_ms"]))
+    return {"ok": True, "moved": moved}
+
+
+def handle_cancel_run(tx: Tx, cmd: dict) -> dict:
+    run = get_run(tx, cmd["run_id"])
+    if run is None:
+        return {"ok": False, "error": "not_found", "detail": f"run {cmd['run_id']} not found"}
+    if not lifecycle.allows(run["state"], "cancel"):
+        return {"ok": False, "error": "conflict",
+                "detail": f"run {run['id']} is {run['state']}; only an open run can be cancelled"}
+    job = tx.get(JOBS, keys.job_key(run["job_id"]))
+    cancel(tx, job, run, cmd["at_ms"], cmd["reason"])
+    put_job(tx, job)
+    return {"ok": True, "run": run}
+
+
+def handle_alert_done(tx: Tx, cmd: dict) -> dict:
+    run = get_run(tx, cmd["run_id"])
+    if tx.get(ALERTS, cmd["run_id"].encode()) is None or run is None:
+        return {"ok": True, "stale": True}   # another leader delivered it first
+    tx.delete(ALERTS, cmd["run_id"].encode())
+    run["alert"] = cmd["outcome"]
+    run["alert_error"] = cmd.get("error")
+    put_run(tx, run)
+    return {"ok": True, "stale": False}
+
+
+def fire_retries(tx: Tx, shard: int, node: str, token: int, at_ms: int,
+                 items: list) -> tuple[int, int]:
+    """Queue the next attempt of each retry due entry of a fire: (fired, stale)."""
+    fired = stale = 0
+    for run_id, due_ms in items:
+        due = keys.retry_due_key(shard, due_ms, run_id)
+        run = get_run(tx, run_id)
+        if tx.get(DUE, due) is None or run is None or run.get("retry_due_ms") != due_ms:
+            stale += 1
+            continue
+        tx.delete(DUE, due)
+        fired += int(retry_due(tx, run, node, token, at_ms))
+    return fired, stale
+

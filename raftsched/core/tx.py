@@ -1,0 +1,143 @@
+"""What apply reads and returns: the table names, the read view, the effects
+and the Transition, and the write buffer handlers work through.
+
+Kept apart from apply.py so the handler modules (jobs in apply.py, runs.py,
+topics.py) share them without importing each other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+from raftsched.core import keys
+
+JOBS = "jobs"
+DUE = "due"
+RUNS = "runs"
+RUNS_BY_JOB = "runs_by_job"
+RUNS_OPEN = "runs_open"      # node | run_id: runs a node must execute (queued or running)
+SHARDS = "shards"
+IDEM = "idem"
+NODES = "nodes"
+LEASES = "leases"            # expiry_ms | run_id -> holder: what the reaper scans
+READY = "ready"              # queue | queued_ms | run_id: runs waiting for a worker
+ALERTS = "alerts"            # run_id -> alert waiting for delivery
+TOPICS = "topics"            # topic | offset -> message
+TOPIC_META = "topic_meta"    # topic -> first and next offset
+TOPIC_IDEM = "topic_idem"    # topic | execution_id -> offset (a retried publish appends once)
+GROUPS = "groups"            # topic | group -> committed offset
+# Every replicated table, in digest order.
+TABLES = (JOBS, DUE, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS, IDEM, NODES, LEASES, READY, ALERTS,
+          TOPICS, TOPIC_META, TOPIC_IDEM, GROUPS)
+
+RECORD_VERSION = 1
+
+
+class View(Protocol):
+    """The narrow read interface apply needs. Values are decoded records."""
+
+    def get(self, table: str, key: bytes) -> Any | None: ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunQueued:
+    """A run is ready for an executor: `run["node"]` runs it, or, when
+    `run["queue"]` is set, a worker of that queue claims it."""
+    run: dict
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunCancelled:
+    """A run was cancelled; its holder (a node or a worker) should stop it."""
+    run_id: str
+    holder: str | None
+    attempt: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DueArmed:
+    """A due entry now exists at `due_ms` in `shard`: the trigger loop may need to wake."""
+    shard: int
+    due_ms: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ShardsAssigned:
+    """`shard` now belongs to `owner` under fencing token `token`."""
+    shard: int
+    owner: str
+    token: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NodeRenewed:
+    """`node` renewed its liveness at its own clock's `at_ms`."""
+    node: str
+    at_ms: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AlertPending:
+    """A run failed for good: the leader's alerter delivers its alert."""
+    run_id: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TopicAppended:
+    """`topic` has messages up to `offset`: wake its long-polling readers."""
+    topic: str
+    offset: int
+
+
+Effect = (RunQueued | RunCancelled | DueArmed | ShardsAssigned | NodeRenewed | AlertPending
+          | TopicAppended)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Transition:
+    """What one command does. Persist `writes` (with the index) first, then
+    perform `effects`; `result` goes back to the proposer."""
+    writes: tuple[tuple[str, bytes, Any | None], ...]
+    effects: tuple[Effect, ...]
+    result: dict
+
+
+class Tx:
+    """Reads through to the view, seeing this command's own writes first."""
+
+    _DELETED = object()
+
+    def __init__(self, view: View) -> None:
+        self._view = view
+        self._writes: dict[tuple[str, bytes], Any] = {}
+        self.effects: list[Effect] = []
+
+    def get(self, table: str, key: bytes) -> Any | None:
+        value = self._writes.get((table, key), None)
+        if value is None and (table, key) not in self._writes:
+            return self._view.get(table, key)
+        return None if value is self._DELETED else value
+
+    def put(self, table: str, key: bytes, value: Any) -> None:
+        assert value is not None
+        self._writes[(table, key)] = value
+
+    def delete(self, table: str, key: bytes) -> None:
+        self._writes[(table, key)] = self._DELETED
+
+    def transition(self, result: dict) -> Transition:
+        writes = tuple((t, k, None if v is self._DELETED else v)
+                       for (t, k), v in self._writes.items())
+        return Transition(writes=writes, effects=tuple(self.effects), result=result)
+
+
+def refuse(error: str, detail: str) -> dict:
+    return {"ok": False, "error": error, "detail": detail}
+
+
+def live_job(tx: Tx, job_id: str) -> dict | None:
+    job = tx.get(JOBS, keys.job_key(job_id))
+    if job is None or job["status"] == "deleted":
+        return None
+    return job

@@ -1,0 +1,85 @@
+"""A per-host circuit breaker for target calls.
+
+When at least `failure_ratio` of the last `window` calls to one host failed
+(by default 18 of 20), the host is open: dispatch to it pauses for `cooloff_s`,
+and the runs waiting for it stay queued, so a target that is down does not burn
+their attempts. After the cool-off one call goes through (half-open): success
+closes the breaker, failure opens it for another cool-off.
+
+A failure here is what says the host is unwell: a connection error, a
+timeout, a 5xx, a 429. A 4xx other than 429 is the request's fault, so it
+counts as the host answering. Pure: the clock is passed in.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Callable
+
+
+@dataclasses.dataclass
+class _Host:
+    outcomes: collections.deque = dataclasses.field(default_factory=collections.deque)
+    open_until: float | None = None
+    probing: bool = False
+
+
+class Breaker:
+    def __init__(self, *, window: int, failure_ratio: float, cooloff_s: float,
+                 clock: Callable[[], float], hosts_max: int = 10_000) -> None:
+        assert window >= 1
+        assert 0 < failure_ratio <= 1
+        self._window = window
+        self._ratio = failure_ratio
+        self._cooloff_s = cooloff_s
+        self._clock = clock
+        self._hosts: collections.OrderedDict[str, _Host] = collections.OrderedDict()
+        self._hosts_max = hosts_max
+        self.opened_total = 0
+
+    def _host(self, host: str) -> _Host:
+        state = self._hosts.get(host)
+        if state is None:
+            state = self._hosts[host] = _Host()
+            while len(self._hosts) > self._hosts_max:   # forget the least recently used
+                self._hosts.popitem(last=False)
+        self._hosts.move_to_end(host)
+        return state
+
+    def allow(self, host: str) -> bool:
+        """May a call to `host` start now? In half-open state, only one may."""
+        state = self._host(host)
+        if state.open_until is None:
+            return True
+        if self._clock() < state.open_until or state.probing:
+            return False
+        state.probing = True
+        return True
+
+    def retry_at(self, host: str) -> float:
+        """When a call refused by allow() should ask again (clock units)."""
+        state = self._host(host)
+        return state.open_until if state.open_until is not None else self._clock()
+
+    def record(self, host: str, ok: bool) -> None:
+        state = self._host(host)
+        if state.open_until is not None and state.probing:
+            state.probing = False
+            state.outcomes.clear()
+            state.open_until = None if ok else self._clock() + self._cooloff_s
+            if not ok:
+                self.opened_total += 1
+            return
+        state.outcomes.append(ok)
+        if len(state.outcomes) > self._window:
+            state.outcomes.popleft()
+        failures = state.outcomes.count(False)
+        if len(state.outcomes) == self._window and failures >= self._ratio * self._window:
+            state.open_until = self._clock() + self._cooloff_s
+            self.opened_total += 1
+
+    def open_hosts(self) -> list[str]:
+        now = self._clock()
+        return [h for h, s in self._hosts.items() if s.open_until is not None
+                and (now < s.open_until or s.probing)]

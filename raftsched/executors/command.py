@@ -1,0 +1,165 @@
+"""The command target executor: run argv in its own process group.
+
+    await CommandExecutor().run(attempt, target, deadline_ms) -> Outcome
+
+`target` is a validated command target (core/jobspec.py) plus
+`non_retryable_exit_codes` (from the job's retry policy). No shell unless
+`target["shell"]`; then argv is one script for `/bin/sh -c`. The child gets a
+small environment (PATH, HOME, LANG, LC_ALL, TMPDIR, TZ of this process), the
+job's env, and RAFTSCHED_* variables naming the run, which the job cannot
+override. stdout and stderr are read to the end (a child never blocks on a
+full pipe) and kept up to `output_bytes_max` each; the kept text says how much
+was dropped.
+
+On timeout, and when the awaiting task is cancelled, the whole process group
+gets SIGTERM, then SIGKILL after `kill_grace_s`: grandchildren die too. A job
+failure (exit code, timeout, a command that cannot start) is an Outcome;
+cancellation re-raises CancelledError after the group is dead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+from raftsched import limits
+from raftsched.core.timeutil import format_ms
+from raftsched.executors.base import Attempt, Outcome
+
+BASE_ENV_NAMES = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
+# After the group is killed, how long to wait for pipes that a stray process
+# (one that left the group) may still hold open.
+pipe_drain_after_kill_s = 1.0
+
+
+class _Capture:
+    """Read a stream to its end, keeping the first `limit` bytes."""
+
+    def __init__(self, name: str, limit: int) -> None:
+        self.name = name
+        self.limit = limit
+        self.kept = bytearray()
+        self.dropped = 0
+
+    async def read(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(65536):
+            room = self.limit - len(self.kept)
+            self.kept += chunk[:max(room, 0)]
+            self.dropped += max(len(chunk) - max(room, 0), 0)
+
+    def text(self) -> str:
+        text = self.kept.decode("utf-8", "replace")
+        if self.dropped:
+            text += (f"\n[raftsched: {self.dropped} bytes of {self.name} dropped over "
+                     f"output_bytes_max={self.limit}]")
+        return text
+
+
+class CommandExecutor:
+    def __init__(self, *, output_bytes_max: int = limits.output_bytes_max,
+                 kill_grace_s: float = limits.command_kill_grace_s,
+                 base_env: dict[str, str] | None = None) -> None:
+        self._output_bytes_max = output_bytes_max
+        self._kill_grace_s = kill_grace_s
+        self._base_env = base_env if base_env is not None else {
+            name: os.environ[name] for name in BASE_ENV_NAMES if name in os.environ}
+
+    def environment(self, attempt: Attempt, target: dict) -> dict[str, str]:
+        env = dict(self._base_env)
+        env.update(target.get("env") or {})
+        env.update({
+            "RAFTSCHED_EXECUTION_ID": attempt.execution_id,
+            "RAFTSCHED_JOB_ID": attempt.job_id,
+            "RAFTSCHED_RUN_ID": attempt.run_id,
+            "RAFTSCHED_SCHEDULED_FOR": format_ms(attempt.scheduled_ms) or "",
+            "RAFTSCHED_ATTEMPT": str(attempt.attempt),
+            "RAFTSCHED_FENCING_TOKEN": str(attempt.fencing_token),
+        })
+        return env
+
+    async def run(self, attempt: Attempt, target: dict, deadline_ms: int) -> Outcome:
+        started = time.monotonic()
+        timeout_s = max(0.001, min(target["timeout_s"], deadline_ms / 1000 - time.time()))
+        argv = ["/bin/sh", "-c", target["argv"][0]] if target.get("shell") else target["argv"]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, cwd=target.get("cwd"),
+                env=self.environment(attempt, target), start_new_session=True)
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            return Outcome(ok=False, retryable=False, duration_ms=_since(started),
+                           error=_short(f"cannot start command: {exc}"))
+        out = _Capture("stdout", self._output_bytes_max)
+        err = _Capture("stderr", self._output_bytes_max)
+        readers = asyncio.gather(out.read(proc.stdout), err.read(proc.stderr))  # type: ignore
+        timed_out = False
+        try:
+            await asyncio.wait_for(asyncio.shield(self._finish(proc, readers)), timeout_s)
+        except asyncio.TimeoutError:
+            timed_out = True
+            await self._kill_group(proc, readers)
+        except asyncio.CancelledError:
+            await self._kill_group(proc, readers)
+            raise
+        finally:
+            if proc.returncode is None:   # an unexpected error: leave nothing behind
+                await self._kill_group(proc, readers)
+        return self._outcome(proc.returncode, timed_out, timeout_s, out, err, target,
+                             _since(started))
+
+    @staticmethod
+    async def _finish(proc: asyncio.subprocess.Process, readers: asyncio.Future) -> None:
+        await readers
+        await proc.wait()
+
+    async def _kill_group(self, proc: asyncio.subprocess.Process,
+                          readers: asyncio.Future) -> None:
+        self._signal_group(proc, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(proc.wait()), self._kill_grace_s)
+        except asyncio.TimeoutError:
+            pass
+        # The leader may have exited on TERM while its children ignored it.
+        self._signal_group(proc, signal.SIGKILL)
+        await proc.wait()
+        try:
+            await asyncio.wait_for(asyncio.shield(readers), pipe_drain_after_kill_s)
+        except asyncio.TimeoutError:
+            readers.cancel()
+
+    @staticmethod
+    def _signal_group(proc: asyncio.subprocess.Process, sig: int) -> None:
+        try:
+            os.killpg(proc.pid, sig)   # start_new_session: the group id is the pid
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    @staticmethod
+    def _outcome(code: int | None, timed_out: bool, timeout_s: float, out: _Capture,
+                 err: _Capture, target: dict, duration_ms: int) -> Outcome:
+        output = {"stdout": out.text(), "stderr": err.text(),
+                  "truncated": {"stdout": out.dropped, "stderr": err.dropped}}
+        if timed_out:
+            return Outcome(ok=False, retryable=True, output=output, duration_ms=duration_ms,
+                           error=f"timed out after {timeout_s:g} s; process group killed")
+        assert code is not None
+        if code == 0:
+            return Outcome(ok=True, exit_code=0, output=output, duration_ms=duration_ms)
+        if code < 0:
+            return Outcome(ok=False, exit_code=code, output=output, duration_ms=duration_ms,
+                           error=f"killed by {signal.Signals(-code).name}")
+        last = err.kept.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+        return Outcome(ok=False, exit_code=code, output=output, duration_ms=duration_ms,
+                       retryable=code not in (target.get("non_retryable_exit_codes") or ()),
+                       error=_short(f"exit code {code}" + (f": {last[0]}" if last[0] else "")))
+
+
+def _since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
+
+
+def _short(text: str) -> str:
+    limit = limits.run_error_chars_max
+    return text if len(text) <= limit else text[: limit - 1] + "…"

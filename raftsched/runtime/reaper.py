@@ -1,0 +1,183 @@
+"""Leader-only housekeeping of runs: the reaper and the alerter.
+
+The reaper, every `reaper_period_ms`:
+  - ends every attempt whose lease expired before now (its holder, a node or
+    a worker, died, froze or was cut off) as a retryable failure: the run is
+    retried after a backoff drawn here, or failed when attempts are spent;
+  - moves queued runs off nodes that are not live (they were fired there and
+    never started) to the owner of the job's shard.
+
+The alerter delivers each pending failure alert (a run failed for good) to the
+job's `alert.webhook_url`, or the cluster default `--alert-webhook-url`, with
+`Idempotency-Key: alert_<run_id>`, retrying `alert_attempts_max` times with a
+doubling wait, then records the outcome. A leader change mid-delivery may send
+an alert twice; the key lets the receiver drop the repeat.
+
+Lease expiry is judged by the leader's clock against the holder's: nodes
+must keep their clocks in step (NTP), well inside the lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+from raftsched import limits
+from raftsched.core import commands, keys, retry
+from raftsched.core.apply import ALERTS, JOBS, LEASES, NODES, RUNS, RUNS_OPEN, SHARDS
+from raftsched.core.timeutil import format_ms
+from raftsched.errors import Unavailable
+
+if TYPE_CHECKING:
+    from raftsched.runtime.node import Node
+
+log = logging.getLogger("raftsched.reaper")
+
+
+class Reaper:
+    def __init__(self, node: "Node") -> None:
+        self._node = node
+        self._delivering: set[str] = set()
+        self.expired_total = 0
+        self.reassigned_total = 0
+        self.alerts_sent_total = 0
+        self.alerts_failed_total = 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(limits.reaper_period_ms / 1000)
+            if not self._node.replicator.is_leader():
+                continue
+            try:
+                await self.maybe_expire_leases()
+                await self.maybe_reassign_orphans()
+                self.maybe_deliver_alerts()
+            except Unavailable as exc:
+                log.warning("reaper pass not committed: %s", exc.detail)
+            except Exception:
+                log.exception("reaper pass failed")
+
+    async def maybe_expire_leases(self) -> bool:
+        node = self._node
+        now = node.now_ms()
+        rows = node.store.scan(LEASES, stop=keys.u64(now), limit=limits.reaper_batch_max)
+        items = []
+        for key, holder in rows:
+            _, run_id = keys.parse_lease_key(key)
+            run = node.store.get(RUNS, run_id.encode())
+            if run is None or run["state"] != "running":
+                continue
+            job = node.store.get(JOBS, keys.job_key(run["job_id"]))
+            policy = retry.policy_of(job["spec"].get("retry"))
+            items.append((run_id, run["attempt"],
+                          retry.draw_delay_ms(policy, run["attempt"], random.random)))
+            log.warning("run %s attempt %d: lease held by %s expired %d ms ago; ending the "
+                        "attempt", run_id, run["attempt"], holder, now - run["lease_ms"])
+        if not items:
+            return False
+        result = await node.propose(commands.expire_leases(items=items, at_ms=now))
+        self.expired_total += result["expired"]
+        return True
+
+    async def maybe_reassign_orphans(self) -> bool:
+        node = self._node
+        live = node.coordinator.live_nodes()
+        items = []
+        for _, rec in node.store.scan(NODES):
+            if rec["id"] in live:
+                continue
+            prefix = keys.open_run_prefix(rec["id"])
+            for key, _ in node.store.scan(RUNS_OPEN, start=prefix, stop=keys.prefix_end(prefix),
+                                          limit=limits.reaper_batch_max - len(items)):
+                run = node.store.get(RUNS, key[len(prefix):])
+                if run is not None and run["state"] == "queued":
+                    items.append((run["id"], rec["id"], self._new_home(run, live)))
+        if not items:
+            return False
+        log.info("moving %d queued runs off nodes that are not live", len(items))
+        result = await node.propose(commands.reassign_runs(items=items, at_ms=node.now_ms()))
+        self.reassigned_total += result["moved"]
+        return True
+
+    def _new_home(self, run: dict, live: list[str]) -> str:
+        job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
+        state = self._node.store.get(SHARDS, keys.shard_key(job["shard"]))
+        owner = state["owner"] if state else None
+        if owner in live:
+            return owner
+        return live[keys.stable_hash(run["id"]) % len(live)]
+
+    # --- alerts -----------------------------------------------------------------------
+
+    def maybe_deliver_alerts(self) -> None:
+        for _, alert in self._node.store.scan(ALERTS, limit=limits.reaper_batch_max):
+            if alert["run_id"] not in self._delivering:
+                self._delivering.add(alert["run_id"])
+                task = asyncio.ensure_future(self._deliver(alert))
+                task.add_done_callback(lambda _, r=alert["run_id"]: self._delivering.discard(r))
+
+    async def _deliver(self, alert: dict) -> None:
+        node = self._node
+        url = alert["url"] or node.config.alert_webhook_url
+        if url is None:
+            log.warning("run %s of job %s failed for good; no alert webhook (neither the job's "
+                        "alert.webhook_url nor --alert-webhook-url)", alert["run_id"],
+                        alert["job_id"])
+            await self._done(alert, "no_webhook", None)
+            return
+        body = self._payload(alert)
+        wait_s = limits.alert_retry_base_s
+        error = None
+        for attempt in range(1, limits.alert_attempts_max + 1):
+            if not node.replicator.is_leader():
+                return   # the next leader delivers it
+            error = await self._post(url, alert, body)
+            if error is None:
+                self.alerts_sent_total += 1
+                log.info("alert for run %s delivered to %s", alert["run_id"], url)
+                await self._done(alert, "sent", None)
+                return
+            log.warning("alert for run %s to %s failed (attempt %d of %d): %s",
+                        alert["run_id"], url, attempt, limits.alert_attempts_max, error)
+            await asyncio.sleep(wait_s)
+            wait_s *= 2
+        self.alerts_failed_total += 1
+        await self._done(alert, "undeliverable", error)
+
+    def _payload(self, alert: dict) -> dict:
+        store = self._node.store
+        run = store.get(RUNS, alert["run_id"].encode())
+        job = store.get(JOBS, keys.job_key(alert["job_id"]))
+        last = run["attempts"][-1] if run["attempts"] else {}
+        return {"type": "run_failed", "alert_id": "alert_" + run["id"], "run_id": run["id"],
+                "job_id": job["id"], "job_name": job["spec"]["name"],
+                "execution_id": run["execution_id"],
+                "scheduled_for": format_ms(run["scheduled_ms"]),
+                "attempts": len(run["attempts"]), "last_error": run["error"],
+                "http_status": last.get("http_status"), "exit_code": last.get("exit_code")}
+
+    async def _post(self, url: str, alert: dict, body: dict) -> str | None:
+        headers = {"Idempotency-Key": "alert_" + alert["run_id"]}
+        try:
+            timeout = aiohttp.ClientTimeout(total=limits.alert_timeout_s)
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                async with session.post(url, json=body, headers=headers) as response:
+                    if 200 <= response.status < 300:
+                        return None
+                    return f"HTTP {response.status}"
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    async def _done(self, alert: dict, outcome: str, error: str | None) -> None:
+        try:
+            await self._node.propose(commands.alert_done(
+                run_id=alert["run_id"], outcome=outcome, error=error, at_ms=self._node.now_ms()))
+        except Unavailable as exc:
+            # The alert stays pending; a later pass (here or on the next leader)
+            # sends it again, under the same Idempotency-Key.
+            log.warning("alert outcome for run %s not committed: %s", alert["run_id"],
+                        exc.detail)

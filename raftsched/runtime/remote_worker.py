@@ -1,0 +1,216 @@
+"""`raftsched worker`: run the command targets of one queue, for the cluster.
+
+    raftsched worker --cluster http://a:8701,http://b:8701 --queue batch --concurrency 4
+
+The worker long-polls a node for runs of its queue (claim), executes each with
+the command executor, heartbeats every run it holds (the node answers which
+leases are gone: those runs were cancelled or expired, and the worker kills
+them), and reports each completion with its output until a node has accepted
+it. Any node will do: on a connection error, a timeout or a 503 the worker
+moves to the next URL. A worker killed mid-run loses its leases; the reaper
+then retries those runs elsewhere, with the same execution id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+import aiohttp
+
+from raftsched import limits
+from raftsched.executors.base import Attempt, Outcome
+from raftsched.executors.command import CommandExecutor
+
+log = logging.getLogger("raftsched.worker")
+
+# Wait of one claim long poll; a node holds the request this long when idle.
+claim_wait_s = 20.0
+# Pause after every node failed to answer, before trying them all again.
+unreachable_pause_s = 0.5
+
+
+class NoNodeAnswered(Exception):
+    pass
+
+
+class RemoteWorker:
+    def __init__(self, urls: list[str], queue: str, concurrency: int, worker_id: str,
+                 executor: CommandExecutor | None = None) -> None:
+        assert urls
+        assert concurrency >= 1
+        self._urls = [u.rstrip("/") for u in urls]
+        self._current = 0
+        self.queue = queue
+        self.worker_id = worker_id
+        self._concurrency = concurrency
+        self._executor = executor or CommandExecutor()
+        self._running: dict[str, tuple[dict, asyncio.Task]] = {}
+        self._results: list[dict] = []
+        self._results_ready = asyncio.Event()
+        self._heartbeat_s = limits.run_heartbeat_ms_default / 1000
+        self._session: aiohttp.ClientSession | None = None
+        self.completed_total = 0
+
+    async def _post(self, path: str, body: dict, timeout_s: float) -> Any:
+        """POST to the current node, failing over through the others."""
+        assert self._session is not None
+        for _ in range(len(self._urls)):
+            url = self._urls[self._current] + path
+            try:
+                async with self._session.post(
+                        url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                    if resp.status < 500:
+                        data = await resp.json()
+                        if resp.status >= 400:
+                            raise RuntimeError(f"{url}: {resp.status} {data}")
+                        return data
+                    log.warning("%s answered %d; trying the next node", url, resp.status)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                log.warning("%s: %s; trying the next node", url, type(exc).__name__)
+            self._current = (self._current + 1) % len(self._urls)
+        raise NoNodeAnswered(f"no node of {', '.join(self._urls)} answered")
+
+    async def run(self) -> None:
+        async with aiohttp.ClientSession() as session:
+            self._session = session
+            loops = [asyncio.ensure_future(c) for c in
+                     (self._claim_loop(), self._heartbeat_loop(), self._report_loop())]
+            try:
+                await asyncio.gather(*loops)
+            finally:
+                for task in loops:
+                    task.cancel()
+                for _, task in list(self._running.values()):
+                    task.cancel()
+                await asyncio.gather(*loops, *(t for _, t in self._running.values()),
+                                     return_exceptions=True)
+
+    async def _claim_loop(self) -> None:
+        base = f"/v1/workers/{self.worker_id}"
+        while True:
+            free = self._concurrency - len(self._running)
+            if free <= 0:
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                data = await self._post(base + "/claim", {"queue": self.queue, "max": free,
+                                                          "wait_s": claim_wait_s},
+                                        claim_wait_s + limits.propose_timeout_s + 5)
+            except NoNodeAnswered as exc:
+                log.warning("%s", exc)
+                await asyncio.sleep(unreachable_pause_s)
+                continue
+            for assignment in data["runs"]:
+                self._heartbeat_s = assignment["heartbeat_ms"] / 1000
+                task = asyncio.ensure_future(self._execute(assignment))
+                self._running[assignment["run_id"]] = (assignment, task)
+
+    async def _execute(self, assignment: dict) -> None:
+        attempt = Attempt(run_id=assignment["run_id"], job_id=assignment["job_id"],
+                          execution_id=assignment["execution_id"],
+                          scheduled_ms=assignment["scheduled_ms"],
+                          attempt=assignment["attempt"],
+                          fencing_token=assignment["fencing_token"])
+        target = assignment["target"]
+        log.info("run %s attempt %d: starting %s", attempt.run_id, attempt.attempt,
+                 target["argv"][0])
+        try:
+            deadline_ms = _now_ms() + int(target["timeout_s"] * 1000)
+            outcome = await self._executor.run(attempt, target, deadline_ms)
+        except asyncio.CancelledError:
+            log.warning("run %s attempt %d: stopped (lease gone or cancelled)", attempt.run_id,
+                        attempt.attempt)
+            return
+        finally:
+            self._running.pop(attempt.run_id, None)
+        self._results.append(_result(attempt, outcome))
+        self._results_ready.set()
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_s)
+            beats = [{"run_id": rid, "attempt": a["attempt"]}
+                     for rid, (a, _) in self._running.items()]
+            if not beats:
+                continue
+            try:
+                data = await self._post(f"/v1/workers/{self.worker_id}/heartbeat",
+                                        {"runs": beats}, self._heartbeat_s * 2)
+            except NoNodeAnswered as exc:
+                log.warning("heartbeat: %s", exc)
+                continue
+            for run_id in data["lost"]:
+                entry = self._running.get(run_id)
+                if entry is not None:
+                    entry[1].cancel()
+
+    async def _report_loop(self) -> None:
+        while True:
+            await self._results_ready.wait()
+            batch = self._results[:limits.worker_claim_max]
+            try:
+                data = await self._post(f"/v1/workers/{self.worker_id}/complete",
+                                        {"results": batch}, limits.propose_timeout_s + 5)
+            except NoNodeAnswered as exc:
+                log.warning("completion of %d runs: %s; retrying", len(batch), exc)
+                await asyncio.sleep(unreachable_pause_s)
+                continue
+            del self._results[:len(batch)]
+            if not self._results:
+                self._results_ready.clear()
+            for result, accepted in zip(batch, data["accepted"]):
+                self.completed_total += 1
+                if not accepted:
+                    log.warning("run %s attempt %d: completion refused (lease was gone)",
+                                result["run_id"], result["attempt"])
+
+
+def _result(attempt: Attempt, outcome: Outcome) -> dict:
+    return {"run_id": attempt.run_id, "attempt": attempt.attempt, "ok": outcome.ok,
+            "exit_code": outcome.exit_code, "error": outcome.error,
+            "retryable": outcome.retryable, "output": outcome.output,
+            "duration_ms": outcome.duration_ms}
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def run_worker_cli(args: Any) -> int:
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s worker %(levelname)s %(name)s: %(message)s")
+    urls = [u.strip() for u in args.cluster.split(",") if u.strip()]
+    if not urls:
+        print("raftsched worker: --cluster needs at least one node URL", file=sys.stderr)
+        return 2
+    if args.queue == "default":
+        print("raftsched worker: the default queue is served by the nodes' embedded workers; "
+              "give command targets a queue name and run workers for that", file=sys.stderr)
+        return 2
+    if args.concurrency < 1:
+        print("raftsched worker: --concurrency must be at least 1", file=sys.stderr)
+        return 2
+    worker_id = args.id or f"{socket.gethostname()}-{os.getpid()}"
+    worker = RemoteWorker(urls, args.queue, args.concurrency, worker_id)
+    log.info("worker %s serving queue %s with %d slots for %s", worker_id, args.queue,
+             args.concurrency, ", ".join(urls))
+
+    async def main() -> None:
+        task = asyncio.ensure_future(worker.run())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            await task
+        except asyncio.CancelledError:
+            log.info("worker %s stopping", worker_id)
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,132 @@
+"""The node's side of remote workers: claim, heartbeat, complete.
+
+A worker (`raftsched worker`) long-polls any node for runs of its queue. The
+node reads its READY index, proposes `start` for some of them with the
+worker as holder (through the Reporter, so many workers' claims share Raft
+entries), and answers with the runs apply granted: a run two workers race
+for goes to one. Heartbeats extend the worker's leases; one refused means the
+run was cancelled or its lease expired, and the worker stops it. Completions
+are reported with the output, which this node keeps (off Raft) in its output
+store; this node draws the retry delay.
+
+Holders are named `worker:<id>` so they never collide with node ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import TYPE_CHECKING
+
+from raftsched import limits
+from raftsched.core import keys, retry
+from raftsched.core.apply import JOBS, READY, RUNS
+from raftsched.core.timeutil import format_ms
+from raftsched.executors.base import Outcome
+from raftsched.runtime.dispatcher import finish_update
+
+if TYPE_CHECKING:
+    from raftsched.runtime.node import Node
+
+
+def holder_of(worker_id: str) -> str:
+    return "worker:" + worker_id
+
+
+class WorkerService:
+    def __init__(self, node: "Node") -> None:
+        self._node = node
+        self._queued: dict[str, asyncio.Event] = {}
+        self.claimed_total = 0
+
+    def queued(self, queue: str) -> None:
+        """Loop thread, from apply's RunQueued for a worker queue: wake its claimers."""
+        event = self._queued.get(queue)
+        if event is not None:
+            event.set()
+
+    async def claim(self, worker_id: str, queue: str, max_runs: int, wait_s: float) -> list[dict]:
+        deadline = time.monotonic() + wait_s
+        while True:
+            event = self._queued.setdefault(queue, asyncio.Event())
+            event.clear()
+            granted = await self._try_claim(worker_id, queue, max_runs)
+            remaining = deadline - time.monotonic()
+            if granted or remaining <= 0:
+                return granted
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except asyncio.TimeoutError:
+                return []
+
+    async def _try_claim(self, worker_id: str, queue: str, max_runs: int) -> list[dict]:
+        node = self._node
+        prefix = keys.ready_prefix(queue)
+        rows = node.store.scan(READY, start=prefix, stop=keys.prefix_end(prefix),
+                               limit=max_runs * 4)
+        # Workers racing for the head of the queue would mostly collide: each
+        # picks a random few of the oldest.
+        picked = random.sample(rows, min(max_runs, len(rows)))
+        runs = [node.store.get(RUNS, key[len(prefix) + 8:]) for key, _ in picked]
+        runs = [r for r in runs if r is not None and r["state"] == "queued"]
+        lease_ms = node.now_ms() + node.config.run_lease_ms
+        futures = [node.reporter.send({"run_id": r["id"], "event": "start",
+                                       "holder": holder_of(worker_id), "attempt": r["attempt"],
+                                       "at_ms": node.now_ms(), "lease_ms": lease_ms})
+                   for r in runs]
+        granted = []
+        for run, future in zip(runs, futures):
+            if await future:
+                granted.append(self._assignment(run, lease_ms))
+        self.claimed_total += len(granted)
+        return granted
+
+    def _assignment(self, run: dict, lease_ms: int) -> dict:
+        job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
+        codes = retry.policy_of(job["spec"].get("retry"))["non_retryable_exit_codes"]
+        return {"run_id": run["id"], "job_id": run["job_id"], "attempt": run["attempt"],
+                "execution_id": run["execution_id"], "scheduled_ms": run["scheduled_ms"],
+                "scheduled_for": format_ms(run["scheduled_ms"]),
+                "fencing_token": run.get("token", 0), "lease_expires_ms": lease_ms,
+                "heartbeat_ms": self._node.config.run_heartbeat_ms,
+                "target": dict(job["spec"]["target"], non_retryable_exit_codes=codes)}
+
+    async def heartbeat(self, worker_id: str, beats: list[dict]) -> list[str]:
+        """Extend the leases; return the run ids whose lease is gone (stop them)."""
+        node = self._node
+        lease_ms = node.now_ms() + node.config.run_lease_ms
+        futures = [(b["run_id"], node.reporter.send({
+            "run_id": b["run_id"], "event": "heartbeat", "holder": holder_of(worker_id),
+            "attempt": b["attempt"], "at_ms": node.now_ms(), "lease_ms": lease_ms}))
+            for b in beats]
+        return [run_id for run_id, future in futures if not await future]
+
+    async def complete(self, worker_id: str, results: list[dict]) -> list[bool]:
+        node = self._node
+        futures = []
+        for result in results:
+            run = node.store.get(RUNS, result["run_id"].encode())
+            if run is None:
+                futures.append(None)
+                continue
+            run = dict(run, attempt=result["attempt"])
+            outcome = Outcome(ok=result["ok"], exit_code=result.get("exit_code"),
+                              error=result.get("error"), retryable=result.get("retryable", True),
+                              output=result.get("output"))
+            if outcome.output:
+                node.outputs.put(run["id"], run["attempt"],
+                                 dict(outcome.output, holder=holder_of(worker_id),
+                                      exit_code=outcome.exit_code), now_ms=node.now_ms())
+            job = node.store.get(JOBS, keys.job_key(run["job_id"]))
+            futures.append(node.reporter.send(finish_update(
+                node, run, holder_of(worker_id), outcome,
+                retry.policy_of(job["spec"].get("retry")))))
+        return [bool(f is not None and await f) for f in futures]
+
+
+def validate_claim_wait(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 <= value <= limits.worker_claim_wait_s_max:
+        raise ValueError(f"wait_s must be a number from 0 to {limits.worker_claim_wait_s_max:g}")
+    return float(value)

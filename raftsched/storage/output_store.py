@@ -1,0 +1,250 @@
+"""The per-node output store: run output kept off the Raft log.
+
+What it keeps: one record per (run_id, attempt) holding the attempt's output as
+the executor produced it (stdout, stderr, the head of an HTTP response body,
+what was truncated, exit_code, http_status, holder), plus "v", "attempt" and
+"stored_ms". The node that received the output keeps it; the replicated run
+record only names that node (`output_node`). Nothing here is replicated,
+digested or part of a snapshot, and its directory (e.g. <data_dir>/output) is
+separate from the replicated state.
+
+Contract:
+  put(run_id, attempt, record, now_ms) -> bool
+      Stores the record, replacing an earlier one of the same (run_id, attempt)
+      (a completion reported twice), then deletes the oldest records until
+      bytes <= bytes_max, in the same transaction: the bound holds after every
+      put. Returns whether the record is stored (False: it alone is larger
+      than bytes_max, or the LMDB map is full; output is best effort).
+  get(run_id) -> list[dict]
+      Every stored attempt of the run, ascending attempt; [] if none.
+  prune(now_ms) -> int
+      Deletes records stored more than retention_s before now_ms, then the
+      oldest until bytes <= bytes_max; returns how many it deleted.
+  stats() -> {"records": n, "bytes": total}
+      `bytes` is the sum of the packed record sizes, kept exact in the write
+      transaction of every put and delete. LMDB keys and page overhead come
+      on top, so the directory is larger than `bytes` (the map leaves room).
+
+Layout, one LMDB environment with three named databases:
+  by_run   run_id + b"\\x00" + u16 attempt -> packed record
+  by_time  u64 stored_ms + <by_run key>   -> b""   (oldest first, for pruning)
+  meta     bytes_total (u64), schema_version (u64)
+Integers are big-endian, so byte order is attempt order and time order. The NUL
+after run_id ends the prefix, so run_a never sees run_ab's records; a run_id
+containing NUL is refused.
+
+Durability: best effort, by design. Writes are not fsynced (sync=False,
+metasync=False): a committed put is in the OS page cache and survives the
+process being killed, the last seconds of output may be lost on a power loss,
+and all of it is lost with the node's disk. That is the documented trade for
+keeping output (up to limits.output_bytes_max per stream per attempt) out of
+Raft, where every node would store and replay it. Losing output never changes
+a run's state.
+
+Threads: put and prune write; LMDB's lock serializes write transactions, and
+py-lmdb releases the GIL while one waits. get and stats may run on other
+threads at the same time: each reads in its own read transaction, sees the
+last committed state and never blocks the writer (py-lmdb opens the
+environment with MDB_NOTLS, so a read transaction is not tied to a thread).
+close() must come after every other call has returned.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from typing import Any
+
+import lmdb
+
+from raftsched import limits
+from raftsched.core import codec
+from raftsched.errors import InvariantBroken
+
+log = logging.getLogger("raftsched.output")
+
+RECORD_VERSION = 1
+SCHEMA_VERSION = 1
+_U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
+_TOTAL = b"bytes_total"
+_SCHEMA = b"schema_version"
+_RESERVED = ("v", "attempt", "stored_ms")
+# LMDB refuses keys over 511 bytes; a by_time key is 8 + run_id + 3 bytes.
+_run_id_bytes_max = 500
+# Deletions per write transaction in prune(). A week of expired output can be
+# millions of records; one transaction for all of them would hold the write
+# lock and pin dirty pages throughout, so prune() commits every this many.
+prune_txn_records_max = 10_000
+# Default map size, in multiples of bytes_max: records just over a page take
+# two 4 KiB overflow pages, and freed pages are reused only once older readers
+# finish, so the file can be a few times `bytes`. The map is address space (a
+# sparse file on Linux), not disk.
+_map_size_factor = 4
+_map_size_min = 64 * 1024 ** 2
+
+
+class OutputStore:
+    def __init__(self, path: str, *, bytes_max: int = limits.output_store_bytes_max,
+                 retention_s: float = limits.output_retention_s,
+                 map_size: int | None = None) -> None:
+        """map_size None: _map_size_factor * bytes_max, at least _map_size_min."""
+        if bytes_max <= 0:
+            raise ValueError(f"bytes_max must be positive, not {bytes_max}")
+        if retention_s <= 0:
+            raise ValueError(f"retention_s must be positive, not {retention_s}")
+        self._bytes_max = bytes_max
+        self._retention_ms = int(retention_s * 1000)
+        if map_size is None:
+            map_size = max(_map_size_factor * bytes_max, _map_size_min)
+        os.makedirs(path, exist_ok=True)
+        self._env = lmdb.open(path, map_size=map_size, max_dbs=3, subdir=True, sync=False,
+                              metasync=False, writemap=False, lock=True, readahead=False,
+                              max_readers=256)
+        self._by_run = self._env.open_db(b"by_run")
+        self._by_time = self._env.open_db(b"by_time")
+        self._meta = self._env.open_db(b"meta")
+        self._closed = False
+        self._check_schema(path)
+        # bytes_max may be lower than when the records were stored; restore the
+        # bound now rather than in the first put's transaction.
+        self._prune_batched(cutoff_ms=None)
+
+    def put(self, run_id: str, attempt: int, record: dict, *, now_ms: int) -> bool:
+        run_key = _run_key(run_id, attempt)
+        packed = codec.pack(_stamped(record, attempt, now_ms))
+        try:
+            with self._env.begin(write=True) as txn:
+                total = self._total(txn) - self._remove(txn, run_key) + len(packed)
+                txn.put(run_key, packed, db=self._by_run)
+                txn.put(_U64.pack(now_ms) + run_key, b"", db=self._by_time)
+                # Unbounded count, but each put overflows by at most its own size.
+                total, _ = self._evict(txn, total, cutoff_ms=None, count_max=None)
+                txn.put(_TOTAL, _U64.pack(total), db=self._meta)
+                kept = txn.get(run_key, db=self._by_run) is not None
+        except lmdb.MapFullError:
+            log.warning("output of %s attempt %d dropped: the output store's map is full",
+                        run_id, attempt)
+            return False
+        return kept
+
+    def get(self, run_id: str) -> list[dict]:
+        prefix = _run_prefix(run_id)
+        out: list[dict] = []
+        with self._env.begin(db=self._by_run) as txn:
+            cursor = txn.cursor()
+            items = cursor.iternext() if cursor.set_range(prefix) else iter(())
+            for key, raw in items:
+                if not key.startswith(prefix):
+                    break
+                out.append(_checked(codec.unpack(raw)))
+        return out
+
+    def prune(self, *, now_ms: int) -> int:
+        return self._prune_batched(cutoff_ms=now_ms - self._retention_ms)
+
+    def stats(self) -> dict:
+        with self._env.begin() as txn:
+            return {"records": txn.stat(self._by_run)["entries"], "bytes": self._total(txn)}
+
+    def close(self) -> None:
+        """Flush to disk and close; a second close does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        self._env.sync(True)
+        self._env.close()
+
+    def _check_schema(self, path: str) -> None:
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(_SCHEMA, db=self._meta)
+            if raw is None:
+                txn.put(_SCHEMA, _U64.pack(SCHEMA_VERSION), db=self._meta)
+            elif _U64.unpack(raw)[0] != SCHEMA_VERSION:
+                raise InvariantBroken(f"{path}: output store schema {_U64.unpack(raw)[0]}, "
+                                      f"this build reads {SCHEMA_VERSION}")
+
+    def _prune_batched(self, *, cutoff_ms: int | None) -> int:
+        """Evict in transactions of at most prune_txn_records_max deletions."""
+        deleted_all = 0
+        while True:
+            with self._env.begin(write=True) as txn:
+                total, deleted = self._evict(txn, self._total(txn), cutoff_ms=cutoff_ms,
+                                             count_max=prune_txn_records_max)
+                if deleted:
+                    txn.put(_TOTAL, _U64.pack(total), db=self._meta)
+            deleted_all += deleted
+            if deleted < prune_txn_records_max:
+                return deleted_all
+
+    def _evict(self, txn: Any, total: int, *, cutoff_ms: int | None,
+               count_max: int | None) -> tuple[int, int]:
+        """Delete oldest first while the oldest was stored before cutoff_ms or
+        total > bytes_max. Expired records are a prefix of by_time, so this is
+        "age first, then size". Returns (total, deleted)."""
+        deleted = 0
+        while count_max is None or deleted < count_max:
+            oldest = self._oldest(txn)
+            if oldest is None:
+                break
+            expired = cutoff_ms is not None and _U64.unpack_from(oldest)[0] < cutoff_ms
+            if not expired and total <= self._bytes_max:
+                break
+            size = self._remove(txn, oldest[_U64.size:])
+            # Without this the loop would find the same dangling entry forever.
+            if size == 0:
+                raise InvariantBroken(f"output by_time entry {oldest!r} has no record")
+            total -= size
+            deleted += 1
+        return total, deleted
+
+    def _oldest(self, txn: Any) -> bytes | None:
+        with txn.cursor(db=self._by_time) as cursor:
+            return bytes(cursor.key()) if cursor.first() else None
+
+    def _remove(self, txn: Any, run_key: bytes) -> int:
+        """Delete the record at run_key and its by_time entry; return its size (0 if absent)."""
+        raw = txn.get(run_key, db=self._by_run)
+        if raw is None:
+            return 0
+        stored_ms = _checked(codec.unpack(raw))["stored_ms"]
+        txn.delete(run_key, db=self._by_run)
+        if not txn.delete(_U64.pack(stored_ms) + run_key, db=self._by_time):
+            raise InvariantBroken(f"output record {run_key!r} has no by_time entry")
+        return len(raw)
+
+    def _total(self, txn: Any) -> int:
+        raw = txn.get(_TOTAL, db=self._meta)
+        return 0 if raw is None else _U64.unpack(raw)[0]
+
+
+def _run_prefix(run_id: str) -> bytes:
+    encoded = run_id.encode()
+    if b"\x00" in encoded:
+        raise ValueError(f"run_id {run_id!r} contains NUL, which ends the key prefix")
+    if len(encoded) > _run_id_bytes_max:
+        raise ValueError(f"run_id is {len(encoded)} bytes, at most {_run_id_bytes_max}")
+    return encoded + b"\x00"
+
+
+def _run_key(run_id: str, attempt: int) -> bytes:
+    if not 0 <= attempt <= 0xFFFF:
+        raise ValueError(f"attempt {attempt} does not fit in u16")
+    return _run_prefix(run_id) + _U16.pack(attempt)
+
+
+def _stamped(record: dict, attempt: int, now_ms: int) -> dict:
+    clashing = [k for k in _RESERVED if k in record]
+    if clashing:
+        raise ValueError(f"record members {clashing} are set by the store")
+    if now_ms < 0:
+        raise ValueError(f"now_ms {now_ms} is negative")
+    return {"v": RECORD_VERSION, "attempt": attempt, "stored_ms": now_ms, **record}
+
+
+def _checked(record: dict) -> dict:
+    if record.get("v") != RECORD_VERSION:
+        raise InvariantBroken(f"output record version {record.get('v')!r}, "
+                              f"this build reads {RECORD_VERSION}")
+    return record
