@@ -19,7 +19,6 @@ import random
 import time
 from typing import TYPE_CHECKING
 
-from raftsched import limits
 from raftsched.core import keys, retry
 from raftsched.core.apply import JOBS, READY, RUNS
 from raftsched.core.timeutil import format_ms
@@ -124,9 +123,3 @@ class WorkerService:
                 retry.policy_of(job["spec"].get("retry")))))
         return [bool(f is not None and await f) for f in futures]
 
-
-def validate_claim_wait(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not 0 <= value <= limits.worker_claim_wait_s_max:
-        raise ValueError(f"wait_s must be a number from 0 to {limits.worker_claim_wait_s_max:g}")
-    return float(value)
