@@ -258,7 +258,8 @@ def test_publish_target_appends_to_a_topic_read_by_long_poll_and_groups(shared_c
     assert message["execution_id"] == run["execution_id"]
     commit = shared_cluster.api("n1", "PUT", f"{base}/groups/billing", {"offset": 1})
     assert commit.status == 200, commit
-    after_group = shared_cluster.api("n2", "GET", f"{base}/messages?group=billing&wait_s=0")
+    after_group = shared_cluster.api("n2", "GET", f"{base}/messages?group=billing&wait_s=0"
+                                                                  "&consistent=true")
     assert after_group.body["messages"] == []
     bad = shared_cluster.api("n1", "PUT", f"{base}/groups/billing", {"offset": 99})
     assert bad.status == 400

@@ -36,6 +36,12 @@ def _run(node: "Node", run_id: str) -> dict:
     return run
 
 
+async def _maybe_consistent(request: web.Request) -> None:
+    """`?consistent=true`: read after this node applied what the leader had committed."""
+    if request.query.get("consistent", "").lower() in ("1", "true", "yes"):
+        await node_of(request).wait_caught_up()
+
+
 # --- runs ------------------------------------------------------------------------------
 
 async def cancel_run(request: web.Request) -> web.Response:
@@ -108,6 +114,7 @@ async def topic_messages(request: web.Request) -> web.Response:
     """Messages with offset > after, oldest first; waits up to wait_s for one.
     Without `after`, a `group` starts from its committed offset (else 0)."""
     node = node_of(request)
+    await _maybe_consistent(request)
     topic = request.match_info["topic"]
     limit = int_param(request, "limit", 100, limits.topic_read_limit_max)
     wait_s = _float_param(request, "wait_s", 0.0, limits.topic_wait_s_max)
@@ -166,6 +173,7 @@ def _float_param(request: web.Request, name: str, default: float, maximum: float
 
 async def get_group(request: web.Request) -> web.Response:
     node = node_of(request)
+    await _maybe_consistent(request)
     topic, group = request.match_info["topic"], request.match_info["group"]
     committed = node.store.get(GROUPS, keys.group_key(topic, group))
     return json_response({"topic": topic, "group": group,
