@@ -64,7 +64,7 @@ class Report:
     lost_one_offs: list[str]
     lost_occurrences: int
     duplicates: int
-    redelivered: int            # second calls after the executor was killed (allowed)
+    redelivered: int            # repeats after an executor failed (allowed)
     stale_accepted: int
     stale_refused: int
     digests_equal: bool
@@ -88,7 +88,7 @@ class Report:
         lines += [f"  acknowledged one-off creates: {self.acknowledged}",
                   f"  lost one-offs: {len(self.lost_one_offs)}   lost occurrences: "
                   f"{self.lost_occurrences}   duplicate calls: {self.duplicates}   "
-                  f"redelivered after an executor kill: {self.redelivered}",
+                  f"redelivered (later attempt or executor kill): {self.redelivered}",
                   f"  stale fires accepted: {self.stale_accepted}   refused (counted by apply): "
                   f"{self.stale_refused}   digests equal: {self.digests_equal}",
                   *([f"  digest check: {self.digest_problem}"] if self.digest_problem else []),
@@ -378,8 +378,10 @@ class Chaos:
                       lateness=lateness)
 
     def _duplicates(self, calls: list) -> tuple[int, int]:
-        """(unexplained repeat calls, repeats explained by a SIGKILL of the run's
-        executor between the first call and the repeat)."""
+        """(unexplained repeat calls, repeats explained by the executor failing:
+        a later attempt, which apply grants only after the earlier one's lease
+        expired or it failed (a frozen or cut-off executor), or a SIGKILL of the
+        run's executor between the first call and the repeat)."""
         groups: dict[tuple[str, int], list] = {}
         for c in calls:
             groups.setdefault((c.job_id, int(round(c.scheduled_s * 1000))), []).append(c)
@@ -392,6 +394,9 @@ class Chaos:
             run = self._api("GET", f"/v1/runs/{keys.run_id(job_id, scheduled_ms, attempt)}")
             executor = run.body.get("node") if run.status == 200 else None
             for earlier, repeat in zip(group, group[1:]):
+                if _attempt(repeat) > _attempt(earlier):
+                    redelivered += 1
+                    continue
                 # A call is sent before the sink stamps it: one in flight when
                 # its sender died is stamped after the kill, by up to the slack.
                 if any(nid == executor and
@@ -401,6 +406,10 @@ class Chaos:
                 else:
                     duplicates += 1
         return duplicates, redelivered
+
+
+def _attempt(call: object) -> int:
+    return int(call.headers.get("X-Raftsched-Attempt", "1"))  # type: ignore[attr-defined]
 
     def _every_second_runs(self, end: float) -> tuple[int, list[tuple[float, float]]]:
         """Occurrences of the every-second jobs without any run, and each run's
