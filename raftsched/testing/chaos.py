@@ -408,9 +408,6 @@ class Chaos:
         return duplicates, redelivered
 
 
-def _attempt(call: object) -> int:
-    return int(call.headers.get("X-Raftsched-Attempt", "1"))  # type: ignore[attr-defined]
-
     def _every_second_runs(self, end: float) -> tuple[int, list[tuple[float, float]]]:
         """Occurrences of the every-second jobs without any run, and each run's
         (scheduled, trigger lateness)."""
@@ -440,3 +437,7 @@ def run_chaos(*, scenarios: list[str], seed: int | None = None, jobs: int = 100,
         base = Path(base_dir or tmp)
         return Chaos(base, seed=seed, jobs=jobs, create_rate=create_rate, phase_s=phase_s,
                      freeze_s=freeze_s, log=log).run(scenarios)
+
+
+def _attempt(call: object) -> int:
+    return int(call.headers.get("X-Raftsched-Attempt", "1"))  # type: ignore[attr-defined]
