@@ -16,8 +16,8 @@ from aiohttp import web
 
 from raftsched import limits
 from raftsched.api import execution
-from raftsched.api.common import (NODE_KEY, int_param, json_body, json_response, node_of,
-                                  raise_refusal)
+from raftsched.api.common import (NODE_KEY, int_param, json_body, json_response,
+                                  maybe_consistent, node_of, raise_refusal)
 from raftsched.api.problems import problem
 from raftsched.api.views import format_in_job_zone, job_view, run_view
 from raftsched.core import commands, keys
@@ -62,11 +62,6 @@ async def problems_middleware(request: web.Request, handler: Any) -> web.StreamR
         return problem(500, "internal", "an internal error occurred; see the node's log")
 
 
-async def _maybe_consistent(request: web.Request) -> None:
-    if request.query.get("consistent", "").lower() in ("1", "true", "yes"):
-        await node_of(request).wait_caught_up()
-
-
 def _live_job(node: "Node", job_id: str) -> dict:
     job = node.store.get(JOBS, keys.job_key(job_id))
     if job is None or job["status"] == "deleted":
@@ -99,7 +94,7 @@ def _check_run_at(schedule: dict, now: int) -> None:
 
 async def list_jobs(request: web.Request) -> web.Response:
     node = node_of(request)
-    await _maybe_consistent(request)
+    await maybe_consistent(request)
     limit = int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
     cursor = request.query.get("cursor")
     start = keys.job_key(cursor) + b"\x00" if cursor else b""
@@ -125,7 +120,7 @@ async def list_jobs(request: web.Request) -> web.Response:
 
 async def get_job(request: web.Request) -> web.Response:
     node = node_of(request)
-    await _maybe_consistent(request)
+    await maybe_consistent(request)
     return json_response(job_view(_live_job(node, request.match_info["job_id"])))
 
 
@@ -186,7 +181,7 @@ async def trigger_job(request: web.Request) -> web.Response:
 
 async def job_runs(request: web.Request) -> web.Response:
     node = node_of(request)
-    await _maybe_consistent(request)
+    await maybe_consistent(request)
     job_id = request.match_info["job_id"]
     if node.store.get(JOBS, keys.job_key(job_id)) is None:
         raise NotFound(f"job {job_id} not found", field="job_id")
@@ -200,7 +195,7 @@ async def job_runs(request: web.Request) -> web.Response:
 
 async def get_run(request: web.Request) -> web.Response:
     node = node_of(request)
-    await _maybe_consistent(request)
+    await maybe_consistent(request)
     run = node.store.get(RUNS, request.match_info["run_id"].encode())
     if run is None:
         raise NotFound(f"run {request.match_info['run_id']} not found", field="run_id")
@@ -293,7 +288,7 @@ async def cluster(request: web.Request) -> web.Response:
 
 async def cluster_shards(request: web.Request) -> web.Response:
     node = node_of(request)
-    await _maybe_consistent(request)
+    await maybe_consistent(request)
     shards = [{"shard": int.from_bytes(key, "big"), "owner": state["owner"],
                "token": state["token"], "checkpoint": format_ms(state["checkpoint_ms"] or None),
                "stale_fires": state["stale_fires"]}
@@ -307,7 +302,8 @@ async def state_digest(request: web.Request) -> web.Response:
     node = node_of(request)
     if "index" not in request.query:
         index, value = await asyncio.get_running_loop().run_in_executor(None, digest, node.store)
-        return json_response({"node": node.node_id, "applied_index": index, "digest": "sha256:" + value})
+        return json_response({"node": node.node_id, "applied_index": index,
+                              "digest": "sha256:" + value})
     try:
         index = int(request.query["index"])
     except ValueError:
@@ -323,7 +319,8 @@ async def state_digest(request: web.Request) -> web.Response:
                "older than the checks kept, or passed over by a snapshot install or restart)")
         return problem(404, "not-found", f"no digest recorded at index {index}: {why}",
                        field="index")
-    return json_response({"node": node.node_id, "applied_index": index, "digest": "sha256:" + value})
+    return json_response({"node": node.node_id, "applied_index": index,
+                          "digest": "sha256:" + value})
 
 
 async def check_digest(request: web.Request) -> web.Response:

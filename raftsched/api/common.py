@@ -56,3 +56,22 @@ def raise_refusal(result: dict, field: str = "job_id") -> None:
     if result["error"] == "conflict":
         raise Conflict(result["detail"], field=field)
     raise InvalidInput(result["detail"])
+
+
+def float_param(request: web.Request, name: str, default: float, maximum: float) -> float:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidInput(f"`{name}` must be a number", field=name) from None
+    if not 0 <= value <= maximum:
+        raise InvalidInput(f"`{name}` must be from 0 to {maximum:g}", field=name)
+    return value
+
+
+async def maybe_consistent(request: web.Request) -> None:
+    """`?consistent=true`: read after this node applied what the leader had committed."""
+    if request.query.get("consistent", "").lower() in ("1", "true", "yes"):
+        await node_of(request).wait_caught_up()

@@ -11,7 +11,8 @@ import aiohttp
 from aiohttp import web
 
 from raftsched import limits
-from raftsched.api.common import int_param, json_body, json_response, node_of, raise_refusal
+from raftsched.api.common import (float_param, int_param, json_body, json_response,
+                                  maybe_consistent, node_of, raise_refusal)
 from raftsched.api.views import run_view
 from raftsched.core import commands, keys
 from raftsched.core.apply import GROUPS, NODES, RUNS, TOPICS
@@ -34,12 +35,6 @@ def _run(node: "Node", run_id: str) -> dict:
     if run is None:
         raise NotFound(f"run {run_id} not found", field="run_id")
     return run
-
-
-async def _maybe_consistent(request: web.Request) -> None:
-    """`?consistent=true`: read after this node applied what the leader had committed."""
-    if request.query.get("consistent", "").lower() in ("1", "true", "yes"):
-        await node_of(request).wait_caught_up()
 
 
 # --- runs ------------------------------------------------------------------------------
@@ -114,10 +109,10 @@ async def topic_messages(request: web.Request) -> web.Response:
     """Messages with offset > after, oldest first; waits up to wait_s for one.
     Without `after`, a `group` starts from its committed offset (else 0)."""
     node = node_of(request)
-    await _maybe_consistent(request)
+    await maybe_consistent(request)
     topic = request.match_info["topic"]
     limit = int_param(request, "limit", 100, limits.topic_read_limit_max)
-    wait_s = _float_param(request, "wait_s", 0.0, limits.topic_wait_s_max)
+    wait_s = float_param(request, "wait_s", 0.0, limits.topic_wait_s_max)
     after = _offset_param(request, node, topic)
     deadline = time.monotonic() + wait_s
     while True:
@@ -158,22 +153,9 @@ def _offset_param(request: web.Request, node: "Node", topic: str) -> int:
     return committed["offset"] if committed else 0
 
 
-def _float_param(request: web.Request, name: str, default: float, maximum: float) -> float:
-    text = request.query.get(name)
-    if text is None:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise InvalidInput(f"`{name}` must be a number", field=name) from None
-    if not 0 <= value <= maximum:
-        raise InvalidInput(f"`{name}` must be from 0 to {maximum:g}", field=name)
-    return value
-
-
 async def get_group(request: web.Request) -> web.Response:
     node = node_of(request)
-    await _maybe_consistent(request)
+    await maybe_consistent(request)
     topic, group = request.match_info["topic"], request.match_info["group"]
     committed = node.store.get(GROUPS, keys.group_key(topic, group))
     return json_response({"topic": topic, "group": group,

@@ -12,7 +12,10 @@ bugs. Never retries by itself: retries are durable and belong to the scheduler.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Protocol
+
+from raftsched import limits
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -42,3 +45,14 @@ class Outcome:
 
 class Executor(Protocol):
     async def run(self, attempt: Attempt, target: dict, deadline_ms: int) -> Outcome: ...
+
+
+def since_ms(started: float) -> int:
+    """Milliseconds since a time.monotonic() reading."""
+    return int((time.monotonic() - started) * 1000)
+
+
+def short_error(text: str) -> str:
+    """An error summary short enough for the replicated run record."""
+    limit = limits.run_error_chars_max
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -26,7 +26,7 @@ import time
 
 from raftsched import limits
 from raftsched.core.timeutil import format_ms
-from raftsched.executors.base import Attempt, Outcome
+from raftsched.executors.base import Attempt, Outcome, short_error, since_ms
 
 BASE_ENV_NAMES = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
 # After the group is killed, how long to wait for pipes that a stray process
@@ -89,8 +89,8 @@ class CommandExecutor:
                 stderr=asyncio.subprocess.PIPE, cwd=target.get("cwd"),
                 env=self.environment(attempt, target), start_new_session=True)
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-            return Outcome(ok=False, retryable=False, duration_ms=_since(started),
-                           error=_short(f"cannot start command: {exc}"))
+            return Outcome(ok=False, retryable=False, duration_ms=since_ms(started),
+                           error=short_error(f"cannot start command: {exc}"))
         out = _Capture("stdout", self._output_bytes_max)
         err = _Capture("stderr", self._output_bytes_max)
         readers = asyncio.gather(out.read(proc.stdout), err.read(proc.stderr))  # type: ignore
@@ -107,7 +107,7 @@ class CommandExecutor:
             if proc.returncode is None:   # an unexpected error: leave nothing behind
                 await self._kill_group(proc, readers)
         return self._outcome(proc.returncode, timed_out, timeout_s, out, err, target,
-                             _since(started))
+                             since_ms(started))
 
     @staticmethod
     async def _finish(proc: asyncio.subprocess.Process, readers: asyncio.Future) -> None:
@@ -153,13 +153,4 @@ class CommandExecutor:
         last = err.kept.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
         return Outcome(ok=False, exit_code=code, output=output, duration_ms=duration_ms,
                        retryable=code not in (target.get("non_retryable_exit_codes") or ()),
-                       error=_short(f"exit code {code}" + (f": {last[0]}" if last[0] else "")))
-
-
-def _since(started: float) -> int:
-    return int((time.monotonic() - started) * 1000)
-
-
-def _short(text: str) -> str:
-    limit = limits.run_error_chars_max
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+                       error=short_error(f"exit code {code}" + (f": {last[0]}" if last[0] else "")))

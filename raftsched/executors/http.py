@@ -20,7 +20,7 @@ import aiohttp
 from raftsched import limits
 from raftsched.core.retry import http_status_retryable
 from raftsched.core.timeutil import format_ms
-from raftsched.executors.base import Attempt, Outcome
+from raftsched.executors.base import Attempt, Outcome, short_error, since_ms
 
 # The transport seam: tests may replace the network with one function.
 Send = Callable[[str, str, dict, bytes | None, float], Awaitable[tuple[int, bytes]]]
@@ -75,24 +75,25 @@ class HttpExecutor:
                                             timeout_s)
         except asyncio.TimeoutError:
             return Outcome(ok=False, error=f"timed out after {timeout_s:g} s",
-                           duration_ms=_since(started))
+                           duration_ms=since_ms(started))
         except aiohttp.InvalidURL as exc:
-            return Outcome(ok=False, retryable=False, error=_short(f"invalid URL: {exc}"),
-                           duration_ms=_since(started))
+            return Outcome(ok=False, retryable=False, error=short_error(f"invalid URL: {exc}"),
+                           duration_ms=since_ms(started))
         except aiohttp.ClientError as exc:
-            return Outcome(ok=False, error=_short(f"{type(exc).__name__}: {exc}"),
-                           duration_ms=_since(started))
+            return Outcome(ok=False, error=short_error(f"{type(exc).__name__}: {exc}"),
+                           duration_ms=since_ms(started))
         text = head.decode("utf-8", "replace")
         output = {"http_body": text}
         if len(head) >= limits.http_response_head_bytes_max:
             output["http_body"] += (f"\n[raftsched: response body cut at "
                                     f"http_response_head_bytes_max={len(head)} bytes]")
         if 200 <= status < 300:
-            return Outcome(ok=True, http_status=status, duration_ms=_since(started), output=output)
+            return Outcome(ok=True, http_status=status, duration_ms=since_ms(started),
+                           output=output)
         snippet = text.strip()   # the error keeps the head without the cut notice
-        return Outcome(ok=False, http_status=status, duration_ms=_since(started), output=output,
+        return Outcome(ok=False, http_status=status, duration_ms=since_ms(started), output=output,
                        retryable=http_status_retryable(status),
-                       error=_short(f"HTTP {status}" + (f": {snippet}" if snippet else "")))
+                       error=short_error(f"HTTP {status}" + (f": {snippet}" if snippet else "")))
 
     async def _send_aiohttp(self, method: str, url: str, headers: dict, body: bytes | None,
                             timeout_s: float) -> tuple[int, bytes]:
@@ -102,12 +103,3 @@ class HttpExecutor:
                                          timeout=timeout, allow_redirects=False) as response:
             head = await response.content.read(limits.http_response_head_bytes_max)
             return response.status, head
-
-
-def _since(started: float) -> int:
-    return int((time.monotonic() - started) * 1000)
-
-
-def _short(text: str) -> str:
-    limit = limits.run_error_chars_max
-    return text if len(text) <= limit else text[: limit - 1] + "…"

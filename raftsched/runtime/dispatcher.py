@@ -51,7 +51,8 @@ def finish_update(node: "Node", run: dict, holder: str, outcome: Outcome,
     """The finish report for an attempt; the proposer draws the retry delay."""
     return {"run_id": run["id"], "event": "finish", "holder": holder, "attempt": run["attempt"],
             "at_ms": node.now_ms(), "ok": outcome.ok, "retryable": outcome.retryable,
-            "retry_delay_ms": retry.draw_delay_ms(policy, run["attempt"], random.random),
+            "retry_delay_ms": None if outcome.ok else
+            retry.draw_delay_ms(policy, run["attempt"], random.random),
             "http_status": outcome.http_status, "exit_code": outcome.exit_code,
             "error": outcome.error, "output_node": node.node_id if outcome.output else None}
 
