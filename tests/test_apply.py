@@ -12,6 +12,7 @@ from raftsched.core.apply import SHARDS as SHARDS_TABLE
 from raftsched.errors import InvalidTransition, UnknownCommand
 from raftsched.storage.base import digest, due_until
 from raftsched.storage.memory_store import MemoryStore
+from raftsched.testing.replica import Replica
 
 SHARDS = 256
 
@@ -26,20 +27,7 @@ def spec(schedule: dict) -> dict:
 EVERY_2S = {"kind": "every", "every_ms": 2000, "text": "2s"}
 
 
-class Log:
-    """Applies commands to a store the way a node does: apply, then commit."""
-
-    def __init__(self) -> None:
-        self.store = MemoryStore()
-        self.index = 0
-        self.effects: list = []
-
-    def run(self, command: dict) -> dict:
-        self.index += 1
-        transition = apply(self.store, commands.decode(commands.encode(command)), self.index)
-        self.store.commit(transition, self.index)
-        self.effects.extend(transition.effects)
-        return transition.result
+Log = Replica   # applies commands to a store the way a node does: apply, then commit
 
 
 def create(log: Log, job_id: str = "job_a1", schedule: dict = EVERY_2S, next_ms: int = 10_000,

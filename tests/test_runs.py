@@ -8,8 +8,8 @@ from hypothesis import given, settings, strategies as st
 
 from raftsched.core import commands, keys, lifecycle, retry
 from raftsched.core.apply import (ALERTS, DUE, JOBS, LEASES, READY, RUNS, RUNS_OPEN, TOPICS,
-                                  AlertPending, RunCancelled, RunQueued, apply)
-from raftsched.storage.memory_store import MemoryStore
+                                  AlertPending, RunCancelled, RunQueued)
+from raftsched.testing.replica import Replica
 from raftsched.errors import InvalidTransition
 
 SHARDS = 16
@@ -18,18 +18,8 @@ HTTP = {"type": "http", "url": "http://127.0.0.1:1/x", "method": "POST", "header
         "body": None, "timeout_s": 5.0}
 
 
-class Log:
-    def __init__(self) -> None:
-        self.store = MemoryStore()
-        self.index = 0
-        self.effects: list = []
-
-    def run(self, command: dict) -> dict:
-        self.index += 1
-        transition = apply(self.store, commands.decode(commands.encode(command)), self.index)
-        self.store.commit(transition, self.index)
-        self.effects.extend(transition.effects)
-        return transition.result
+class Log(Replica):
+    """A replica with readers for the records these tests look at."""
 
     def get_run(self, run_id: str) -> dict:
         return self.store.get(RUNS, run_id.encode())
