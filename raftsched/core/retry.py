@@ -29,8 +29,8 @@ def delay_bound_ms(policy: dict, attempt: int) -> int:
     if policy["backoff"] == "fixed":
         return int(policy["base_s"] * 1000)
     assert policy["backoff"] == "exponential", policy
-    exponent = min(attempt, 62)   # 2^62 s is past any max_s; avoids a huge float
-    return int(min(policy["max_s"], policy["base_s"] * 2 ** exponent) * 1000)
+    exponent = min(attempt, 1000)   # attempts are at most 100; 2.0 ** 1024 overflows
+    return int(min(policy["max_s"], policy["base_s"] * 2.0 ** exponent) * 1000)
 
 
 def draw_delay_ms(policy: dict, attempt: int, uniform: Callable[[], float]) -> int:
