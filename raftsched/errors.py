@@ -2,8 +2,12 @@
 
     RaftschedError
      +-- InvalidInput            the caller's fault (400/404/409/413); carries field and status
+     |    +-- InsufficientStorage  a write that adds state while storage is past its mark (507)
      +-- Unavailable             no leader, no quorum, commit timeout (503); retryable
+     +-- CommandRefused          a log entry of a known version and tag whose shape is wrong,
+     |                           or bytes that are not a command: refused alike everywhere
      +-- InvariantBroken         a bug: the process must stop rather than diverge
+          +-- StorageFull        the LMDB map cannot hold a committed entry's writes
           +-- InvalidTransition  a run moved along an edge the lifecycle table has not
           +-- UnknownCommand     a log entry of a version or tag this build does not know
 
@@ -40,6 +44,15 @@ class Conflict(InvalidInput):
         super().__init__(detail, field=field, status=409, type_="conflict")
 
 
+class InsufficientStorage(InvalidInput):
+    """A write that would add state while this node or a peer is past its
+    storage mark (507). `limit` is max_data_bytes or min_free_disk_bytes. It is
+    not the caller's fault, but it is an answer, not an outage: retry later."""
+
+    def __init__(self, detail: str, *, limit: str) -> None:
+        super().__init__(detail, status=507, type_="insufficient-storage", limit=limit)
+
+
 class Unavailable(RaftschedError):
     """The cluster cannot commit right now (no leader, no quorum, timeout)."""
 
@@ -49,8 +62,25 @@ class Unavailable(RaftschedError):
         self.reason = reason
 
 
+class CommandRefused(RaftschedError):
+    """A log entry this build understands but will not apply: not msgpack, not
+    a map, or a command whose members have the wrong shape (`field` names the
+    dotted path). Every replica refuses it the same way and writes nothing but
+    its applied index; nothing need stop."""
+
+    def __init__(self, detail: str, *, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.field = field
+
+
 class InvariantBroken(RaftschedError):
     pass
+
+
+class StorageFull(InvariantBroken):
+    """The LMDB map has no room for a committed entry's writes. Every later
+    entry would need room too, so the node stops; raise --max-data-bytes."""
 
 
 class InvalidTransition(InvariantBroken):

@@ -7,6 +7,46 @@ A limit that a user can hit is reported by name in the error (problem+json
 # --- Sharding -----------------------------------------------------------------
 # Fixed at cluster creation: a job's shard is stable_hash(job_id) % shard_count.
 shard_count_default = 256
+# Due and shard keys pack the shard as an unsigned 16-bit integer.
+shard_count_max = 65_536
+
+# --- Keys and commands ------------------------------------------------------------
+# LMDB refuses an empty key and a key longer than this (its compiled-in
+# MDB_MAXKEYSIZE), in bytes. Tx and both stores refuse such keys.
+lmdb_key_bytes_max = 511
+# Every string that becomes part of a storage key is bounded in UTF-8 bytes (and
+# may not contain NUL, the separator of composed keys), so that every composed
+# key stays within lmdb_key_bytes_max. The longest layouts: open runs (node | run,
+# 128 + 1 + 128 = 257 bytes), idempotency keys (tenant | key, 64 + 1 + 256 = 321)
+# and ready runs (queue | ms | run, 100 + 1 + 8 + 128 = 237). tests/test_commands.py
+# checks every layout at these bounds.
+key_part_bytes_max = 128
+job_id_bytes_max = key_part_bytes_max
+run_id_bytes_max = key_part_bytes_max
+execution_id_bytes_max = key_part_bytes_max
+node_id_bytes_max = key_part_bytes_max
+worker_id_bytes_max = key_part_bytes_max
+# A run's holder: a node id, or "worker:" and a worker id.
+holder_bytes_max = len("worker:") + worker_id_bytes_max
+tenant_bytes_max = 64
+idempotency_key_bytes_max = 256
+# Topic, group and worker queue names (1-100 of [A-Za-z0-9._-], so chars are bytes).
+topic_bytes_max = 100
+group_bytes_max = 100
+queue_bytes_max = 100
+# Free text a command carries (errors, reasons, addresses): in no key, but
+# replicated to every node and kept in records.
+command_text_bytes_max = 4096
+# Nesting depth of the free-form values a command carries (metadata, messages,
+# target bodies): deeper is a mistake or an attack, and checks recurse this deep.
+command_nesting_max = 32
+# Integers a command carries as times (ms since the epoch), tokens, offsets and
+# versions: what a signed 64-bit integer holds, so that a time plus a delay still
+# fits the unsigned 64-bit fields of keys.
+command_int_max = 2 ** 63 - 1
+# Attempt numbers a command may carry: far above retry_max_attempts_max, and an
+# unsigned 16-bit integer as runs_by_job keys pack it.
+run_attempt_max = 65_535
 
 # --- Requests -------------------------------------------------------------------
 # Whole HTTP request body; a job definition is small, anything larger is a mistake.
@@ -15,9 +55,10 @@ request_body_bytes_max = 64 * 1024
 target_body_bytes_max = 32 * 1024
 target_headers_max = 32
 target_header_value_chars_max = 4096
-target_url_chars_max = 2048
+# Target and alert URLs, in UTF-8 bytes (commands carry free text of at most
+# command_text_bytes_max; a URL longer than this is a mistake anyway).
+target_url_bytes_max = 2048
 job_name_chars_max = 200
-idempotency_key_chars_max = 200
 # Encoded size of `metadata`: it is replicated to every node.
 metadata_bytes_max = 4096
 # Bounds on a target call's timeout (seconds).
@@ -41,6 +82,35 @@ catchup_max_default = 100
 catchup_max_max = 1000
 misfire_tolerance_s_default = 60.0
 misfire_tolerance_s_max = 7 * 24 * 3600.0
+# Nesting depth (objects and arrays) of a request's JSON. It is checked before
+# the body is parsed, so no parser recursion depends on the caller. A job body
+# holds metadata and target bodies one or two levels down, and commands carry
+# those at most command_nesting_max deep.
+json_depth_max = 32
+# Integers in a request (JSON or query): the signed 64-bit range that commands
+# carry (command_int_max) and msgpack, keys and every replica handle alike.
+json_int_max = command_int_max
+json_int_min = -command_int_max - 1
+# A worker's completions carry each attempt's output (output_bytes_max per
+# stream), so that route takes larger bodies than the rest of the API.
+worker_complete_body_bytes_max = 4 * 1024 * 1024
+# The latest instant a request may name (9999-12-30T00:00:00Z, in ms): Python's
+# datetime ends with the year 9999, and a day of margin keeps that instant's
+# local time representable in every zone.
+timestamp_ms_max = 253_402_128_000_000
+# Jobs in one POST /v1/jobs:batchCreate: 1000 typical jobs (about 300 bytes
+# each as a command) make about 300 KB of Raft entries (see batch_entry_jobs_max).
+batch_create_jobs_max = 1000
+# Jobs one create_jobs Raft entry carries; a larger batch is proposed as several
+# entries. Each replica's Raft thread applies an entry in one go (about 80 ms of
+# CPU per 1000 jobs, decoding included) and sends no heartbeat meanwhile; on a
+# busy machine a 1000-job entry held a leader's thread past the 0.4 s election
+# timeout, so entries stay at a quarter of that.
+batch_entry_jobs_max = 250
+# The body of a batchCreate. 1000 typical job bodies take about 400 KB of JSON;
+# this leaves room for larger ones (an average of 4 KB a job) while keeping the
+# Raft entry a batch makes within a few MB.
+batch_request_body_bytes_max = 4 * 1024 * 1024
 
 # --- Consensus --------------------------------------------------------------------
 # How long a write waits for its command to be committed and applied before the
@@ -102,6 +172,15 @@ topic_trim_per_publish_max = 64
 topic_read_limit_max = 1000
 topic_wait_s_max = 30.0
 topic_name_chars_max = 100
+# Encoded bytes of the messages kept per topic (each message as stored, with its
+# offset, key and execution id); past it the oldest go, as for the count bound.
+# Topics are replicated to every node: topics_max * this is the most they hold.
+topic_messages_bytes_max = 16 * 1024 ** 2
+# Topics in the cluster: a publish to a new topic past it fails the run, not
+# retried. Topics are not removed, so this is a hard cap on the topic tables.
+topics_max = 1000
+# Consumer groups per topic: a commit to a new group past it answers 409.
+groups_per_topic_max = 1000
 
 
 # --- Retries and commands -----------------------------------------------------------
@@ -135,3 +214,61 @@ worker_claim_wait_s_max = 30.0
 worker_claim_max = 100
 # A node asking another for the output it keeps gives up after this.
 logs_fetch_timeout_s = 2.0
+
+# --- Retention and storage ------------------------------------------------------------
+# Finished runs kept per job (the job's history.max_runs, else the cluster's
+# --history-max-runs), and the most a job may ask for: the purger keeps each
+# job's newest finished runs and removes older ones, a batch at a time.
+history_max_runs_default = 1000
+history_max_runs_max = 100_000
+# Age of a finished run (since it finished) past which it is removed
+# (history.max_age_s, else --history-max-age-s); and the longest a job may ask for.
+history_max_age_s_default = 30 * 24 * 3600
+history_max_age_s_max = 366 * 24 * 3600
+# Deleted jobs and completed ones (one-offs that ran) are removed with their runs
+# this long after they were deleted or completed (--finished-job-retention-s).
+finished_job_retention_s_default = 7 * 24 * 3600
+# An idempotency key stays reserved this long after the create that used it,
+# even when its job is deleted or removed (--idempotency-ttl-s).
+idempotency_ttl_s_default = 24 * 3600
+# The leader's purger: how often it passes, and how many items (runs, jobs,
+# idempotency keys) one `purge` command removes; a pass that fills its batch is
+# followed at once by the next, so a backlog drains at several batches a second.
+purge_period_ms = 1000
+purge_batch_max = 1000
+# Records one purger pass reads, so a pass stays short on the leader: jobs
+# visited (each costs a job read and a few history entries), history entries
+# read per job, and idempotency keys visited. A job is revisited at least every
+# jobs / purge_scan_jobs_max passes.
+purge_scan_jobs_max = 1000
+purge_scan_runs_per_job_max = 2000
+purge_scan_idem_max = 2000
+# The LMDB map (--max-data-bytes): the most state a node can hold. LMDB's file is
+# sparse and grows with use, so this is address space; the disk is guarded by
+# --min-free-disk-bytes.
+max_data_bytes_default = 64 * 1024 ** 3
+max_data_bytes_min = 1024 ** 2
+# Writes that add state (create, update, trigger, resume, a new consumer group)
+# answer 507 once the state uses this share of max_data_bytes, or once the data
+# disk has less than --min-free-disk-bytes free. The rest of the map is headroom
+# for what goes on regardless: firing, finishing runs, deletes and purges.
+data_bytes_high_water_ratio = 0.9
+min_free_disk_bytes_default = 1024 ** 3
+# How often a node measures its state's size and its disk's free space (both
+# cheap), and asks its peers whether they are past their marks; a peer's
+# answer counts for storage_peer_report_s.
+storage_check_period_s = 1.0
+storage_peer_report_s = 5.0
+
+# --- Supervision of background tasks (runtime/supervise.py) ------------------------
+# A loop that raises is restarted after a backoff that doubles from the min to the
+# max (seconds): short enough that a one-off fault costs the trigger loop a tenth
+# of a second, long enough that a fault on every pass does not spin a core.
+task_restart_backoff_s_min = 0.1
+task_restart_backoff_s_max = 5.0
+# Failures in a row after which the process exits (about 20 s of backoff): a
+# node whose trigger, dispatcher or renewals cannot run must give up its shards
+# and runs to the others rather than hold them.
+task_failures_consecutive_max = 10
+# A loop that ran this long (seconds) before it failed starts the count afresh.
+task_healthy_run_s = 60.0

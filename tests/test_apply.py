@@ -9,7 +9,7 @@ from raftsched.core import commands, keys, lifecycle
 from raftsched.core.apply import (DUE, JOBS, RUNS, RUNS_BY_JOB, RUNS_OPEN, DueArmed, RunQueued,
                                   ShardsAssigned, apply, misfire_decisions)
 from raftsched.core.apply import SHARDS as SHARDS_TABLE
-from raftsched.errors import InvalidTransition, UnknownCommand
+from raftsched.errors import CommandRefused, InvalidTransition, UnknownCommand
 from raftsched.storage.base import digest, due_until
 from raftsched.storage.memory_store import MemoryStore
 from raftsched.testing.replica import Replica
@@ -123,12 +123,16 @@ def test_update_with_a_stale_version_is_refused_without_writes():
     assert [keys.parse_due_key(k)[1] for k, _ in log.store.scan(DUE)] == [20_000]
 
 
-def test_delete_disarms_and_frees_the_idempotency_key():
+def test_delete_disarms_and_keeps_the_idempotency_key_reserved():
     log = Log()
     create(log, idem="k")
     log.run(commands.delete_job(job_id="job_a1", at_ms=2_000))
     assert log.store.scan(DUE) == []
-    assert create(log, job_id="job_c3", idem="k")["existing"] is False
+    again = create(log, job_id="job_c3", idem="k")
+    assert again["error"] == "idempotency_key_reserved"
+    assert again["job_id"] == "job_a1"
+    assert again["reserved_ms"] == 1_000
+    assert log.store.get(JOBS, b"job_c3") is None
     assert log.run(commands.delete_job(job_id="job_a1", at_ms=3_000))["error"] == "not_found"
 
 
@@ -166,7 +170,8 @@ def test_unknown_versions_and_tags_are_refused_loudly():
         commands.decode(codec.pack({"v": 2, "t": "fire"}))
     with pytest.raises(UnknownCommand):
         commands.decode(codec.pack({"v": 1, "t": "drop_tables"}))
-    with pytest.raises(UnknownCommand):
+    # Bytes that are not a command are not a newer build's log: a refusal, not a stop.
+    with pytest.raises(CommandRefused):
         commands.decode(b"\xc1")
 
 

@@ -52,6 +52,53 @@ def test_defaults_of_a_minimal_body():
     assert spec["metadata"] == {}
 
 
+@pytest.mark.parametrize("target, name", [
+    ({"type": "http", "url": "https://hooks.example.com/settle?token=secret"},
+     "POST hooks.example.com/settle"),
+    ({"type": "http", "url": "http://h:8080", "method": "get"}, "GET h"),
+    ({"type": "command", "argv": ["/usr/local/bin/backup.sh", "--full"]}, "command backup.sh"),
+    ({"type": "command", "argv": ["pg_dump db > /tmp/x"], "shell": True}, "command pg_dump"),
+    ({"type": "publish", "topic": "orders", "message": {}}, "publish orders"),
+])
+def test_a_job_without_a_name_is_named_after_its_target(target, name):
+    for body in ({"run_at": "2030-01-01T00:00:00Z", "target": target},
+                 {"name": None, "run_at": "2030-01-01T00:00:00Z", "target": target}):
+        assert jobspec.validate_create(body)["spec"]["name"] == name
+
+
+def test_a_default_name_is_cut_to_the_name_limit():
+    url = "https://h/" + "p" * limits.target_url_bytes_max
+    url = url[:limits.target_url_bytes_max]
+    spec = jobspec.validate_create({"run_at": "2030-01-01T00:00:00Z",
+                                    "target": {"type": "http", "url": url}})["spec"]
+    assert len(spec["name"]) == limits.job_name_chars_max
+
+
+def test_an_idempotency_key_is_bounded_in_bytes_not_characters():
+    ok = "\u00e9" * (limits.idempotency_key_bytes_max // 2)
+    assert jobspec.validate_create(dict(SEED_BODY, idempotency_key=ok))["idempotency_key"] == ok
+    with pytest.raises(InvalidInput) as exc:
+        jobspec.validate_create(dict(SEED_BODY, idempotency_key=ok + "\u00e9"))
+    assert exc.value.limit == "idempotency_key_bytes_max"
+
+
+@pytest.mark.parametrize("path, value, limit", [
+    # Few enough characters, too many bytes: URLs are bounded in UTF-8 bytes.
+    ("target.url", "https://h/" + "\u00e9" * (limits.target_url_bytes_max // 2),
+     "target_url_bytes_max"),
+    ("alert", {"webhook_url": "https://h/" + "x" * limits.target_url_bytes_max},
+     "target_url_bytes_max"),
+    ("target", {"type": "command", "argv": ["a"],
+                "cwd": "/" + "d" * limits.command_text_bytes_max}, "command_text_bytes_max"),
+    ("schedule.cron", "0 " + "1," * limits.command_text_bytes_max + "1 * * *",
+     "command_text_bytes_max"),
+])
+def test_free_text_a_command_carries_is_bounded_in_bytes(path, value, limit):
+    with pytest.raises(InvalidInput) as exc:
+        jobspec.validate_create(with_(path, value))
+    assert exc.value.limit == limit
+
+
 def with_(path: str, value: object) -> dict:
     """SEED_BODY with the member at dotted `path` set (or removed, for DELETE)."""
     body = {k: (dict(v) if isinstance(v, dict) else v) for k, v in SEED_BODY.items()}
@@ -71,8 +118,9 @@ DELETE = object()
 
 
 @pytest.mark.parametrize("path, value, field", [
-    ("name", DELETE, "name"),
     ("name", "  ", "name"),
+    ("name", "a\x00b", "name"),
+    ("name", "\ud800", "name"),
     ("name", "n" * (limits.job_name_chars_max + 1), "name"),
     ("colour", "blue", "colour"),
     ("schedule", DELETE, "schedule"),
@@ -83,7 +131,11 @@ DELETE = object()
     ("target.type", "ftp", "target.type"),
     ("target.url", "ftp://h/x", "target.url"),
     ("target.url", "http:///nohost", "target.url"),
-    ("target.url", "https://h/" + "x" * limits.target_url_chars_max, "target.url"),
+    ("target.url", "http://[::1/x", "target.url"),
+    ("target.url", "http://h:99999/x", "target.url"),
+    ("target.headers", {"Bad Name": "v"}, "target.headers.Bad Name"),
+    ("target.headers", {"X-Ok": "a\x00b"}, "target.headers.X-Ok"),
+    ("target.url", "https://h/" + "x" * limits.target_url_bytes_max, "target.url"),
     ("target.method", "BREW", "target.method"),
     ("target.timeout_s", 0, "target.timeout_s"),
     ("target.timeout_s", True, "target.timeout_s"),
@@ -137,7 +189,10 @@ DELETE = object()
      "misfire.catchup_max"),
     ("misfire", {"policy": "skip", "grace": 1}, "misfire.grace"),
     ("idempotency_key", "", "idempotency_key"),
-    ("idempotency_key", "k" * (limits.idempotency_key_chars_max + 1), "idempotency_key"),
+    ("idempotency_key", "k" * (limits.idempotency_key_bytes_max + 1), "idempotency_key"),
+    # Few enough characters, too many bytes: LMDB bounds keys in bytes.
+    ("idempotency_key", "\u00e9" * 200, "idempotency_key"),
+    ("idempotency_key", "a\x00b", "idempotency_key"),
     ("metadata", ["a"], "metadata"),
 ])
 def test_bad_member_is_named(path, value, field):

@@ -1,13 +1,14 @@
-"""The LMDB and in-memory stores keep the same contract: atomic commits, ordered scans, restart."""
+"""Both stores keep one contract: atomic commits, LMDB's key rules, ordered scans, restart."""
 
 from __future__ import annotations
 
 import pytest
 
+from raftsched import limits
 from raftsched.core.apply import DUE, JOBS, Transition
 from raftsched.core import keys
 from raftsched.errors import InvariantBroken
-from raftsched.storage.base import digest, due_until
+from raftsched.storage.base import InvalidKey, digest, due_until
 from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.memory_store import MemoryStore
 
@@ -47,6 +48,31 @@ def test_scans_are_ordered_bounded_and_reversible(store):
     rows = store.scan(DUE, start=keys.shard_prefix(1), stop=keys.shard_prefix(2), reverse=True)
     assert [keys.parse_due_key(k)[1] for k, _ in rows] == [300, 200, 100]
     assert len(store.scan(DUE, limit=4)) == 4
+
+
+@pytest.mark.parametrize("bad_key", [b"", b"k" * 512, "job_1"])
+def test_a_key_lmdb_cannot_hold_fails_the_whole_commit(store, bad_key):
+    store.commit(tx((JOBS, b"job_0", {"v": 1})), 1)
+    with pytest.raises(InvalidKey):
+        store.commit(tx((JOBS, b"job_1", {"v": 1}), (JOBS, bad_key, {"v": 1})), 2)
+    with pytest.raises(InvalidKey):
+        store.commit(tx((JOBS, b"job_0", None), (JOBS, bad_key, None)), 2)
+    assert store.applied_index() == 1
+    assert store.get(JOBS, b"job_1") is None
+    assert store.get(JOBS, b"job_0") == {"v": 1}
+    with pytest.raises(InvalidKey):
+        store.replace_all(5, [(JOBS, b"job_9", b"\x80"), (JOBS, bad_key, b"\x80")])
+    assert store.applied_index() == 1
+
+
+def test_keys_up_to_lmdbs_limit_are_stored_and_longer_ones_are_never_found(store):
+    longest = b"k" * limits.lmdb_key_bytes_max
+    store.commit(tx((JOBS, longest, {"v": 1})), 1)
+    assert store.get(JOBS, longest) == {"v": 1}
+    assert store.get(JOBS, longest + b"k") is None
+    assert store.get(JOBS, b"") is None
+    store.commit(tx((JOBS, longest, None)), 2)
+    assert store.get(JOBS, longest) is None
 
 
 def test_replace_all_installs_a_snapshot(store):

@@ -9,25 +9,37 @@ Contract (every node relies on it):
     applied_index is never applied again.
   - Refusals are results, not exceptions: a command about a missing job, a
     stale version or an already-fired occurrence yields a result with `ok`
-    False (or a `stale` count) and no writes. Exceptions mean a bug.
+    False (or a `stale` count) and no writes.
+  - apply never raises on a command that decoded (commands.decode checked its
+    shape): a raise would happen on every replica at once. A write the store
+    cannot hold (Tx refuses the key) refuses the whole command with error
+    `refused`. An exception inside a handler (a failed assert, an
+    InvalidTransition, any other bug) refuses the whole command with error
+    `apply_failed` and the stack in `traceback`, which the node logs as a bug.
+    Either way the transition has no writes and no effects, so every replica
+    agrees, and only the entry's index is recorded. Only a failure to read the
+    view (this node's storage) passes through: that node must stop.
 """
 
 from __future__ import annotations
 
+import traceback
 from typing import Callable
 
-from raftsched.core import keys, lifecycle, runs, topics
+from raftsched.core import commands, keys, lifecycle, retention, runs, topics
 from raftsched.core.tx import (ALERTS, DUE, GROUPS, IDEM, JOBS, LEASES, NODES, READY,
                                RECORD_VERSION, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS, TABLES,
                                TOPIC_IDEM, TOPIC_META, TOPICS, AlertPending, DueArmed, NodeRenewed,
                                RunCancelled, RunQueued, ShardsAssigned, TopicAppended, Transition,
-                               Tx, View, live_job, refuse)
+                               Tx, View, ViewFailed, WriteRefused, live_job, refuse)
+from raftsched.errors import CommandRefused
 
 # The tables and effects are defined in core/tx.py; the rest of the code
 # imports them from here, next to apply().
-__all__ = ["apply", "misfire_decisions", "HANDLERS", "DEFAULT_MISFIRE", "ALERTS", "DUE",
-           "GROUPS", "IDEM", "JOBS", "LEASES", "NODES", "READY", "RECORD_VERSION", "RUNS",
-           "RUNS_BY_JOB", "RUNS_OPEN", "SHARDS", "TABLES", "TOPIC_IDEM", "TOPIC_META", "TOPICS",
+__all__ = ["apply", "apply_entry", "refused_transition", "misfire_decisions", "HANDLERS",
+           "DEFAULT_MISFIRE", "ALERTS", "DUE", "GROUPS", "IDEM", "JOBS", "LEASES", "NODES",
+           "READY", "RECORD_VERSION", "RUNS", "RUNS_BY_JOB", "RUNS_OPEN", "SHARDS", "TABLES",
+           "TOPIC_IDEM", "TOPIC_META", "TOPICS",
            "AlertPending", "DueArmed", "NodeRenewed", "RunCancelled", "RunQueued",
            "ShardsAssigned", "TopicAppended", "Transition", "View"]
 
@@ -39,8 +51,44 @@ def apply(view: View, command: dict, index: int) -> Transition:
     assert index > 0
     handler = HANDLERS[command["t"]]
     tx = Tx(view)
-    result = handler(tx, command)
+    try:
+        result = handler(tx, command)
+    except (ViewFailed, MemoryError):
+        raise   # this node's trouble, not the command's (see the module docstring)
+    except WriteRefused as exc:
+        return refused_transition("refused", f"{command['t']}: {exc.detail}")
+    except Exception as exc:
+        return refused_transition("apply_failed", f"{command['t']}: {exc!r}",
+                                  traceback=_stack_text(exc))
     return tx.transition(result)
+
+
+def apply_entry(view: View, data: bytes, index: int) -> tuple[str | None, Transition]:
+    """Decode one log entry and apply it: (its tag, the transition). An entry
+    that does not decode to a well-formed command is refused whole with error
+    `invalid_command` (tag None). UnknownCommand passes through: a newer
+    build's entry, which this node must not skip."""
+    try:
+        command = commands.decode(data)
+    except CommandRefused as exc:
+        return None, refused_transition("invalid_command", exc.detail, field=exc.field or "")
+    return command["t"], apply(view, command, index)
+
+
+def refused_transition(error: str, detail: str, **extra: str) -> Transition:
+    """A command refused whole: no writes, no effects."""
+    return Transition(writes=(), effects=(), result={"ok": False, "error": error,
+                                                     "detail": detail, **extra})
+
+
+def _stack_text(exc: BaseException) -> str:
+    """Where a handler raised, one frame a line. Source lines are not looked
+    up: that would read files, and apply does no I/O."""
+    frames = traceback.StackSummary.extract(traceback.walk_tb(exc.__traceback__),
+                                            lookup_lines=False)
+    lines = [f"  {f.filename}:{f.lineno} in {f.name}" for f in frames]
+    return "\n".join(["Traceback (most recent call last):", *lines,
+                      f"{type(exc).__name__}: {exc}"])
 
 
 # --- jobs ------------------------------------------------------------------------------
@@ -59,9 +107,9 @@ def _disarm(tx: Tx, job: dict) -> None:
 def _create_job(tx: Tx, cmd: dict) -> dict:
     idem = cmd["idempotency_key"]
     if idem is not None:
-        existing_id = tx.get(IDEM, keys.idem_key(cmd["tenant"], idem))
-        if existing_id is not None:
-            return {"ok": True, "existing": True, "job": tx.get(JOBS, keys.job_key(existing_id))}
+        reserved = tx.get(IDEM, keys.idem_key(cmd["tenant"], idem))
+        if reserved is not None:
+            return _idempotent_answer(tx, idem, reserved)
     if tx.get(JOBS, keys.job_key(cmd["job_id"])) is not None:
         return _refuse("conflict", f"job {cmd['job_id']} exists")
     job = {"v": RECORD_VERSION, "id": cmd["job_id"], "tenant": cmd["tenant"],
@@ -70,9 +118,34 @@ def _create_job(tx: Tx, cmd: dict) -> dict:
            "idempotency_key": idem, "last_run_id": None}
     tx.put(JOBS, keys.job_key(job["id"]), job)
     if idem is not None:
-        tx.put(IDEM, keys.idem_key(cmd["tenant"], idem), job["id"])
+        tx.put(IDEM, keys.idem_key(cmd["tenant"], idem),
+               retention.idem_value(job["id"], cmd["at_ms"]))
     _arm(tx, job)
     return {"ok": True, "existing": False, "job": job}
+
+
+def _create_jobs(tx: Tx, cmd: dict) -> dict:
+    """A batch of creates, each exactly a create_job, in order: an item sees the
+    items before it (a key used twice creates one job), and an item that is
+    refused (a reserved key, an id that exists) refuses only itself."""
+    results = [_create_job(tx, {**item, "tenant": cmd["tenant"], "at_ms": cmd["at_ms"]})
+               for item in cmd["items"]]
+    return {"ok": True, "results": results}
+
+
+def _idempotent_answer(tx: Tx, idem: str, reserved: object) -> dict:
+    """A create whose key is reserved: the job it created, while that job is
+    not deleted; else a refusal, since the key stays reserved until its TTL
+    (the proposer says until when, from `reserved_ms`)."""
+    job_id, _ = retention.idem_entry(reserved)
+    job = tx.get(JOBS, keys.job_key(job_id))
+    if job is not None and job["status"] != "deleted":
+        return {"ok": True, "existing": True, "job": job}
+    gone = "was deleted" if job is not None else "no longer exists"
+    return {"ok": False, "error": "idempotency_key_reserved", "field": "idempotency_key",
+            "job_id": job_id, "reserved_ms": retention.idem_created_ms(tx, reserved),
+            "detail": f"idempotency_key {idem!r} was used by job {job_id}, which {gone}; "
+                      f"the key stays reserved"}
 
 
 def _update_job(tx: Tx, cmd: dict) -> dict:
@@ -98,9 +171,9 @@ def _delete_job(tx: Tx, cmd: dict) -> dict:
     job = _live_job(tx, cmd["job_id"])
     if job is None:
         return _refuse("not_found", f"job {cmd['job_id']} not found")
+    # The idempotency key stays reserved until its TTL (the purger removes it),
+    # so a retried create of this job cannot create it again.
     _disarm(tx, job)
-    if job["idempotency_key"] is not None:
-        tx.delete(IDEM, keys.idem_key(job["tenant"], job["idempotency_key"]))
     job.update(status="deleted", next_ms=None, updated_ms=cmd["at_ms"], version=job["version"] + 1)
     tx.put(JOBS, keys.job_key(job["id"]), job)
     return {"ok": True, "job": job}
@@ -195,7 +268,8 @@ def _fire(tx: Tx, cmd: dict) -> dict:
         if omitted:
             job["misfires_omitted"] = job.get("misfires_omitted", 0) + 1
         if job["spec"]["schedule"]["kind"] == "once":
-            job["status"], job["next_ms"] = "completed", None
+            # updated_ms dates the completion: retention counts from it.
+            job["status"], job["next_ms"], job["updated_ms"] = "completed", None, cmd["at_ms"]
         else:
             assert next_ms is None or next_ms > occurrences[-1], (job_id, occurrences, next_ms)
             job["next_ms"] = next_ms
@@ -261,6 +335,7 @@ def _check_digest(tx: Tx, cmd: dict) -> dict:
 
 HANDLERS: dict[str, Callable[[Tx, dict], dict]] = {
     "create_job": _create_job,
+    "create_jobs": _create_jobs,
     "update_job": _update_job,
     "delete_job": _delete_job,
     "pause_job": _pause_job,
@@ -275,6 +350,7 @@ HANDLERS: dict[str, Callable[[Tx, dict], dict]] = {
     "alert_done": runs.handle_alert_done,
     "publish": topics.handle_publish,
     "commit_offset": topics.handle_commit_offset,
+    "purge": retention.handle_purge,
     "register_node": _register_node,
     "renew": _renew,
     "check_digest": _check_digest,

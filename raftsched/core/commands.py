@@ -10,15 +10,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from raftsched import limits
 from raftsched.core import codec
-from raftsched.errors import UnknownCommand
+from raftsched.core.shape import Check, ShapeError
+from raftsched.core.shape import boolean as _bool
+from raftsched.core.shape import by_member as _by
+from raftsched.core.shape import integer as _int
+from raftsched.core.shape import json_value as _json
+from raftsched.core.shape import list_of as _list
+from raftsched.core.shape import may_be_absent as _may
+from raftsched.core.shape import number as _num
+from raftsched.core.shape import one_of as _enum
+from raftsched.core.shape import optional as _opt
+from raftsched.core.shape import record as _record
+from raftsched.core.shape import text as _str
+from raftsched.core.shape import tuple_of as _tuple
+from raftsched.errors import CommandRefused, UnknownCommand
 
 VERSION = 1
 
 TAGS = frozenset({"create_job", "update_job", "delete_job", "pause_job", "resume_job",
                   "trigger_job", "fire", "assign_shards", "run_updates", "register_node", "renew",
                   "check_digest", "expire_leases", "reassign_runs", "cancel_run", "alert_done",
-                  "publish", "commit_offset"})
+                  "publish", "commit_offset", "purge", "create_jobs"})
 
 
 def encode(command: dict) -> bytes:
@@ -28,19 +42,243 @@ def encode(command: dict) -> bytes:
 
 
 def decode(data: bytes) -> dict:
-    """Refuse loudly what this build cannot apply: a node must not guess."""
+    """The command in a log entry, checked against its schema.
+
+    Raises UnknownCommand (loud: the node must stop rather than guess) for a
+    version or tag this build does not know, which is what a newer build's
+    log looks like. Raises CommandRefused for anything else that is wrong:
+    bytes that are not msgpack (or not UTF-8 where a string is), a value that
+    is not a map, a version or tag of the wrong type, or members of the wrong
+    shape. A refusal is the same on every replica; the entry writes nothing.
+    """
     try:
         command = codec.unpack(data)
+    except MemoryError:
+        raise   # this node's trouble, not the entry's: refusing it here alone would diverge
     except Exception as exc:  # msgpack raises several unrelated types
-        raise UnknownCommand(f"log entry is not msgpack: {exc}") from exc
+        raise CommandRefused(f"log entry is not msgpack: {type(exc).__name__}: {exc}",
+                             field="") from None
     if not isinstance(command, dict):
-        raise UnknownCommand(f"log entry is a {type(command).__name__}, not a map")
-    if command.get("v") != VERSION:
-        raise UnknownCommand(f"command version {command.get('v')!r}; this build applies "
+        raise CommandRefused(f"log entry is a {type(command).__name__}, not a map", field="")
+    version, tag = command.get("v"), command.get("t")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise CommandRefused("command version `v` must be an integer", field="v")
+    if version != VERSION:
+        raise UnknownCommand(f"command version {version!r}; this build applies "
                              f"version {VERSION} (upgrade this node)")
-    if command.get("t") not in TAGS:
-        raise UnknownCommand(f"unknown command tag {command.get('t')!r}")
+    if not isinstance(tag, str):
+        raise CommandRefused("command tag `t` must be a string", field="t")
+    if tag not in TAGS:
+        raise UnknownCommand(f"unknown command tag {tag!r}")
+    check(command)
     return command
+
+
+def check(command: dict) -> None:
+    """Raise CommandRefused unless `command` (of a known tag) has its schema's shape."""
+    try:
+        SCHEMAS[command["t"]](command)
+    except ShapeError as exc:
+        raise CommandRefused(f"{command['t']} command refused: {exc}", field=exc.path) from None
+
+
+def check_run_update(update: object) -> None:
+    """Raise CommandRefused unless `update` is one well-formed item of run_updates,
+    so a proposer can keep a bad report out of a batch shared with good ones."""
+    try:
+        _RUN_UPDATE(update)
+    except ShapeError as exc:
+        exc.within("update")
+        raise CommandRefused(f"run update refused: {exc}", field=exc.path) from None
+
+
+# --- schemas ---------------------------------------------------------------------------
+# One checker per tag in TAGS (a test keeps the two equal). A new command adds its
+# entry here, built from the combinators of core/shape.py: _str(max_bytes, key=...),
+# _int(lo, hi), _num(lo, hi), _bool(), _enum(...), _opt(x) (None allowed),
+# _may(x) (the member may be left out), _list(item, max_len), _tuple(...),
+# _record({...}), _by(member, {...}) and _json() (a free-form JSON value).
+# Strings that become part of a storage key use key=True and a bytes limit from
+# limits.py; every integer has a range that apply and the key encoders accept.
+# Members a schema does not list are accepted as bounded JSON values and ignored
+# by apply, so a proposer that adds one does not turn its commands into refusals.
+
+_TIME_MS = _int(0, limits.command_int_max)          # ms since the epoch
+_OPT_TIME_MS = _opt(_TIME_MS)
+# A retry delay is drawn within the job's retry.max_s, itself at most
+# retry_delay_s_max (checked in every spec below), so the due time it makes
+# stays a time.
+_DELAY_MS = _int(0, int(limits.retry_delay_s_max * 1000))
+_TOKEN = _int(0, limits.command_int_max)
+_SHARD = _int(0, limits.shard_count_max - 1)
+_ATTEMPT = _int(1, limits.run_attempt_max)
+_JOB_ID = _str(limits.job_id_bytes_max, key=True)
+_RUN_ID = _str(limits.run_id_bytes_max, key=True)
+_NODE_ID = _str(limits.node_id_bytes_max, key=True)
+_HOLDER = _str(limits.holder_bytes_max, key=True)
+_TOPIC = _str(limits.topic_bytes_max, key=True)
+_TEXT = _str(limits.command_text_bytes_max)
+_OPT_TEXT = _opt(_TEXT)
+
+
+def _fields(**members: Check) -> dict[str, Check]:
+    """The members every command has (v and t, checked by decode) and its own."""
+    return {"v": _int(VERSION, VERSION), "t": _str(64), **members}
+
+
+def _command(**members: Check) -> Check:
+    return _record(_fields(**members), extra=_json())
+
+
+# A job spec is stored whole; apply and the loops that read it (trigger,
+# dispatcher, reaper) dereference the members typed here. Members not listed
+# must at least be bounded JSON values.
+_SCHEDULE = _by("kind", {
+    "cron": _record({"kind": _str(16), "cron": _str(limits.command_text_bytes_max),
+                     "timezone": _str(limits.command_text_bytes_max)}, extra=_json()),
+    # Bounded as at the edge, so that a next occurrence (a multiple of every_ms
+    # after now) stays a time: a fire carrying one past it would be refused whole.
+    "every": _record({"kind": _str(16), "every_ms": _int(1, limits.every_ms_max)},
+                     extra=_json()),
+    "once": _record({"kind": _str(16), "run_at_ms": _TIME_MS,
+                     "offset_min": _may(_int(-24 * 60, 24 * 60))}, extra=_json()),
+})
+_TIMEOUT_S = _num(0, limits.target_timeout_s_max)
+_TARGET = _by("type", {
+    "http": _record({"type": _str(16), "url": _str(limits.command_text_bytes_max),
+                     "method": _str(16), "timeout_s": _TIMEOUT_S}, extra=_json()),
+    "command": _record({"type": _str(16),
+                        "argv": _list(_str(limits.target_body_bytes_max),
+                                      limits.command_argv_max, min_len=1),
+                        "shell": _may(_bool()), "cwd": _may(_opt(_TEXT)),
+                        "queue": _may(_str(limits.queue_bytes_max, key=True)),
+                        "timeout_s": _TIMEOUT_S}, extra=_json()),
+    "publish": _record({"type": _str(16), "topic": _TOPIC, "key": _may(_opt(_TEXT)),
+                        "message": _json()}, extra=_json()),
+})
+_RETRY = _opt(_record({
+    "max_attempts": _may(_int(1, limits.run_attempt_max)),
+    "backoff": _may(_enum("exponential", "fixed")),
+    "base_s": _may(_num(0, limits.retry_delay_s_max)),
+    "max_s": _may(_num(0, limits.retry_delay_s_max)),
+    "non_retryable_exit_codes": _may(_list(_int(-(2 ** 31), 2 ** 31 - 1), 256)),
+}, extra=_json()))
+_CONCURRENCY = _opt(_record({
+    "policy": _enum("allow", "skip_if_running", "queue", "replace"),
+    "queue_max": _may(_int(0, limits.command_int_max)),
+}, extra=_json()))
+_MISFIRE = _by("policy", {
+    policy: _record({"policy": _str(16), "tolerance_ms": _int(0, limits.command_int_max),
+                     "catchup_max": _int(1, limits.catchup_max_max)}, extra=_json())
+    for policy in ("fire_once", "skip", "fire_all")})
+_ALERT = _opt(_record({"webhook_url": _may(_opt(_str(limits.command_text_bytes_max)))},
+                      extra=_json()))
+_SPEC = _record({
+    "name": _opt(_TEXT),
+    "schedule": _SCHEDULE,
+    "target": _TARGET,
+    "retry": _RETRY,
+    "concurrency": _CONCURRENCY,
+    "misfire": _may(_MISFIRE),
+    "alert": _may(_ALERT),
+    "metadata": _json(),
+    "history": _may(_record({"max_runs": _may(_int(1, limits.history_max_runs_max)),
+                             "max_age_ms": _may(_int(0, limits.command_int_max))})),
+}, extra=_json())
+
+
+def _ascending(values: list[int]) -> bool:
+    return all(a < b for a, b in zip(values, values[1:]))
+
+
+# (job_id, due_ms, next_ms, occurrences, omitted): the occurrences start with
+# due_ms and ascend, and the next one (if any) comes after them all.
+_FIRE_ITEM = _tuple(
+    _JOB_ID, _TIME_MS, _OPT_TIME_MS,
+    _list(_TIME_MS, limits.catchup_max_max + 1, min_len=1), _bool(),
+    where=lambda i: i[3][0] == i[1] and _ascending(i[3]) and (i[2] is None or i[2] > i[3][-1]),
+    why="occurrences must ascend from due_ms, and next_ms (if any) must follow them")
+
+_RUN_UPDATE_COMMON = {"run_id": _RUN_ID, "event": _str(16), "holder": _HOLDER,
+                      "attempt": _ATTEMPT, "at_ms": _TIME_MS}
+_LEASE_UPDATE = _record({**_RUN_UPDATE_COMMON, "lease_ms": _TIME_MS}, extra=_json())
+_RUN_UPDATE = _by("event", {
+    "start": _LEASE_UPDATE,
+    "heartbeat": _LEASE_UPDATE,
+    "finish": _record(
+        {**_RUN_UPDATE_COMMON, "ok": _bool(), "retryable": _may(_bool()),
+         "retry_delay_ms": _may(_opt(_DELAY_MS)),
+         "http_status": _may(_opt(_int(0, 999))),
+         "exit_code": _may(_opt(_int(-(2 ** 31), 2 ** 31 - 1))),
+         "error": _may(_OPT_TEXT), "output_node": _may(_opt(_NODE_ID))},
+        extra=_json(), where=lambda u: u["ok"] or not u.get("retryable", True)
+        or u.get("retry_delay_ms") is not None,
+        why="a retryable failure must carry retry_delay_ms"),
+})
+
+SCHEMAS: dict[str, Check] = {
+    "create_job": _command(
+        job_id=_JOB_ID, tenant=_str(limits.tenant_bytes_max, key=True), spec=_SPEC,
+        idempotency_key=_opt(_str(limits.idempotency_key_bytes_max, key=True)),
+        shard=_SHARD, next_ms=_OPT_TIME_MS, at_ms=_TIME_MS),
+    # A batch of creates: each item is what a create_job carries besides tenant
+    # and at_ms, which the batch shares.
+    "create_jobs": _command(
+        tenant=_str(limits.tenant_bytes_max, key=True), at_ms=_TIME_MS,
+        items=_list(_record({
+            "job_id": _JOB_ID, "spec": _SPEC,
+            "idempotency_key": _opt(_str(limits.idempotency_key_bytes_max, key=True)),
+            "shard": _SHARD, "next_ms": _OPT_TIME_MS}, extra=_json()),
+            limits.batch_entry_jobs_max, min_len=1)),
+    "update_job": _command(
+        job_id=_JOB_ID, spec=_SPEC, expected_version=_int(0, limits.command_int_max),
+        next_ms=_OPT_TIME_MS, at_ms=_TIME_MS),
+    "delete_job": _command(job_id=_JOB_ID, at_ms=_TIME_MS),
+    "pause_job": _command(job_id=_JOB_ID, at_ms=_TIME_MS),
+    "resume_job": _command(job_id=_JOB_ID, next_ms=_OPT_TIME_MS, at_ms=_TIME_MS),
+    "trigger_job": _command(job_id=_JOB_ID, scheduled_ms=_TIME_MS, node=_NODE_ID,
+                            at_ms=_TIME_MS),
+    "fire": _record(_fields(
+        shard=_SHARD, token=_TOKEN, upto_ms=_TIME_MS, node=_NODE_ID, at_ms=_TIME_MS,
+        items=_list(_FIRE_ITEM, limits.fire_batch_max),
+        retries=_may(_list(_tuple(_RUN_ID, _TIME_MS), limits.fire_batch_max))),
+        extra=_json(),
+        where=lambda c: len(c["items"]) + len(c.get("retries", [])) <= limits.fire_batch_max,
+        why=f"items and retries together must be at most {limits.fire_batch_max}"),
+    "assign_shards": _command(
+        assignments=_list(_tuple(_SHARD, _NODE_ID), limits.shard_count_max), at_ms=_TIME_MS),
+    "run_updates": _command(updates=_list(_RUN_UPDATE, limits.run_update_batch_max)),
+    "register_node": _command(node=_NODE_ID, http=_TEXT, raft=_TEXT, at_ms=_TIME_MS),
+    "renew": _command(node=_NODE_ID, at_ms=_TIME_MS),
+    "check_digest": _command(node=_NODE_ID, at_ms=_TIME_MS),
+    "expire_leases": _command(
+        items=_list(_tuple(_RUN_ID, _ATTEMPT, _DELAY_MS), limits.reaper_batch_max),
+        at_ms=_TIME_MS),
+    "reassign_runs": _command(
+        items=_list(_tuple(_RUN_ID, _NODE_ID, _NODE_ID), limits.reaper_batch_max),
+        at_ms=_TIME_MS),
+    "cancel_run": _command(run_id=_RUN_ID, reason=_TEXT, at_ms=_TIME_MS),
+    "alert_done": _command(run_id=_RUN_ID, outcome=_enum("sent", "undeliverable", "no_webhook"),
+                           error=_OPT_TEXT, at_ms=_TIME_MS),
+    "publish": _command(
+        topic=_TOPIC, key=_OPT_TEXT, message=_json(),
+        execution_id=_str(limits.execution_id_bytes_max, key=True), job_id=_JOB_ID,
+        at_ms=_TIME_MS),
+    "commit_offset": _command(topic=_TOPIC, group=_str(limits.group_bytes_max, key=True),
+                              offset=_int(0, limits.command_int_max), at_ms=_TIME_MS),
+    "purge": _record(_fields(
+        at_ms=_TIME_MS, history_max_runs=_int(1, limits.history_max_runs_max),
+        history_max_age_ms=_int(0, limits.command_int_max),
+        finished_job_retention_ms=_int(0, limits.command_int_max),
+        idempotency_ttl_ms=_int(0, limits.command_int_max),
+        runs=_list(_tuple(_RUN_ID, _JOB_ID), limits.purge_batch_max),
+        jobs=_list(_JOB_ID, limits.purge_batch_max),
+        idem=_list(_tuple(_str(limits.tenant_bytes_max, key=True),
+                          _str(limits.idempotency_key_bytes_max, key=True)),
+                   limits.purge_batch_max)),
+        where=lambda c: len(c["runs"]) + len(c["jobs"]) + len(c["idem"]) <= limits.purge_batch_max,
+        why=f"runs, jobs and idem together must be at most {limits.purge_batch_max}"),
+}
 
 
 def _cmd(tag: str, **fields: Any) -> dict:
@@ -51,6 +289,21 @@ def create_job(*, job_id: str, tenant: str, spec: dict, idempotency_key: str | N
                shard: int, next_ms: int | None, at_ms: int) -> dict:
     return _cmd("create_job", job_id=job_id, tenant=tenant, spec=spec,
                 idempotency_key=idempotency_key, shard=shard, next_ms=next_ms, at_ms=at_ms)
+
+
+def create_jobs(*, tenant: str, at_ms: int, items: list[dict]) -> dict:
+    """Many creates in one entry (POST /v1/jobs:batchCreate proposes a batch as
+    entries of at most batch_entry_jobs_max). items, in order: {job_id, spec,
+    idempotency_key, shard, next_ms} (see create_job_item). Each is applied as
+    a create_job of `tenant` at `at_ms`, after the ones before it, so a key
+    used twice creates one job."""
+    return _cmd("create_jobs", tenant=tenant, at_ms=at_ms, items=list(items))
+
+
+def create_job_item(*, job_id: str, spec: dict, idempotency_key: str | None, shard: int,
+                    next_ms: int | None) -> dict:
+    return {"job_id": job_id, "spec": spec, "idempotency_key": idempotency_key,
+            "shard": shard, "next_ms": next_ms}
 
 
 def update_job(*, job_id: str, spec: dict, expected_version: int, next_ms: int | None,
@@ -126,6 +379,20 @@ def publish(*, topic: str, key: str | None, message: object, execution_id: str, 
 
 def commit_offset(*, topic: str, group: str, offset: int, at_ms: int) -> dict:
     return _cmd("commit_offset", topic=topic, group=group, offset=offset, at_ms=at_ms)
+
+
+def purge(*, at_ms: int, history_max_runs: int, history_max_age_ms: int,
+          finished_job_retention_ms: int, idempotency_ttl_ms: int,
+          runs: list[tuple[str, str]], jobs: list[str], idem: list[tuple[str, str]]) -> dict:
+    """The leader's purger: remove what is past its bound by at_ms (see
+    core/retention.py). runs: (run_id, job_id); jobs: job ids; idem: (tenant,
+    key). The bounds are the proposer's cluster defaults; a job's own history
+    members take precedence over the history defaults."""
+    return _cmd("purge", at_ms=at_ms, history_max_runs=history_max_runs,
+                history_max_age_ms=history_max_age_ms,
+                finished_job_retention_ms=finished_job_retention_ms,
+                idempotency_ttl_ms=idempotency_ttl_ms, runs=[list(r) for r in runs],
+                jobs=list(jobs), idem=[list(i) for i in idem])
 
 
 def register_node(*, node: str, http: str, raft: str, at_ms: int) -> dict:

@@ -7,6 +7,7 @@ command is proposed, so a bad request writes nothing.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 from raftsched import limits
@@ -16,9 +17,9 @@ from raftsched.core.schedule import parse_schedule
 from raftsched.errors import InvalidInput
 
 CREATE_FIELDS = {"name", "schedule", "run_at", "target", "retry", "concurrency", "misfire",
-                 "alert", "idempotency_key", "metadata"}
+                 "alert", "idempotency_key", "metadata", "history"}
 PATCH_FIELDS = {"name", "schedule", "run_at", "target", "retry", "concurrency", "misfire",
-                "alert"}
+                "alert", "history"}
 MISFIRE_POLICIES = ("fire_once", "skip", "fire_all")
 MISFIRE_FIELDS = {"policy", "misfire_tolerance_s", "catchup_max"}
 TARGET_TYPES = ("http", "command", "publish")
@@ -33,6 +34,14 @@ BACKOFFS = ("exponential", "fixed")
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 CONCURRENCY_POLICIES = ("allow", "skip_if_running", "queue", "replace")
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+# The shapes of the ids raftsched makes: what a URL, a cursor or a worker's
+# report may name. Anything else cannot exist, so it is refused unread.
+JOB_ID_PATTERN = "job_[0-9a-f]{20}"
+RUN_ID_PATTERN = "run_[0-9a-f]{24}"
+_JOB_ID_RE = re.compile(JOB_ID_PATTERN)
+_RUN_ID_RE = re.compile(RUN_ID_PATTERN)
+# Header names are RFC 9110 tokens.
+_HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 # Headers raftsched sets itself on every call; a job may not override them.
 RESERVED_HEADERS = ("idempotency-key", "x-raftsched-job-id", "x-raftsched-scheduled-for",
                     "x-raftsched-attempt", "x-raftsched-execution-id",
@@ -50,23 +59,73 @@ def validate_create(body: object) -> dict:
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object", field="body")
     _reject_unknown(body, CREATE_FIELDS, "")
+    target = validate_target(body.get("target"))
+    name = body.get("name")
     spec = {
-        "name": validate_name(body.get("name")),
+        "name": default_name(target) if name is None else validate_name(name),
         "schedule": parse_schedule(body.get("schedule"), body.get("run_at")),
-        "target": validate_target(body.get("target")),
+        "target": target,
         "retry": validate_retry(body.get("retry")),
         "concurrency": validate_concurrency(body.get("concurrency")),
         "misfire": validate_misfire(body.get("misfire")),
         "alert": validate_alert(body.get("alert")),
         "metadata": validate_metadata(body.get("metadata")),
+        "history": validate_history(body.get("history")),
     }
     key = body.get("idempotency_key")
     if key is not None:
-        if not isinstance(key, str) or not 0 < len(key) <= limits.idempotency_key_chars_max:
-            raise InvalidInput("`idempotency_key` must be a string of 1 to "
-                               f"{limits.idempotency_key_chars_max} characters",
-                               field="idempotency_key", limit="idempotency_key_chars_max")
+        key = validate_key_text(key, "idempotency_key", limits.idempotency_key_bytes_max,
+                                "idempotency_key_bytes_max")
     return {"spec": spec, "idempotency_key": key}
+
+
+def default_name(target: dict) -> str:
+    """The name of a job created without one: what it calls, in a few words
+    ("POST example.com/hook", "command backup.sh", "publish orders")."""
+    if target["type"] == "http":
+        parts = urlsplit(target["url"])
+        text = f"{target['method']} {parts.hostname}{parts.path}"
+    elif target["type"] == "command":
+        text = "command " + target["argv"][0].strip().split(" ")[0].rsplit("/", 1)[-1]
+    else:
+        text = "publish " + target["topic"]
+    return text[:limits.job_name_chars_max]
+
+
+def validate_key_text(value: object, field: str, max_bytes: int, limit: str) -> str:
+    """A string that becomes part of a storage key: 1 to `max_bytes` bytes of
+    UTF-8 (LMDB bounds keys in bytes, not characters), without NUL (the
+    separator of composed keys)."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"`{field}` must be a non-empty string", field=field)
+    _check_storable(value, field)
+    size = len(value.encode("utf-8"))
+    if size > max_bytes:
+        raise InvalidInput(f"`{field}` is {size} bytes of UTF-8, over {max_bytes}",
+                           field=field, limit=limit)
+    return value
+
+
+def _check_storable(value: str, field: str) -> None:
+    if "\x00" in value:
+        raise InvalidInput(f"`{field}` may not contain NUL", field=field)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"`{field}` holds a lone surrogate (not valid UTF-8)",
+                           field=field) from None
+
+
+def validate_job_id(value: object, field: str = "job_id") -> str:
+    if not isinstance(value, str) or not _JOB_ID_RE.fullmatch(value):
+        raise InvalidInput(f"`{field}` is not a job id ({JOB_ID_PATTERN})", field=field)
+    return value
+
+
+def validate_run_id(value: object, field: str = "run_id") -> str:
+    if not isinstance(value, str) or not _RUN_ID_RE.fullmatch(value):
+        raise InvalidInput(f"`{field}` is not a run id ({RUN_ID_PATTERN})", field=field)
+    return value
 
 
 def validate_patch(body: object, current: dict) -> dict:
@@ -85,7 +144,8 @@ def validate_patch(body: object, current: dict) -> dict:
     if "target" in body:
         spec["target"] = validate_target(body["target"])
     validators = {"misfire": validate_misfire, "retry": validate_retry,
-                  "concurrency": validate_concurrency, "alert": validate_alert}
+                  "concurrency": validate_concurrency, "alert": validate_alert,
+                  "history": validate_history}
     for name, validate in validators.items():
         if name in body:
             spec[name] = validate(body[name])
@@ -94,7 +154,9 @@ def validate_patch(body: object, current: dict) -> dict:
 
 def validate_name(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise InvalidInput("`name` is required: a non-empty string", field="name")
+        raise InvalidInput("`name` must be a non-empty string (or left out, for a "
+                           "name made from the target)", field="name")
+    _check_storable(value, "name")
     if len(value) > limits.job_name_chars_max:
         raise InvalidInput(f"`name` is longer than {limits.job_name_chars_max} characters",
                            field="name", limit="job_name_chars_max")
@@ -118,9 +180,8 @@ def validate_target(value: object) -> dict:
 def validate_http_target(value: dict) -> dict:
     _reject_unknown(value, HTTP_TARGET_FIELDS, "target.")
     url = value.get("url")
-    if not isinstance(url, str) or len(url) > limits.target_url_chars_max:
-        raise InvalidInput("`target.url` must be an http(s) URL", field="target.url",
-                           limit="target_url_chars_max" if isinstance(url, str) else None)
+    if not isinstance(url, str):
+        raise InvalidInput("`target.url` must be an http(s) URL", field="target.url")
     validate_http_url(url, "target.url")
     method = value.get("method", "POST")
     if not isinstance(method, str) or method.upper() not in HTTP_METHODS:
@@ -133,8 +194,17 @@ def validate_http_target(value: dict) -> dict:
 
 
 def validate_http_url(url: str, field: str) -> None:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    """An http or https URL with a host, of at most target_url_bytes_max bytes."""
+    _check_storable(url, field)
+    if len(url.encode("utf-8")) > limits.target_url_bytes_max:
+        raise InvalidInput(f"`{field}` is longer than {limits.target_url_bytes_max} bytes",
+                           field=field, limit="target_url_bytes_max")
+    try:
+        parts = urlsplit(url)
+        host, _ = parts.hostname, parts.port
+    except ValueError as exc:   # a bad port or IPv6 literal
+        raise InvalidInput(f"`{field}` is not a URL: {exc}", field=field) from None
+    if parts.scheme not in ("http", "https") or not host:
         raise InvalidInput(f"`{field}` must be an http or https URL with a host, not {url!r}",
                            field=field)
 
@@ -150,14 +220,19 @@ def _validate_timeout(timeout_s: object) -> float:
     return float(timeout_s)
 
 
-def validate_name_token(value: object, field: str, default: str | None = None) -> str:
-    """A queue or topic name: 1-100 of [A-Za-z0-9._-]."""
+def validate_name_token(value: object, field: str, default: str | None = None, *,
+                        max_bytes: int = limits.topic_bytes_max,
+                        limit: str = "topic_bytes_max") -> str:
+    """A queue, topic, group or worker name: 1 to `max_bytes` of [A-Za-z0-9._-]
+    (ASCII, so characters are bytes). It becomes part of storage keys."""
     if value is None and default is not None:
         return default
-    if not isinstance(value, str) or not value or len(value) > limits.topic_name_chars_max \
-            or not set(value) <= NAME_CHARS:
-        raise InvalidInput(f"`{field}` must be 1 to {limits.topic_name_chars_max} letters, "
-                           "digits, '.', '_' or '-'", field=field)
+    if not isinstance(value, str) or not value or not set(value) <= NAME_CHARS:
+        raise InvalidInput(f"`{field}` must be 1 to {max_bytes} letters, digits, '.', '_' "
+                           "or '-'", field=field)
+    if len(value) > max_bytes:
+        raise InvalidInput(f"`{field}` is {len(value)} characters long, over {max_bytes}",
+                           field=field, limit=limit)
     return value
 
 
@@ -187,9 +262,15 @@ def validate_command_target(value: dict) -> dict:
     cwd = value.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd.startswith("/")):
         raise InvalidInput("`target.cwd` must be an absolute path", field="target.cwd")
+    if cwd is not None and len(cwd.encode("utf-8", "surrogatepass")) > \
+            limits.command_text_bytes_max:
+        raise InvalidInput(f"`target.cwd` is longer than {limits.command_text_bytes_max} bytes",
+                           field="target.cwd", limit="command_text_bytes_max")
     spec = {"type": "command", "argv": list(argv), "env": dict(env), "cwd": cwd,
             "timeout_s": _validate_timeout(value.get("timeout_s")),
-            "queue": validate_name_token(value.get("queue"), "target.queue", "default"),
+            "queue": validate_name_token(value.get("queue"), "target.queue", "default",
+                                         max_bytes=limits.queue_bytes_max,
+                                         limit="queue_bytes_max"),
             "shell": shell}
     if len(codec.pack(spec)) > limits.target_body_bytes_max:
         raise InvalidInput(f"the command target is larger than {limits.target_body_bytes_max} "
@@ -232,9 +313,9 @@ def _validate_headers(value: object) -> dict:
                                f"{limits.target_header_value_chars_max} characters", field=field)
         if name.lower() in RESERVED_HEADERS:
             raise InvalidInput(f"header {name!r} is set by raftsched on every call", field=field)
-        if not name or any(c in name for c in " :\r\n") or any(c in header for c in "\r\n"):
-            raise InvalidInput("header names and values may not contain spaces, colons or "
-                               "line breaks", field=field)
+        if not _HEADER_NAME_RE.fullmatch(name) or any(c in header for c in "\r\n\x00"):
+            raise InvalidInput("header names are tokens (letters, digits and !#$%&'*+.^_`|~-); "
+                               "values may not contain line breaks", field=field)
     return dict(value)
 
 
@@ -337,7 +418,7 @@ def validate_alert(value: object) -> dict:
     url = value.get("webhook_url")
     if url is None:
         return {}
-    if not isinstance(url, str) or len(url) > limits.target_url_chars_max:
+    if not isinstance(url, str):
         raise InvalidInput("`alert.webhook_url` must be an http(s) URL",
                            field="alert.webhook_url")
     validate_http_url(url, "alert.webhook_url")
@@ -377,6 +458,36 @@ def validate_misfire(value: object) -> dict:
                            f"{limits.catchup_max_max}", field="misfire.catchup_max",
                            limit="catchup_max_max")
     return {"policy": policy, "tolerance_ms": int(tolerance * 1000), "catchup_max": catchup}
+
+
+def validate_history(value: object) -> dict:
+    """{max_runs, max_age_s}: the finished runs kept (the newest max_runs, none
+    older than max_age_s); a member left out takes the cluster's default
+    (--history-max-runs, --history-max-age-s). Stored as {max_runs, max_age_ms}."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput("`history` must be an object such as {\"max_runs\": 100}",
+                           field="history")
+    _reject_unknown(value, {"max_runs", "max_age_s"}, "history.")
+    out = {}
+    max_runs = value.get("max_runs")
+    if max_runs is not None:
+        if isinstance(max_runs, bool) or not isinstance(max_runs, int) \
+                or not 1 <= max_runs <= limits.history_max_runs_max:
+            raise InvalidInput(f"`history.max_runs` must be an integer from 1 to "
+                               f"{limits.history_max_runs_max}", field="history.max_runs",
+                               limit="history_max_runs_max")
+        out["max_runs"] = max_runs
+    max_age_s = value.get("max_age_s")
+    if max_age_s is not None:
+        if isinstance(max_age_s, bool) or not isinstance(max_age_s, (int, float)) \
+                or not 1 <= max_age_s <= limits.history_max_age_s_max:
+            raise InvalidInput(f"`history.max_age_s` must be a number of seconds from 1 to "
+                               f"{limits.history_max_age_s_max}", field="history.max_age_s",
+                               limit="history_max_age_s_max")
+        out["max_age_ms"] = int(max_age_s * 1000)
+    return out
 
 
 def validate_metadata(value: object) -> dict:

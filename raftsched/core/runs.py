@@ -75,6 +75,8 @@ def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str, at_ms: int, trig
     if state == QUEUED:
         state, run["reason"] = _admit(tx, job, run, at_ms)
     tx.put(RUNS_BY_JOB, by_job, run["id"])
+    # Runs in the job's history: the purger's count bound reads it (core/retention.py).
+    job["runs_count"] = job.get("runs_count", 0) + 1
     if state == QUEUED:
         run["state"] = QUEUED
         _enqueue(tx, run, node, at_ms)

@@ -43,7 +43,9 @@ MACROS = {
     "@hourly": "0 * * * *",
 }
 
-_EVERY_RE = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+# Nine digits a unit are more than every_ms_max in any unit; more are refused
+# unread (Python will not convert more than 4300 digits at all).
+_EVERY_RE = re.compile(r"^(?:(\d{1,9})d)?(?:(\d{1,9})h)?(?:(\d{1,9})m)?(?:(\d{1,9})s)?$")
 _SECOND = dt.timedelta(seconds=1)
 
 
@@ -83,13 +85,23 @@ def parse_schedule(schedule: object, run_at: object, field_prefix: str = "") -> 
 
 
 def parse_run_at(value: object, field: str) -> dict:
-    try:
-        run_at_ms, offset_min = parse_rfc3339(value)  # type: ignore[arg-type]
-    except (ValueError, TypeError) as exc:
-        raise InvalidInput(f"`run_at` is not an RFC 3339 timestamp: {exc}", field=field) from None
-    if run_at_ms < 0:
-        raise InvalidInput("`run_at` is before 1970", field=field)
+    run_at_ms, offset_min = parse_instant(value, field)
     return {"kind": "once", "run_at_ms": run_at_ms, "offset_min": offset_min}
+
+
+def parse_instant(value: object, field: str) -> tuple[int, int]:
+    """An RFC 3339 timestamp from 1970 to timestamp_ms_max: (ms, offset in minutes)."""
+    name = field.rsplit(".", 1)[-1]
+    try:
+        ms, offset_min = parse_rfc3339(value)  # type: ignore[arg-type]
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput(f"`{name}` is not an RFC 3339 timestamp: {exc}", field=field) from None
+    if ms < 0:
+        raise InvalidInput(f"`{name}` is before 1970", field=field)
+    if ms > limits.timestamp_ms_max:
+        raise InvalidInput(f"`{name}` is after 9999-12-30T00:00:00Z", field=field,
+                           limit="timestamp_ms_max")
+    return ms, offset_min
 
 
 def parse_timezone(value: object, field: str) -> str:
@@ -125,6 +137,9 @@ def normalise_cron(value: object, field: str) -> str:
     """Return the expression with macros expanded and whitespace collapsed."""
     if not isinstance(value, str) or not value.strip():
         raise InvalidInput("`cron` must be a cron expression such as \"0 2 * * *\"", field=field)
+    if len(value.encode("utf-8", "surrogatepass")) > limits.command_text_bytes_max:
+        raise InvalidInput(f"`cron` is longer than {limits.command_text_bytes_max} bytes",
+                           field=field, limit="command_text_bytes_max")
     text = " ".join(value.split())
     if text.startswith("@"):
         if text.lower() not in MACROS:
@@ -169,11 +184,13 @@ def next_fire_ms(spec: dict, after_ms: int) -> int | None:
 
 
 def preview_ms(spec: dict, after_ms: int, count: int) -> list[int]:
+    """Up to `count` fire times after `after_ms`; fewer if the schedule ends or
+    reaches timestamp_ms_max (the end of the time that can be written)."""
     out: list[int] = []
     cursor = after_ms
     while len(out) < count:
         nxt = next_fire_ms(spec, cursor)
-        if nxt is None or (out and nxt <= out[-1]):
+        if nxt is None or (out and nxt <= out[-1]) or nxt > limits.timestamp_ms_max:
             break
         out.append(nxt)
         cursor = nxt
@@ -237,6 +254,15 @@ def latest_at_or_before(spec: dict, now_ms: int, floor_ms: int) -> int:
 
 @functools.lru_cache(maxsize=limits.schedule_cache_max)
 def next_fire_cron(cron: str, timezone: str, after_ms: int) -> int | None:
+    try:
+        return _next_fire_cron(cron, timezone, after_ms)
+    except (OverflowError, ValueError):
+        # Near the end of datetime's range (the year 9999) croniter and local
+        # times overflow: there is no next time to give.
+        return None
+
+
+def _next_fire_cron(cron: str, timezone: str, after_ms: int) -> int | None:
     tz = ZoneInfo(timezone)
     wildcard = is_wildcard(cron)
     after = ms_to_datetime(after_ms, tz)
@@ -326,4 +352,4 @@ def _transition_ms(lo_ms: int, hi_ms: int, tz: ZoneInfo) -> int:
 
 
 __all__ = ["CroniterBadCronError", "covered_occurrences", "is_wildcard", "latest_at_or_before", "next_fire_cron", "next_fire_ms",
-           "normalise_cron", "parse_schedule", "parse_timezone", "preview_ms"]
+           "normalise_cron", "parse_instant", "parse_schedule", "parse_timezone", "preview_ms"]

@@ -6,21 +6,43 @@ of the same execution (a retried attempt whose first answer was lost)
 returns the first offset and appends nothing, so a publish target is
 effectively-once. Consumer groups commit the offset they have processed.
 
-Retention is bounded by count (`topic_messages_max`) and age
+Retention is bounded by count (`topic_messages_max`), encoded bytes
+(`topic_messages_bytes_max`, the messages as stored) and age
 (`topic_retention_s`, judged against the proposer's `at_ms`); each publish
 trims at most `topic_trim_per_publish_max` old messages, so apply stays
 bounded however far behind the trimming is.
+
+The cluster holds at most `topics_max` topics (counted in the counters
+table) and each topic at most `groups_per_topic_max` consumer groups (counted
+in its meta record). A publish to a new topic, or a commit of a new group,
+past its bound is refused with the limit named. A commit of offset 0 to a
+topic that has no messages yet stores nothing: every group starts there.
 """
 
 from __future__ import annotations
 
 from raftsched import limits
-from raftsched.core import keys
-from raftsched.core.tx import GROUPS, TOPIC_IDEM, TOPIC_META, TOPICS, TopicAppended, Tx
+from raftsched.core import codec, keys
+from raftsched.core.tx import (COUNTERS, GROUPS, TOPIC_IDEM, TOPIC_META, TOPICS, TopicAppended,
+                               Tx)
+
+_TOPICS_COUNTER = b"topics"
 
 
 def meta(tx: Tx, topic: str) -> dict:
-    return tx.get(TOPIC_META, topic.encode()) or {"v": 1, "first": 1, "next": 1}
+    """first and next offset, bytes kept, groups committed (the last two are
+    missing from records written before they were counted: read as 0)."""
+    return tx.get(TOPIC_META, topic.encode()) or {"v": 1, "first": 1, "next": 1, "bytes": 0,
+                                                  "groups": 0}
+
+
+def topic_count(tx: Tx) -> int:
+    counter = tx.get(COUNTERS, _TOPICS_COUNTER)
+    return counter["count"] if counter else 0
+
+
+def _limit(limit: str, detail: str) -> dict:
+    return {"ok": False, "error": "limit", "limit": limit, "detail": detail}
 
 
 def handle_publish(tx: Tx, cmd: dict) -> dict:
@@ -29,14 +51,22 @@ def handle_publish(tx: Tx, cmd: dict) -> dict:
     existing = tx.get(TOPIC_IDEM, idem)
     if existing is not None:
         return {"ok": True, "offset": existing, "duplicate": True}
+    if tx.get(TOPIC_META, topic.encode()) is None:
+        count = topic_count(tx)
+        if count >= limits.topics_max:
+            return _limit("topics_max", f"topic {topic!r} would be new, and the cluster already "
+                                        f"has {count} topics (topics_max); publish to an "
+                                        f"existing topic")
+        tx.put(COUNTERS, _TOPICS_COUNTER, {"v": 1, "count": count + 1})
     state = meta(tx, topic)
     offset = state["next"]
-    tx.put(TOPICS, keys.topic_key(topic, offset), {
-        "v": 1, "offset": offset, "key": cmd["key"], "message": cmd["message"],
-        "execution_id": cmd["execution_id"], "job_id": cmd["job_id"],
-        "published_ms": cmd["at_ms"]})
+    message = {"v": 1, "offset": offset, "key": cmd["key"], "message": cmd["message"],
+               "execution_id": cmd["execution_id"], "job_id": cmd["job_id"],
+               "published_ms": cmd["at_ms"]}
+    tx.put(TOPICS, keys.topic_key(topic, offset), message)
     tx.put(TOPIC_IDEM, idem, offset)
     state["next"] = offset + 1
+    state["bytes"] = state.get("bytes", 0) + len(codec.pack(message))
     _trim(tx, topic, state, cmd["at_ms"])
     tx.put(TOPIC_META, topic.encode(), state)
     tx.effects.append(TopicAppended(topic=topic, offset=offset))
@@ -51,20 +81,34 @@ def _trim(tx: Tx, topic: str, state: dict, at_ms: int) -> None:
         key = keys.topic_key(topic, state["first"])
         message = tx.get(TOPICS, key)
         over_count = state["next"] - state["first"] > limits.topic_messages_max
-        if message is not None and not over_count and message["published_ms"] >= oldest_kept_ms:
+        over_bytes = state.get("bytes", 0) > limits.topic_messages_bytes_max
+        if message is not None and not over_count and not over_bytes \
+                and message["published_ms"] >= oldest_kept_ms:
             return
         if message is not None:
             tx.delete(TOPICS, key)
             tx.delete(TOPIC_IDEM, keys.topic_idem_key(topic, message["execution_id"]))
+            state["bytes"] = max(0, state.get("bytes", 0) - len(codec.pack(message)))
         state["first"] += 1
 
 
 def handle_commit_offset(tx: Tx, cmd: dict) -> dict:
-    state = meta(tx, cmd["topic"])
-    offset = cmd["offset"]
+    topic, offset = cmd["topic"], cmd["offset"]
+    known = tx.get(TOPIC_META, topic.encode()) is not None
+    state = meta(tx, topic)
     if not 0 <= offset < state["next"]:
         return {"ok": False, "error": "invalid",
                 "detail": f"offset {offset} is past the topic's last offset {state['next'] - 1}"}
-    tx.put(GROUPS, keys.group_key(cmd["topic"], cmd["group"]),
-           {"v": 1, "offset": offset, "committed_ms": cmd["at_ms"]})
+    if not known:
+        return {"ok": True, "offset": offset}   # offset 0 of an empty topic: nothing to keep
+    group = keys.group_key(topic, cmd["group"])
+    if tx.get(GROUPS, group) is None:
+        groups = state.get("groups", 0)
+        if groups >= limits.groups_per_topic_max:
+            return _limit("groups_per_topic_max",
+                          f"group {cmd['group']!r} would be new, and topic {topic!r} already has "
+                          f"{groups} groups (groups_per_topic_max)")
+        state["groups"] = groups + 1
+        tx.put(TOPIC_META, topic.encode(), state)
+    tx.put(GROUPS, group, {"v": 1, "offset": offset, "committed_ms": cmd["at_ms"]})
     return {"ok": True, "offset": offset}

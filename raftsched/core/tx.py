@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol
 
+from raftsched import limits
 from raftsched.core import keys
 
 JOBS = "jobs"
@@ -27,9 +28,10 @@ TOPICS = "topics"            # topic | offset -> message
 TOPIC_META = "topic_meta"    # topic -> first and next offset
 TOPIC_IDEM = "topic_idem"    # topic | execution_id -> offset (a retried publish appends once)
 GROUPS = "groups"            # topic | group -> committed offset
+COUNTERS = "counters"        # name -> cluster-wide count apply keeps (topics)
 # Every replicated table, in digest order.
 TABLES = (JOBS, DUE, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS, IDEM, NODES, LEASES, READY, ALERTS,
-          TOPICS, TOPIC_META, TOPIC_IDEM, GROUPS)
+          TOPICS, TOPIC_META, TOPIC_IDEM, GROUPS, COUNTERS)
 
 RECORD_VERSION = 1
 
@@ -90,8 +92,15 @@ class TopicAppended:
     offset: int
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunsPurged:
+    """Runs were removed for good (core/retention.py): each node drops the
+    output it keeps of them, which nothing can ask for any more."""
+    run_ids: tuple[str, ...]
+
+
 Effect = (RunQueued | RunCancelled | DueArmed | ShardsAssigned | NodeRenewed | AlertPending
-          | TopicAppended)
+          | TopicAppended | RunsPurged)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -103,8 +112,37 @@ class Transition:
     result: dict
 
 
+class WriteRefused(Exception):
+    """Raised by Tx, inside apply only, on a write no store can hold (a key that
+    is empty, too long or not bytes, or a table that does not exist). apply()
+    catches it and refuses the whole command; handlers never catch it."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class ViewFailed(Exception):
+    """A read of the view failed (a storage error on this node, not something
+    the command did). apply() lets it through: refusing the command here alone
+    would make this replica diverge, so the node must stop."""
+
+
+def check_key(table: str, key: object) -> None:
+    """Raise WriteRefused unless `key` is one a store can hold in `table`."""
+    if table not in TABLES:
+        raise WriteRefused(f"there is no table {table!r}")
+    if not isinstance(key, bytes):
+        raise WriteRefused(f"a key in {table} must be bytes, not {type(key).__name__}")
+    if not 1 <= len(key) <= limits.lmdb_key_bytes_max:
+        raise WriteRefused(f"a key of {len(key)} bytes in {table}; keys are 1 to "
+                           f"{limits.lmdb_key_bytes_max} bytes (lmdb_key_bytes_max)")
+
+
 class Tx:
-    """Reads through to the view, seeing this command's own writes first."""
+    """Reads through to the view, seeing this command's own writes first.
+    Writes are checked as they are made (check_key), so a command that would
+    write what the store refuses is refused whole, before anything is stored."""
 
     _DELETED = object()
 
@@ -114,16 +152,25 @@ class Tx:
         self.effects: list[Effect] = []
 
     def get(self, table: str, key: bytes) -> Any | None:
+        if table not in TABLES:
+            raise KeyError(f"there is no table {table!r}")   # a bug: apply refuses it
+        if not isinstance(key, bytes) or not 1 <= len(key) <= limits.lmdb_key_bytes_max:
+            return None   # no record can be stored under a key no store can hold
         value = self._writes.get((table, key), None)
         if value is None and (table, key) not in self._writes:
-            return self._view.get(table, key)
+            try:
+                return self._view.get(table, key)
+            except Exception as exc:
+                raise ViewFailed(f"reading {table}: {exc!r}") from exc
         return None if value is self._DELETED else value
 
     def put(self, table: str, key: bytes, value: Any) -> None:
         assert value is not None
+        check_key(table, key)
         self._writes[(table, key)] = value
 
     def delete(self, table: str, key: bytes) -> None:
+        check_key(table, key)
         self._writes[(table, key)] = self._DELETED
 
     def transition(self, result: dict) -> Transition:

@@ -4,15 +4,39 @@ A store holds the replicated tables of `raftsched.core.apply.TABLES` plus
 `applied_index`. `commit` is the only writer: it persists one Transition's
 writes and the new applied_index atomically, or nothing. Readers (the HTTP API,
 the trigger loop) may run on other threads and always see a committed state.
+
+Keys are LMDB's: bytes, 1 to `lmdb_key_bytes_max` (511) long. A commit or a
+snapshot install holding any other key raises InvalidKey and writes nothing
+(apply refuses such writes before they get here, so this is a bug). `get` of a
+key no record can have answers None. Values are any msgpack-encodable record.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Iterator, Protocol
 
+from raftsched import limits
 from raftsched.core import codec, keys
 from raftsched.core.apply import DUE, TABLES, Transition
+from raftsched.errors import InvariantBroken
+
+
+class InvalidKey(InvariantBroken):
+    """A write under a key LMDB cannot hold: empty, too long, or not bytes."""
+
+
+def storable_key(key: object) -> bool:
+    return isinstance(key, bytes) and 1 <= len(key) <= limits.lmdb_key_bytes_max
+
+
+def check_key(table: str, key: object) -> None:
+    """Raise InvalidKey unless a store can hold `key` (both stores call this)."""
+    if not isinstance(key, bytes):
+        raise InvalidKey(f"{table}: a key must be bytes, not {type(key).__name__}")
+    if not storable_key(key):
+        raise InvalidKey(f"{table}: a key of {len(key)} bytes; keys are 1 to "
+                         f"{limits.lmdb_key_bytes_max} bytes (lmdb_key_bytes_max)")
 
 
 class Store(Protocol):
@@ -35,7 +59,27 @@ class Store(Protocol):
     def replace_all(self, applied_index: int, items: Iterable[tuple[str, bytes, bytes]]) -> None:
         """Replace the whole state (a snapshot install) in one transaction."""
 
+    def pin(self) -> "Pinned":
+        """A consistent read of the whole state as of this call, which another
+        thread may then read (a digest, a snapshot) while commits go on."""
+
     def close(self) -> None: ...
+
+
+class Pinned(Protocol):
+    """A pinned read: `applied_index` and the records as of one moment. Close
+    it when done (it is a context manager)."""
+
+    applied_index: int
+
+    def items(self) -> Iterator[tuple[str, bytes, bytes]]:
+        """Every (table, key, raw value): tables in TABLES order, keys in order."""
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "Pinned": ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 def encode_value(value: Any) -> bytes:
@@ -60,13 +104,19 @@ def due_until(store: Store, shard: int, upto_ms: int, limit: int) -> list[tuple[
 def digest(store: Store) -> tuple[int, str]:
     """SHA-256 over every replicated table in key order: equal on every node
     that has applied the same log prefix."""
-    index, items = store.raw_items()
+    with store.pin() as pinned:
+        return digest_pinned(pinned)
+
+
+def digest_pinned(pinned: Pinned) -> tuple[int, str]:
+    """digest() of a pinned read, record by record (never the whole state in
+    memory), so it can run on any thread while the Raft thread goes on."""
     h = hashlib.sha256()
-    for table, key, value in items:
+    for table, key, value in pinned.items():
         for part in (table.encode(), key, value):
             h.update(len(part).to_bytes(4, "big"))
             h.update(part)
-    return index, h.hexdigest()
+    return pinned.applied_index, h.hexdigest()
 
 
 def tables() -> tuple[str, ...]:

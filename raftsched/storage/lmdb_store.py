@@ -4,65 +4,195 @@ One environment per node, one named database per replicated table, plus
 `meta` (applied_index, schema version). Keys are big-endian so byte order is
 time order.
 
-Durability: writes are not fsynced per transaction (sync=False). A committed
-transaction is in the OS page cache, so it survives the process being killed
-(SIGKILL); `sync()` is called about once a second, which is the same bound
-pysyncobj's own journal gives against a power loss (it flushes its mmap once a
-second). Raft replicas on other machines cover a single machine's loss.
+Durability. The state is what the Raft journal and the last snapshot hold,
+applied: after a crash, the journal entries above `applied_index` are applied
+again. A committed LMDB transaction is in the OS page cache, so it survives
+the process being killed (SIGKILL) in either mode of `--fsync`:
+
+- `periodic` (the default): transactions are not fsynced (sync=False); the
+  node calls `sync()` once a second, as the journal is flushed once a second
+  (replication/raft.py). A power loss may lose that last second here, which
+  the journal or the other replicas give back, and, on a file system that
+  reorders writes, may damage the environment (LMDB keeps its integrity
+  without syncs only if writes reach the disk in order); such a node is wiped
+  and catches up from a snapshot.
+- `always` (durable_commits=True): each commit fdatasyncs its data pages
+  (sync=True) and leaves the meta page to the next commit (metasync=False).
+  LMDB documents that this keeps the environment intact and can undo only the
+  last transaction, which the journal, flushed before an entry counts towards
+  commit, applies again.
+
+Snapshots (replication/raft.py) are taken from a pinned read transaction
+(`pin()`, usable on another thread) as a compacted LMDB copy, and installed
+by copying such an image into a fresh environment that replaces the live one
+(`install_image`). Every use of the environment goes through `_begin`, so a
+reader on another thread never meets a closed environment during that swap.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
-from typing import Any, Iterable
+import shutil
+import struct
+import threading
+from typing import Any, Iterable, Iterator
 
 import lmdb
 
 from raftsched.core import codec, keys
 from raftsched.core.apply import TABLES, Transition
-from raftsched.errors import InvariantBroken
+from raftsched.errors import InvariantBroken, StorageFull
+from raftsched.storage.base import check_key, storable_key
 
 SCHEMA_VERSION = 1
 _APPLIED = b"applied_index"
 _SCHEMA = b"schema_version"
-# A sparse file: this is address space, not disk, on Linux.
+_META = "meta"              # the named database of applied_index and schema_version
+_DATA_FILE = "data.mdb"     # LMDB's data file in an environment directory
+# Records a pinned read yields between checks for an install that needs it gone.
+_PIN_ABORT_CHECK_EVERY = 1024
+# Bytes one copy step moves when copy_file_range is not available.
+_COPY_CHUNK_BYTES = 1024 ** 2
+# Where LMDB 0.9 keeps, in each meta page, its magic, the page size and the
+# last page number (see _check_image_pages).
+_LMDB_MAGIC = 0xBEEFC0DE
+_META_MAGIC_AT = 16
+_META_PAGE_SIZE_AT = 40
+_META_LAST_PAGE_AT = 136
+# A sparse file: this is address space, not disk, on Linux. Nodes pass
+# --max-data-bytes (limits.max_data_bytes_default).
 map_size_default = 8 * 1024 ** 3
 
 
+class SnapshotAborted(Exception):
+    """A pinned read was given up because a snapshot install replaces the state."""
+
+
+class _EnvGuard:
+    """Any number of threads may use the environment at once; a swap (a
+    snapshot install) waits until none does and holds new users back
+    meanwhile. Closing an environment invalidates every transaction open in
+    it, so nobody may be inside it then."""
+
+    def __init__(self) -> None:
+        # enter/leave take the plain lock (every read does, so it must be cheap);
+        # the condition on it is only waited on around a swap.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._users = 0
+        self._swapping = False
+
+    def enter(self) -> None:
+        with self._lock:
+            while self._swapping:
+                self._cond.wait()
+            self._users += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._swapping and self._users == 0:
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._lock:
+            while self._swapping:
+                self._cond.wait()
+            self._swapping = True
+            while self._users:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._swapping = False
+                self._cond.notify_all()
+
+
 class LmdbStore:
-    def __init__(self, path: str, *, map_size: int = map_size_default) -> None:
+    def __init__(self, path: str, *, map_size: int = map_size_default,
+                 durable_commits: bool = False) -> None:
         os.makedirs(path, exist_ok=True)
-        self._env = lmdb.open(path, map_size=map_size, max_dbs=len(TABLES) + 2, subdir=True,
-                              sync=False, metasync=False, writemap=False, lock=True,
-                              readahead=False, max_readers=256)
-        self._meta = self._env.open_db(b"meta")
+        self.path = path
+        self.map_size = map_size
+        self._durable_commits = durable_commits
+        self._guard = _EnvGuard()
+        self._pins: set[PinnedRead] = set()
+        self._pins_lock = threading.Lock()
+        self._open_env()
+
+    def _open_env(self) -> None:
+        """Open the environment at self.path (at start, and after an install swapped
+        its data file). Callers other than __init__ hold the guard exclusively."""
+        self._env = lmdb.open(self.path, map_size=self.map_size, max_dbs=len(TABLES) + 2,
+                              subdir=True, sync=self._durable_commits, metasync=False,
+                              writemap=False, lock=True, readahead=False, max_readers=256)
+        # LMDB raises the map to the data file's size if that is larger.
+        self.map_size = self._env.info()["map_size"]
+        self._meta = self._env.open_db(_META.encode())
         self._dbs = {name: self._env.open_db(name.encode()) for name in TABLES}
         with self._env.begin(write=True) as txn:
             schema = txn.get(_SCHEMA, db=self._meta)
             if schema is None:
                 txn.put(_SCHEMA, keys.u64(SCHEMA_VERSION), db=self._meta)
             elif keys.from_u64(schema) != SCHEMA_VERSION:
-                raise InvariantBroken(f"{path}: schema version {keys.from_u64(schema)}, "
+                raise InvariantBroken(f"{self.path}: schema version {keys.from_u64(schema)}, "
                                       f"this build reads {SCHEMA_VERSION}")
 
+    @contextlib.contextmanager
+    def _begin(self, table: str | None = None, *, write: bool = False) -> Iterator[Any]:
+        """A transaction on the live environment (default database: `table`, or
+        `meta`). self._env, self._dbs and self._meta stay valid inside it."""
+        self._guard.enter()
+        try:
+            db = None if table is None else self._meta if table == _META else self._dbs[table]
+            with self._env.begin(db=db, write=write) as txn:
+                yield txn
+        finally:
+            self._guard.leave()
+
     def get(self, table: str, key: bytes) -> Any | None:
-        with self._env.begin(db=self._dbs[table]) as txn:
-            raw = txn.get(key)
+        if not storable_key(key):
+            return None   # LMDB would raise on an empty key; no record has such a key
+        # As _begin, inline: this is the hottest read (apply, every handler).
+        self._guard.enter()
+        try:
+            with self._env.begin(db=self._dbs[table]) as txn:
+                raw = txn.get(key)
+        finally:
+            self._guard.leave()
         return None if raw is None else codec.unpack(raw)
 
     def applied_index(self) -> int:
-        with self._env.begin(db=self._meta) as txn:
-            raw = txn.get(_APPLIED)
+        self._guard.enter()
+        try:
+            with self._env.begin(db=self._meta) as txn:
+                raw = txn.get(_APPLIED)
+        finally:
+            self._guard.leave()
         return 0 if raw is None else keys.from_u64(raw)
 
     def commit(self, transition: Transition, index: int) -> None:
-        with self._env.begin(write=True) as txn:
+        try:
+            self._commit(transition, index)
+        except lmdb.MapFullError:
+            # The transaction was aborted: nothing of this entry was written.
+            raise StorageFull(f"the LMDB map is full (max_data_bytes = {self.map_size} bytes, "
+                              f"{self.used_bytes()} used) and cannot hold this entry's writes; "
+                              f"restart the node with a larger --max-data-bytes") from None
+
+    def _commit(self, transition: Transition, index: int) -> None:
+        with self._begin(write=True) as txn:
             raw = txn.get(_APPLIED, db=self._meta)
             current = 0 if raw is None else keys.from_u64(raw)
             if index <= current:
                 raise InvariantBroken(f"commit of index {index} at applied_index {current}")
             for table, key, value in transition.writes:
                 db = self._dbs[table]
+                check_key(table, key)   # raising here aborts the whole transaction
                 if value is None:
                     txn.delete(key, db=db)
                 else:
@@ -72,7 +202,7 @@ class LmdbStore:
     def scan(self, table: str, *, start: bytes = b"", stop: bytes | None = None,
              reverse: bool = False, limit: int | None = None) -> list[tuple[bytes, Any]]:
         out: list[tuple[bytes, Any]] = []
-        with self._env.begin(db=self._dbs[table]) as txn:
+        with self._begin(table) as txn:
             cursor = txn.cursor()
             if reverse:
                 items = self._reverse(cursor, start, stop)
@@ -99,7 +229,7 @@ class LmdbStore:
         return cursor.iterprev() if positioned else iter(())
 
     def raw_items(self) -> tuple[int, list[tuple[str, bytes, bytes]]]:
-        with self._env.begin() as txn:
+        with self._begin() as txn:
             raw = txn.get(_APPLIED, db=self._meta)
             index = 0 if raw is None else keys.from_u64(raw)
             items = [(table, bytes(k), bytes(v)) for table in TABLES
@@ -107,16 +237,216 @@ class LmdbStore:
         return index, items
 
     def replace_all(self, applied_index: int, items: Iterable[tuple[str, bytes, bytes]]) -> None:
-        with self._env.begin(write=True) as txn:
+        with self._begin(write=True) as txn:
             for db in self._dbs.values():
                 txn.drop(db, delete=False)
             for table, key, value in items:
+                check_key(table, key)
                 txn.put(key, value, db=self._dbs[table])
             txn.put(_APPLIED, keys.u64(applied_index), db=self._meta)
 
+    def used_bytes(self) -> int:
+        """Bytes of the map the state's B-trees occupy now: the branch, leaf and
+        overflow pages of every database (the named ones, the main one that
+        lists them, and meta). Pages freed by deletes are not counted: LMDB
+        reuses them. Reads each database's header only, so it is cheap."""
+        with self._begin() as txn:
+            stats = [txn.stat(db) for db in (self._meta, *self._dbs.values())]
+            stats.append(self._env.stat())
+        pages = sum(st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"] for st in stats)
+        return pages * stats[-1]["psize"]
+
+    def file_bytes(self) -> int:
+        """Size of the data file: the high-water mark of pages ever used (the
+        file does not shrink; freed pages are reused first)."""
+        return os.path.getsize(os.path.join(self.path, "data.mdb"))
+
+    def pin(self) -> "PinnedRead":
+        """A consistent read of the whole state as of now, for a snapshot or a
+        digest on another thread. Close it promptly: LMDB keeps every page it
+        sees until then, so the data file grows while it is open."""
+        self._guard.enter()
+        try:
+            txn = self._env.begin(buffers=False)
+            raw = txn.get(_APPLIED, db=self._meta)
+        except BaseException:
+            self._guard.leave()
+            raise
+        pinned = PinnedRead(self, txn, 0 if raw is None else keys.from_u64(raw))
+        with self._pins_lock:
+            self._pins.add(pinned)
+        return pinned
+
+    def _unpin(self, pinned: "PinnedRead") -> None:
+        with self._pins_lock:
+            self._pins.discard(pinned)
+        self._guard.leave()
+
+    def install_image(self, source: str, offset: int, length: int) -> int:
+        """Replace the whole state with the LMDB image stored in `source` at
+        [offset, offset + length) (a compacted copy, see PinnedRead.copy_to);
+        return the applied_index it holds. The image is copied beside the live
+        environment, fdatasynced and checked; then, with no reader inside, the
+        live environment is closed, the new data file renamed over its data
+        file (one atomic step on disk: a crash leaves the old state or the new)
+        and opened again. Pinned reads still open are aborted first."""
+        staging = self.path.rstrip("/") + ".install"
+        shutil.rmtree(staging, ignore_errors=True)
+        os.makedirs(staging)
+        try:
+            image = os.path.join(staging, _DATA_FILE)
+            _copy_range(source, offset, length, image)
+            applied = self._check_image(staging)
+            self._abort_pins()
+            with self._guard.exclusive():
+                self._env.close()
+                os.replace(image, os.path.join(self.path, _DATA_FILE))
+                _fsync_dir(self.path)
+                self._open_env()
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return applied
+
+    def _check_image(self, directory: str) -> int:
+        """The applied_index of the environment in `directory`, after checking
+        that its file holds every page it names and this build reads its schema."""
+        _check_image_pages(os.path.join(directory, _DATA_FILE))
+        env = lmdb.open(directory, map_size=self.map_size, max_dbs=len(TABLES) + 2,
+                        subdir=True, readonly=True, lock=False, readahead=False)
+        try:
+            meta = env.open_db(_META.encode(), create=False)
+            with env.begin(db=meta) as txn:
+                schema, applied = txn.get(_SCHEMA), txn.get(_APPLIED)
+        finally:
+            env.close()
+        if schema is None or keys.from_u64(schema) != SCHEMA_VERSION:
+            raise InvariantBroken(f"snapshot image: schema version "
+                                  f"{None if schema is None else keys.from_u64(schema)}, "
+                                  f"this build reads {SCHEMA_VERSION}")
+        return 0 if applied is None else keys.from_u64(applied)
+
     def sync(self) -> None:
-        self._env.sync(True)
+        with self._begin():
+            self._env.sync(True)
+
+    def _abort_pins(self) -> None:
+        with self._pins_lock:
+            for pinned in self._pins:
+                pinned.abort()
 
     def close(self) -> None:
-        self._env.sync(True)
-        self._env.close()
+        self._abort_pins()
+        with self._guard.exclusive():
+            self._env.sync(True)
+            self._env.close()
+
+
+class PinnedRead:
+    """One read transaction, pinned: `applied_index` and every record as of the
+    moment `LmdbStore.pin()` was called. It may be used on another thread than
+    the one that pinned it (py-lmdb opens environments with MDB_NOTLS), by one
+    thread at a time."""
+
+    def __init__(self, store: LmdbStore, txn: Any, applied_index: int) -> None:
+        self._store = store
+        self._txn = txn
+        self.applied_index = applied_index
+        self._aborted = threading.Event()
+        self._closed = False
+
+    def abort(self) -> None:
+        """Ask the thread iterating this read to give up (a snapshot install
+        replaces the state); items() then raises SnapshotAborted."""
+        self._aborted.set()
+
+    def items(self) -> Iterator[tuple[str, bytes, bytes]]:
+        """Every (table, key, raw value), tables in TABLES order, keys in order."""
+        seen = 0
+        for table in TABLES:
+            for key, value in self._txn.cursor(db=self._store._dbs[table]):
+                seen += 1
+                if seen % _PIN_ABORT_CHECK_EVERY == 0 and self._aborted.is_set():
+                    raise SnapshotAborted("a snapshot install replaces the state")
+                yield table, key, value
+
+    def copy_to(self, fd: int) -> None:
+        """Write this read's state to `fd`, from its current position, as a
+        compacted LMDB environment (free pages left out). LMDB writes it from
+        its own thread with the GIL released, so the Raft thread and the event
+        loop run on meanwhile."""
+        self._store._env.copyfd(fd, compact=True, txn=self._txn)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._txn.abort()
+        finally:
+            self._store._unpin(self)
+
+    def __enter__(self) -> "PinnedRead":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _copy_range(source: str, offset: int, length: int, target: str) -> None:
+    """Copy source[offset:offset + length] to a new file `target`, fdatasynced.
+    copy_file_range moves the bytes inside the kernel, without the GIL."""
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        done = 0
+        while done < length:
+            try:
+                moved = os.copy_file_range(src.fileno(), dst.fileno(), length - done,
+                                           offset + done)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                src.seek(offset + done)
+                moved = dst.write(src.read(min(_COPY_CHUNK_BYTES, length - done)))
+            if moved == 0:
+                raise InvariantBroken(f"{source}: the snapshot image ends after {done} of "
+                                      f"{length} bytes")
+            done += moved
+        dst.flush()
+        os.fdatasync(dst.fileno())
+
+
+def _check_image_pages(path: str) -> None:
+    """Refuse an LMDB data file shorter than its newest meta page says: LMDB
+    maps the file, and reading a page past its end kills the process (SIGBUS).
+    LMDB 0.9's two meta pages start each page (the first at 0, the second one
+    page size later): page header (16 bytes), magic, version, address, map
+    size, the two database records (the first one's pad holds the page size),
+    the last page number and the transaction id."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        first = fh.read(_META_LAST_PAGE_AT + 16)
+        if len(first) < _META_LAST_PAGE_AT + 16:
+            raise InvariantBroken(f"snapshot image: {size} bytes is no LMDB file")
+        page_bytes = struct.unpack_from("<I", first, _META_PAGE_SIZE_AT)[0]
+        fh.seek(page_bytes)
+        second = fh.read(_META_LAST_PAGE_AT + 16)
+    metas = []
+    for page in (first, second):
+        if len(page) == _META_LAST_PAGE_AT + 16 and \
+                struct.unpack_from("<I", page, _META_MAGIC_AT)[0] == _LMDB_MAGIC:
+            last_page, txn_id = struct.unpack_from("<QQ", page, _META_LAST_PAGE_AT)
+            metas.append((txn_id, last_page))
+    if not metas or not 512 <= page_bytes <= 65536:
+        raise InvariantBroken(f"snapshot image: no LMDB meta page in {size} bytes")
+    _, last_page = max(metas)
+    if (last_page + 1) * page_bytes > size:
+        raise InvariantBroken(f"snapshot image: {size} bytes, its pages need "
+                              f"{(last_page + 1) * page_bytes}")
+
+
+def _fsync_dir(path: str) -> None:
+    """Make a rename inside `path` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

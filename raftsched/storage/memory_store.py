@@ -1,16 +1,18 @@
 """An in-memory store with the LMDB store's contract, for unit tests of the core
 and of the contract itself. Values are kept encoded, as LMDB keeps them, so a
-caller never shares a mutable record with the store."""
+caller never shares a mutable record with the store, and keys obey LMDB's rules
+(storage/base.py), so a test over this store fails where LMDB would."""
 
 from __future__ import annotations
 
 import bisect
 import threading
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from raftsched.core import codec
 from raftsched.core.apply import TABLES, Transition
 from raftsched.errors import InvariantBroken
+from raftsched.storage.base import check_key, storable_key
 
 
 class MemoryStore:
@@ -21,6 +23,8 @@ class MemoryStore:
         self._applied = 0
 
     def get(self, table: str, key: bytes) -> Any | None:
+        if not storable_key(key):
+            return None
         raw = self._data[table].get(key)
         return None if raw is None else codec.unpack(raw)
 
@@ -31,8 +35,15 @@ class MemoryStore:
         with self._lock:
             if index <= self._applied:
                 raise InvariantBroken(f"commit of index {index} at applied_index {self._applied}")
+            # Check and encode every write first: a commit is all or nothing.
+            encoded = []
             for table, key, value in transition.writes:
-                self._put(table, key, None if value is None else codec.pack(value))
+                check_key(table, key)
+                if table not in self._data:
+                    raise KeyError(table)   # as LMDB's store: no such table
+                encoded.append((table, key, None if value is None else codec.pack(value)))
+            for table, key, raw in encoded:
+                self._put(table, key, raw)
             self._applied = index
 
     def _put(self, table: str, key: bytes, raw: bytes | None) -> None:
@@ -64,6 +75,11 @@ class MemoryStore:
                                    for k in self._sorted[t]]
 
     def replace_all(self, applied_index: int, items: Iterable[tuple[str, bytes, bytes]]) -> None:
+        items = list(items)
+        for table, key, value in items:
+            check_key(table, key)
+            if not isinstance(value, bytes) or table not in TABLES:
+                raise InvariantBroken(f"snapshot item of table {table!r}: not a stored record")
         with self._lock:
             self._data = {t: {} for t in TABLES}
             self._sorted = {t: [] for t in TABLES}
@@ -71,8 +87,34 @@ class MemoryStore:
                 self._put(table, key, value)
             self._applied = applied_index
 
+    def pin(self) -> "PinnedItems":
+        """A consistent read of the whole state as of now (as LmdbStore.pin):
+        here a copy of the records, taken under the lock."""
+        index, items = self.raw_items()
+        return PinnedItems(index, items)
+
     def sync(self) -> None:
         pass
 
     def close(self) -> None:
         pass
+
+
+class PinnedItems:
+    """The in-memory store's pinned read: applied_index and its records."""
+
+    def __init__(self, applied_index: int, items: list[tuple[str, bytes, bytes]]) -> None:
+        self.applied_index = applied_index
+        self._items = items
+
+    def items(self) -> Iterator[tuple[str, bytes, bytes]]:
+        return iter(self._items)
+
+    def close(self) -> None:
+        self._items = []
+
+    def __enter__(self) -> "PinnedItems":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

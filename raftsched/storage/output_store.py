@@ -20,6 +20,9 @@ Contract:
   prune(now_ms) -> int
       Deletes records stored more than retention_s before now_ms, then the
       oldest until bytes <= bytes_max; returns how many it deleted.
+  delete_runs(run_ids) -> int
+      Deletes every record of these runs (removed from the replicated state);
+      returns how many it deleted.
   stats() -> {"records": n, "bytes": total}
       `bytes` is the sum of the packed record sizes, kept exact in the write
       transaction of every put and delete. LMDB keys and page overhead come
@@ -140,6 +143,27 @@ class OutputStore:
                     break
                 out.append(_checked(codec.unpack(raw)))
         return out
+
+    def delete_runs(self, run_ids: list[str]) -> int:
+        """Delete every attempt's record of these runs (runs removed from the
+        replicated state, whose output nothing can ask for); returns how many."""
+        deleted = 0
+        with self._env.begin(write=True) as txn:
+            total = self._total(txn)
+            for run_id in run_ids:
+                prefix = _run_prefix(run_id)
+                with txn.cursor(db=self._by_run) as cursor:
+                    found = cursor.set_range(prefix)
+                    run_keys = []
+                    while found and cursor.key().startswith(prefix):
+                        run_keys.append(bytes(cursor.key()))
+                        found = cursor.next()
+                for run_key in run_keys:
+                    total -= self._remove(txn, run_key)
+                    deleted += 1
+            if deleted:
+                txn.put(_TOTAL, _U64.pack(total), db=self._meta)
+        return deleted
 
     def prune(self, *, now_ms: int) -> int:
         return self._prune_batched(cutoff_ms=now_ms - self._retention_ms)

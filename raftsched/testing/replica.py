@@ -4,7 +4,7 @@ commands go through encode/decode and apply, then commit, as on a node."""
 from __future__ import annotations
 
 from raftsched.core import commands
-from raftsched.core.apply import apply
+from raftsched.core.apply import apply_entry
 from raftsched.storage.memory_store import MemoryStore
 
 
@@ -15,8 +15,12 @@ class Replica:
         self.effects: list = []
 
     def run(self, command: dict) -> dict:
+        return self.run_entry(commands.encode(command))
+
+    def run_entry(self, data: bytes) -> dict:
+        """Apply one raw log entry, well-formed or not, as a node does."""
         self.index += 1
-        transition = apply(self.store, commands.decode(commands.encode(command)), self.index)
+        _, transition = apply_entry(self.store, data, self.index)
         self.store.commit(transition, self.index)
         self.effects.extend(transition.effects)
         return transition.result

@@ -1,0 +1,172 @@
+"""Every command tag has a schema; decode refuses malformed entries, stops on unknown v or t."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftsched import limits
+from raftsched.core import codec, commands, keys
+from raftsched.core.apply import HANDLERS
+from raftsched.errors import CommandRefused, UnknownCommand
+
+SPEC = {"name": "j", "schedule": {"kind": "every", "every_ms": 2000, "text": "2s"},
+        "target": {"type": "http", "url": "http://127.0.0.1:1/x", "method": "POST",
+                   "headers": {}, "body": None, "timeout_s": 5.0},
+        "retry": {"max_attempts": 3, "backoff": "exponential", "base_s": 1.0, "max_s": 60.0,
+                  "non_retryable_exit_codes": []},
+        "concurrency": {"policy": "allow"},
+        "misfire": {"policy": "fire_once", "tolerance_ms": 60_000, "catchup_max": 100},
+        "alert": {}, "metadata": {"team": "a"}}
+
+
+def create(**overrides) -> dict:
+    fields = dict(job_id="job_a1", tenant="default", spec=SPEC, idempotency_key="k", shard=3,
+                  next_ms=10_000, at_ms=1_000)
+    fields.update(overrides)
+    return commands.create_job(**fields)
+
+
+def refused(command: dict) -> CommandRefused:
+    with pytest.raises(CommandRefused) as info:
+        commands.decode(codec.pack(command))
+    return info.value
+
+
+def test_every_tag_has_a_schema_and_a_handler():
+    assert set(commands.SCHEMAS) == set(commands.TAGS)
+    assert all(callable(check) for check in commands.SCHEMAS.values())
+    assert set(HANDLERS) == set(commands.TAGS)
+
+
+def test_every_key_layout_fits_lmdb_at_the_bounds():
+    """A key built from parts at their byte limits is at most lmdb_key_bytes_max."""
+    def part(n: int) -> str:
+        return "é" * (n // 2)   # two UTF-8 bytes a character
+
+    job, run = part(limits.job_id_bytes_max), part(limits.run_id_bytes_max)
+    node, topic = part(limits.node_id_bytes_max), part(limits.topic_bytes_max)
+    ms = 2 ** 64 - 1
+    layouts = [
+        keys.job_key(job), keys.due_key(65_535, ms, job), keys.retry_due_key(65_535, ms, run),
+        keys.runs_by_job_key(job, ms, limits.run_attempt_max), keys.open_run_key(node, run),
+        keys.lease_key(ms, run), keys.ready_key(part(limits.queue_bytes_max), ms, run),
+        keys.topic_key(topic, ms),
+        keys.topic_idem_key(topic, part(limits.execution_id_bytes_max)),
+        keys.group_key(topic, part(limits.group_bytes_max)),
+        keys.idem_key(part(limits.tenant_bytes_max), part(limits.idempotency_key_bytes_max)),
+        node.encode(), run.encode(), topic.encode(),
+    ]
+    assert max(len(key) for key in layouts) <= limits.lmdb_key_bytes_max
+
+
+def test_well_formed_commands_decode_unchanged():
+    commands_ = [
+        create(), create(idempotency_key=None, next_ms=None),
+        commands.fire(shard=3, token=2, upto_ms=5_000, node="n1", at_ms=5_000,
+                      items=[("job_a1", 2_000, 6_000, [2_000, 4_000], True)],
+                      retries=[("run_x", 4_500)]),
+        commands.run_updates(updates=[
+            {"run_id": "run_x", "event": "start", "holder": "worker:w1", "attempt": 1,
+             "at_ms": 1, "lease_ms": 5_001},
+            {"run_id": "run_x", "event": "finish", "holder": "n1", "attempt": 2, "at_ms": 1,
+             "ok": False, "retryable": True, "retry_delay_ms": 40, "http_status": 503,
+             "exit_code": None, "error": "HTTP 503", "output_node": "n1"}]),
+        commands.commit_offset(topic="t", group="g", offset=0, at_ms=1),
+        commands.publish(topic="t", key=None, message=[1, {"a": None}], execution_id="exe_1",
+                         job_id="job_a1", at_ms=1),
+    ]
+    for command in commands_:
+        assert commands.decode(commands.encode(command)) == codec.unpack(codec.pack(command))
+
+
+def test_unknown_versions_and_tags_stop_the_node():
+    for command in ({"v": 2, "t": "fire"}, {"v": 0, "t": "renew"}, {"v": 1, "t": "drop_tables"}):
+        with pytest.raises(UnknownCommand):
+            commands.decode(codec.pack(command))
+
+
+@pytest.mark.parametrize("data", [
+    b"", b"\xc1", b"\x93\x01\x02",            # nothing, not msgpack, a list
+    b"\x81\xa1v\x01\xff",                     # trailing bytes
+    codec.pack({"t": "renew"}),               # no version
+    codec.pack({"v": True, "t": "renew", "node": "n1", "at_ms": 1}),
+    codec.pack({"v": 1, "t": 7}),
+    b"\x83\xa1v\x01\xa1t\xa5renew\xa4node\xa3\xed\xa0\x80",   # a lone surrogate as UTF-8
+    b"\x81\x90\x01",                          # a map keyed by a list
+    b"\x91" * 5000 + b"\xc0",                 # nested past msgpack's stack
+])
+def test_bytes_that_are_not_a_command_are_refused(data):
+    with pytest.raises(CommandRefused):
+        commands.decode(data)
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"job_id": ""}, "job_id"),
+    ({"job_id": "a\x00b"}, "job_id"),
+    ({"job_id": "é" * 65}, "job_id"),                       # 130 bytes, 65 characters
+    ({"idempotency_key": "€" * 200}, "idempotency_key"),  # 600 bytes
+    ({"tenant": 5}, "tenant"),
+    ({"shard": 65_536}, "shard"),
+    ({"shard": -1}, "shard"),
+    ({"next_ms": 2 ** 63}, "next_ms"),
+    ({"at_ms": True}, "at_ms"),
+    ({"spec": {**SPEC, "schedule": {"kind": "hourly"}}}, "spec.schedule.kind"),
+    ({"spec": {**SPEC, "schedule": {"kind": "every", "every_ms": 0}}}, "spec.schedule.every_ms"),
+    ({"spec": {**SPEC, "target": {"type": "command", "argv": [], "timeout_s": 1}}},
+     "spec.target.argv"),
+    ({"spec": {**SPEC, "misfire": None}}, "spec.misfire"),
+    ({"spec": {**SPEC, "concurrency": {"policy": "queue", "queue_max": "3"}}},
+     "spec.concurrency.queue_max"),
+    ({"spec": {k: v for k, v in SPEC.items() if k != "target"}}, "spec.target"),
+    ({"spec": {**SPEC, "metadata": {"a": float("nan")}}}, "spec.metadata.a"),
+])
+def test_a_member_of_the_wrong_shape_is_refused_and_named(overrides, field):
+    assert refused(create(**overrides)).field == field
+
+
+def test_free_form_values_are_bounded_in_depth():
+    deep: object = "leaf"
+    for _ in range(limits.command_nesting_max):
+        deep = [deep]
+    commands.check(create(spec={**SPEC, "metadata": {"d": deep[0]}}))   # at the bound
+    error = refused(create(spec={**SPEC, "metadata": {"d": deep}}))
+    assert error.field.startswith("spec.metadata.d")
+
+
+def test_a_lone_surrogate_is_refused_by_the_checks_too():
+    with pytest.raises(CommandRefused):
+        commands.check(create(job_id="job_\ud800"))
+    with pytest.raises(CommandRefused):
+        commands.check(create(spec={**SPEC, "metadata": {"\udfff": 1}}))
+
+
+def test_fire_items_must_be_consistent():
+    def fire(item: tuple, retries: int = 0) -> dict:
+        return commands.fire(shard=1, token=1, upto_ms=9, node="n1", at_ms=9, items=[item],
+                             retries=[("run_x", 1)] * retries)
+    assert refused(fire(("job_a", 5, 9, [4, 5], False))).field == "items[0]"   # not from due
+    assert refused(fire(("job_a", 5, 9, [5, 5], False))).field == "items[0]"   # not ascending
+    assert refused(fire(("job_a", 5, 5, [5], False))).field == "items[0]"      # next not after
+    assert refused(fire(("job_a", 5, None, [], False))).field == "items[0][3]"
+    assert refused(fire(("job_a", 5, None, [5], False), limits.fire_batch_max)).field == ""
+    commands.check(fire(("job_a", 5, None, [5], False), limits.fire_batch_max - 1))
+
+
+def test_run_updates_are_checked_item_by_item():
+    start = {"run_id": "run_x", "event": "start", "holder": "n1", "attempt": 1, "at_ms": 1,
+             "lease_ms": 2}
+    commands.check_run_update(start)
+    for bad, field in [({"run_id": ""}, "update.run_id"), ({"attempt": 0}, "update.attempt"),
+                       ({"attempt": 2 ** 64}, "update.attempt"), ({"event": "stop"},
+                                                                   "update.event"),
+                       ({"lease_ms": None}, "update.lease_ms")]:
+        with pytest.raises(CommandRefused) as info:
+            commands.check_run_update({**start, **bad})
+        assert info.value.field == field
+    finish = {**start, "event": "finish", "ok": False}
+    del finish["lease_ms"]
+    with pytest.raises(CommandRefused):   # a retryable failure needs its drawn delay
+        commands.check_run_update(finish)
+    commands.check_run_update({**finish, "retryable": False})
+    batch = commands.run_updates(updates=[start] * (limits.run_update_batch_max + 1))
+    assert refused(batch).field == "updates"
