@@ -45,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="shards; fixed when the cluster is created (default %(default)s)")
     node.add_argument("--raft-snapshot-entries", type=int, default=20_000,
                       help="Raft log entries between state snapshots (default %(default)s)")
+    node.add_argument("--fsync", choices=("periodic", "always"), default="periodic",
+                      help="periodic: flush the Raft journal and the state to disk once a "
+                           "second; always: flush the journal before a write counts as "
+                           "committed, and sync each state commit (slower; see "
+                           "docs/operations.md) (default %(default)s)")
     node.add_argument("--run-lease-s", type=float, default=limits.run_lease_ms_default / 1000,
                       help="a running attempt's lease; an attempt whose holder stops "
                            "heartbeating for this long is retried (default %(default)s)")
@@ -55,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                       default=os.environ.get("RAFTSCHED_ALERT_WEBHOOK_URL") or None,
                       help="where failure alerts of jobs without alert.webhook_url go; give "
                            "every node the same (default: env RAFTSCHED_ALERT_WEBHOOK_URL)")
+    _add_storage_flags(node)
     node.add_argument("--log-level", default=os.environ.get("RAFTSCHED_LOG_LEVEL", "INFO"))
 
     worker = sub.add_parser("worker", help="run command targets of one queue for the cluster")
@@ -107,6 +113,47 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_storage_flags(node: argparse.ArgumentParser) -> None:
+    """Storage and retention settings (docs/operations.md); give every node the same."""
+    node.add_argument("--max-data-bytes", type=int, default=limits.max_data_bytes_default,
+                      help="the most state this node holds (the LMDB map; a sparse file). "
+                           "Writes that add state answer 507 past "
+                           f"{limits.data_bytes_high_water_ratio * 100:.0f}%% of it "
+                           "(default %(default)s)")
+    node.add_argument("--min-free-disk-bytes", type=int,
+                      default=limits.min_free_disk_bytes_default,
+                      help="writes that add state answer 507 while the data disk has less "
+                           "free (default %(default)s)")
+    node.add_argument("--history-max-runs", type=int, default=limits.history_max_runs_default,
+                      help="finished runs kept per job without history.max_runs "
+                           "(default %(default)s)")
+    node.add_argument("--history-max-age-s", type=float,
+                      default=limits.history_max_age_s_default,
+                      help="finished runs older than this go, for jobs without "
+                           "history.max_age_s (default %(default)s: 30 days)")
+    node.add_argument("--finished-job-retention-s", type=float,
+                      default=limits.finished_job_retention_s_default,
+                      help="deleted and completed jobs are removed with their runs this long "
+                           "after (default %(default)s: 7 days)")
+    node.add_argument("--idempotency-ttl-s", type=float, default=limits.idempotency_ttl_s_default,
+                      help="an idempotency key stays reserved this long after its create "
+                           "(default %(default)s: 24 h)")
+
+
+def _storage_flags_error(args: argparse.Namespace) -> str | None:
+    if args.max_data_bytes < limits.max_data_bytes_min:
+        return f"--max-data-bytes must be at least {limits.max_data_bytes_min}"
+    if args.min_free_disk_bytes < 0:
+        return "--min-free-disk-bytes must be 0 or more"
+    if not 1 <= args.history_max_runs <= limits.history_max_runs_max:
+        return f"--history-max-runs must be from 1 to {limits.history_max_runs_max}"
+    for flag in ("history_max_age_s", "finished_job_retention_s", "idempotency_ttl_s"):
+        value = getattr(args, flag)
+        if not 0 < value <= limits.command_int_max / 1000:   # NaN fails too
+            return f"--{flag.replace('_', '-')} must be a positive number of seconds"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "node":
@@ -151,6 +198,10 @@ def run_node(args: argparse.Namespace) -> int:
     if not 1 <= args.shard_count <= 65535:
         print("raftsched node: --shard-count must be from 1 to 65535", file=sys.stderr)
         return 2
+    storage_error = _storage_flags_error(args)
+    if storage_error is not None:
+        print(f"raftsched node: {storage_error}", file=sys.stderr)
+        return 2
     if not 0 < args.run_heartbeat_s * 2 <= args.run_lease_s:
         print("raftsched node: --run-heartbeat-s must be positive and at most half of "
               "--run-lease-s (a lease must survive one lost heartbeat)", file=sys.stderr)
@@ -166,7 +217,13 @@ def run_node(args: argparse.Namespace) -> int:
                         raft_snapshot_entries=args.raft_snapshot_entries,
                         run_lease_ms=int(args.run_lease_s * 1000),
                         run_heartbeat_ms=int(args.run_heartbeat_s * 1000),
-                        alert_webhook_url=args.alert_webhook_url)
+                        alert_webhook_url=args.alert_webhook_url, fsync=args.fsync,
+                        max_data_bytes=args.max_data_bytes,
+                        min_free_disk_bytes=args.min_free_disk_bytes,
+                        history_max_runs=args.history_max_runs,
+                        history_max_age_s=args.history_max_age_s,
+                        finished_job_retention_s=args.finished_job_retention_s,
+                        idempotency_ttl_s=args.idempotency_ttl_s)
     uvloop.run(serve(config))
     return 0
 

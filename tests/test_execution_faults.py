@@ -1,6 +1,7 @@
 """Execution survives its executor dying: a worker SIGKILLed mid-run, and a
 node SIGKILLed while its runs execute. Either way the run completes on
-another executor after the lease, with the same execution id."""
+another executor after the lease, with the same execution id, and a killed
+worker's command dies with it, so the retry is the only copy running."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ class Workers:
 
 
 def kill_pids_in(path) -> None:
-    """The killed worker's command lives on in its own process group: end it."""
+    """A safety net: a killed worker's command must already be gone with it."""
     if not path.exists():
         return
     for line in path.read_text().splitlines():
@@ -103,6 +104,74 @@ def test_a_worker_killed_mid_run_leaves_the_run_to_another_worker(fresh_cluster,
     assert [(eid, attempt) for eid, attempt, _ in lines] == [
         (done["execution_id"], "1"), (done["execution_id"], "2")]
     cluster.ensure_same()
+
+
+def command_processes(run_id: str) -> dict[int, tuple[str, str]]:
+    """Live processes (not zombies) started for `run_id`: pid -> (attempt, name).
+    The shim, the shell and its children all carry the run's environment."""
+    marker = f"RAFTSCHED_RUN_ID={run_id}".encode()
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                env = fh.read().split(b"\0")
+            with open(f"/proc/{entry}/stat") as fh:
+                name, state = fh.read().rsplit(")", 1)
+        except OSError:
+            continue   # gone meanwhile, or not ours
+        if marker in env and state.split()[0] != "Z":
+            attempt = next(v for v in env if v.startswith(b"RAFTSCHED_ATTEMPT="))
+            found[int(entry)] = (attempt.split(b"=", 1)[1].decode(), name.split("(", 1)[1])
+    return found
+
+
+def test_a_killed_workers_command_dies_with_it_and_only_the_retry_runs(fresh_cluster, tmp_path):
+    cluster = fresh_cluster
+    # The shell's child `sleep` is the command's grandchild (the shim leads the group).
+    script = "sleep 30 & wait"
+    run_id = None
+    try:
+        with Workers(cluster, "batch") as workers:
+            workers.start("wa")
+            workers.start("wb")
+            job = cluster.api("n1", "POST", "/v1/jobs", {
+                "name": "dies-with-its-worker", "run_at": soon(1.0),
+                "target": {"type": "command", "queue": "batch", "shell": True,
+                           "argv": [script], "timeout_s": 60},
+                "retry": {"max_attempts": 3, "base_s": 0.1}})
+            assert job.status == 201, job
+            job_id = job.body["job_id"]
+            first = wait_until(
+                lambda: (r := runs_of(cluster, job_id, "n2")) and r[0]["state"] == "running"
+                and r[0], 20, "a worker to start the run")
+            run_id = first["run_id"]
+            first_pids = wait_until(
+                lambda: (p := command_processes(run_id)) and len(p) == 3 and p, 10,
+                "the shim, the shell and sleep of attempt 1")
+            assert {name for _, name in first_pids.values()} >= {"sh", "sleep"}
+            holder = first["holder"].split(":", 1)[1]
+            workers.kill(holder)
+            killed_at = time.monotonic()
+            wait_until(lambda: not set(first_pids) & set(command_processes(run_id)), 1.0,
+                       "the killed worker's command and its children to die")
+            gone_after_s = time.monotonic() - killed_at
+            second = wait_until(
+                lambda: (r := runs_of(cluster, job_id, "n3")) and r[0]["state"] == "running"
+                and r[0]["attempt"] == 2 and r[0], 30, "the retry to start on the other worker")
+            assert second["holder"] != first["holder"]
+            live = wait_until(lambda: (p := command_processes(run_id)) and len(p) == 3 and p,
+                              10, "the retry's processes")
+            assert {attempt for attempt, _ in live.values()} == {"2"}
+            assert sorted(name for _, name in live.values()).count("sh") == 1
+    finally:
+        for pid in command_processes(run_id) if run_id else ():
+            try:
+                os.kill(pid, signal.SIGKILL)   # a safety net: never leave one behind
+            except ProcessLookupError:
+                pass
+    print(f"the killed worker's command was gone {gone_after_s * 1000:.0f} ms after SIGKILL")
 
 
 def test_a_node_killed_while_its_runs_execute_has_them_retried_after_the_lease(fresh_cluster):

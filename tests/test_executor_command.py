@@ -1,10 +1,14 @@
 """The command executor: environment, exit codes, output bounds, and that
-timeout and cancel kill the whole process group."""
+timeout, cancel and the death of the process that started it kill the whole
+process group."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -138,3 +142,86 @@ async def test_megabytes_of_output_do_not_block_the_child():
         ATTEMPT, target("head -c 20000000 /dev/zero", shell=True, timeout_s=20), far())
     assert out.ok
     assert out.output["truncated"]["stdout"] == 20_000_000 - 100
+
+
+async def test_the_environment_is_exactly_the_one_chosen():
+    # The shim is a Python process; Python sets LC_CTYPE under a C locale
+    # (PEP 538), which must not reach the command.
+    out = await CommandExecutor(base_env={"PATH": os.environ["PATH"]}).run(
+        ATTEMPT, target("env"), far())
+    names = {line.split("=", 1)[0] for line in out.output["stdout"].splitlines()}
+    assert names == {"PATH", "RAFTSCHED_ATTEMPT", "RAFTSCHED_EXECUTION_ID",
+                     "RAFTSCHED_FENCING_TOKEN", "RAFTSCHED_JOB_ID", "RAFTSCHED_RUN_ID",
+                     "RAFTSCHED_SCHEDULED_FOR"}
+
+
+async def test_a_command_killed_by_a_signal_says_which():
+    out = await CommandExecutor().run(ATTEMPT, target("kill -KILL $$", shell=True), far())
+    assert (out.ok, out.exit_code, out.error) == (False, -9, "killed by SIGKILL")
+
+
+async def test_a_command_gets_default_signal_handling():
+    # Python ignores SIGPIPE and SIGXFSZ; a command must not inherit that.
+    out = await CommandExecutor().run(ATTEMPT, target("grep", "SigIgn", "/proc/self/status"),
+                                      far())
+    ignored = int(out.output["stdout"].split()[1], 16)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        assert not ignored & (1 << (sig - 1)), sig.name
+
+
+# A process that starts one command and waits; the test SIGKILLs it.
+STARTER = """
+import asyncio, sys, time
+from raftsched.executors.base import Attempt
+from raftsched.executors.command import CommandExecutor
+
+script = sys.argv[1]
+attempt = Attempt(run_id="run_1", job_id="job_1", execution_id="exe_1", scheduled_ms=0,
+                  attempt=1, fencing_token=1)
+target = {"type": "command", "argv": [script], "env": {}, "cwd": None, "timeout_s": 120.0,
+          "queue": "default", "shell": True, "non_retryable_exit_codes": []}
+
+async def main():
+    await CommandExecutor().run(attempt, target, int(time.time() * 1000) + 120_000)
+
+if sys.argv[2] == "uvloop":
+    import uvloop
+    uvloop.run(main())
+else:
+    asyncio.run(main())
+"""
+
+
+def wait_pids(path, count: int, timeout_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        lines = path.read_text().split() if path.exists() else []
+        if len(lines) >= count:
+            return [int(p) for p in lines[:count]]
+        assert time.monotonic() < deadline, f"{path} never got {count} pids"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_killing_the_starter_kills_a_shell_commands_grandchild(tmp_path, loop):
+    pids = tmp_path / "pids"
+    # The shell records its parent (the shim), itself, and its child `sleep`.
+    script = f"sleep 60 & echo $PPID $$ $! > {pids}.tmp; mv {pids}.tmp {pids}; wait"
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, script, loop])
+    try:
+        shim, shell, grandchild = wait_pids(pids, 3)
+        assert not any(gone(pid) for pid in (shim, shell, grandchild))
+        starter.kill()
+        starter.wait(10)
+        deadline = time.monotonic() + 1.0
+        while not all(gone(pid) for pid in (shim, shell, grandchild)):
+            assert time.monotonic() < deadline, "the command outlived its starter by 1 s"
+            time.sleep(0.01)
+    finally:
+        starter.kill()
+        starter.wait(10)
+        for pid in wait_pids(pids, 3, timeout_s=0) if pids.exists() else ():
+            try:
+                os.kill(pid, signal.SIGKILL)   # never leave one behind, even on failure
+            except ProcessLookupError:
+                pass

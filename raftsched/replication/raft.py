@@ -16,6 +16,43 @@ batch appends every 100 ms, a 100 ms floor under every commit (p50 101 ms).
 many runs per entry, so throughput per entry matters less than the 100 ms floor:
 the 10 ms batching is the choice. `leaderFallbackTimeout` is cut from 30 s to
 2 s so that a leader cut off from its peers stops accepting writes quickly.
+
+Snapshots never stop the Raft thread for long. pysyncobj calls the serializer
+on its thread and, as soon as it returns, renames `<snapshot>.tmp` over the
+snapshot; then it asks `serializeChecker` each tick, and on SUCCESS drops the
+journal entries the snapshot covers. So:
+
+1. `_serialize` (Raft thread) only pins a read transaction of LMDB (the state
+   exactly as applied so far), and makes `<snapshot>.tmp` a hard link to the
+   current snapshot (an empty file if there is none yet), so pysyncobj's
+   rename leaves the good snapshot in place.
+2. The first `_check_snapshot` (Raft thread, the next tick, after that rename)
+   starts a thread that writes the header and a compacted LMDB copy of the
+   pinned read to `<snapshot>.building` and fsyncs it. LMDB writes the copy
+   with the GIL released.
+3. While the thread runs the checker answers SERIALIZING. When it is done, the
+   checker renames the file over the snapshot, another thread fsyncs the
+   directory, and only then does the checker answer SUCCESS, so the journal
+   is never compacted past a snapshot that is not on disk whole. The rename
+   happens on the Raft thread, so it cannot race with pysyncobj installing a
+   snapshot received from the leader (which it also does on the Raft thread);
+   `_deserialize` first abandons a snapshot still being written.
+
+Installing (`_deserialize`, on the Raft thread, at start and when the leader
+sends a snapshot) copies the image into a fresh LMDB environment that replaces
+the live one (storage/lmdb_store.py). A long install would let this node's
+election deadline pass while it cannot hear the leader, and it would start an
+election as soon as it returns; so the deadline is reset after an install.
+
+Journal durability (docs/operations.md). pysyncobj writes its journal into an
+mmap and never flushes it. A thread here fdatasyncs the journal file every
+`journal_flush_period_s` (on Linux that writes back the pages dirtied through
+the shared mapping, as msync does, but without holding the GIL, which mmap's
+flush does). With `--fsync always`, the journal is also flushed on the Raft
+thread before an appended entry counts towards commit: a follower flushes
+before it acknowledges an append, and the leader, which counts itself, flushes
+at the start of each tick, before it computes the commit index. In both modes
+the journal's term and vote are fsynced whenever they change.
 """
 
 from __future__ import annotations
@@ -23,11 +60,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import pickle
+import struct
+import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
-from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj import FAIL_REASON, SERIALIZER_STATE, SyncObj, SyncObjConf, replicated
+from pysyncobj import pickle as pysyncobj_pickle
+from pysyncobj.journal import FileJournal, MetaStorer
 
 from raftsched import limits
 from raftsched.core import codec
@@ -40,11 +82,24 @@ auto_tick_period_s = 0.005
 election_timeout_min_s = 0.4
 election_timeout_max_s = 1.4
 leader_fallback_timeout_s = 2.0
+# The longest the Raft thread applies entries in one tick before it handles
+# the network again (one entry may take longer); well under the election
+# timeout, so that applying a backlog never looks like a dead leader.
+apply_budget_s = 0.05
 # Raft log entries between snapshots (default of --raft-snapshot-entries); a
 # snapshot copies the whole state, so this trades journal size and restart
 # replay time against snapshot frequency.
 log_compaction_entries_default = 20_000
 log_compaction_period_s = 600
+# How often the journal is flushed to disk in every --fsync mode: the most of
+# the journal a power loss can take from one machine in the `periodic` mode.
+journal_flush_period_s = 1.0
+FSYNC_MODES = ("periodic", "always")
+# Snapshot file: magic, image length (u64, written last), header length (u32),
+# msgpack header, then the LMDB image. Version 1 was one msgpack map.
+SNAPSHOT_MAGIC = b"RSCHSNAP"
+SNAPSHOT_VERSION = 2
+_SNAPSHOT_PREFIX = struct.Struct(">8sQI")
 
 _FAIL_TEXT = {
     FAIL_REASON.QUEUE_FULL: ("overloaded", "the Raft command queue is full"),
@@ -69,11 +124,166 @@ class RaftStatus:
     has_quorum: bool
 
 
+class _TrackedJournal(FileJournal):
+    """pysyncobj's file journal, noting each change, so that a flush before
+    commit is skipped when nothing changed since the last one. Installed by
+    changing the class of the journal pysyncobj created (see _onTick)."""
+
+    _raftsched_dirty = True
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        super().add(command, idx, term)
+        self._raftsched_dirty = True
+
+    def clear(self) -> None:
+        super().clear()
+        self._raftsched_dirty = True
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:
+        super().deleteEntriesFrom(entryFrom)
+        self._raftsched_dirty = True
+
+    def onOneSecondTimer(self) -> None:
+        """pysyncobj calls this in its tick just before it checks the election
+        deadline, and it writes the commit index to a file: on a busy disk that
+        can block long enough for the deadline to pass with the leader's
+        heartbeats unread. _StateMachine._onTick calls store_meta instead."""
+
+    def store_meta(self) -> None:
+        FileJournal.onOneSecondTimer(self)
+
+
+class _SyncedMetaStorer(MetaStorer):
+    """pysyncobj's file of the current term, the vote and the commit index.
+    Raft needs the term and the vote on disk before a message that reflects
+    them leaves the node, and pysyncobj only writes the file: so a write that
+    changes them is fsynced (rare: elections). The commit index, which it also
+    writes once a second, needs no fsync (it is relearned from the leader)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self._durable_vote = self._vote(self.getMeta())
+
+    @staticmethod
+    def _vote(meta: dict) -> tuple:
+        return meta.get("currentTerm"), meta.get("votedForNodeId")
+
+    def storeMeta(self, meta: dict) -> None:
+        path = self.getPath()
+        durable = self._vote(meta) != self._durable_vote
+        with open(path + ".tmp", "wb") as fh:
+            fh.write(pysyncobj_pickle.dumps(meta))
+            fh.flush()
+            if durable:
+                os.fsync(fh.fileno())
+        os.replace(path + ".tmp", path)
+        if durable:
+            _fsync_dir(os.path.dirname(path) or ".")
+            self._durable_vote = self._vote(meta)
+
+
 class _StateMachine(SyncObj):
     def __init__(self, self_addr: str, peers: list[str], conf: SyncObjConf,
-                 on_apply: Callable[[bytes, int], Any]) -> None:
+                 on_apply: Callable[[bytes, int], Any],
+                 flush_before_commit: Callable[[], None] | None,
+                 on_created: Callable[["_StateMachine"], None]) -> None:
         self._raftsched_on_apply = on_apply
+        # --fsync always: flush the journal before an entry counts towards commit.
+        self._raftsched_flush = flush_before_commit
+        self._raftsched_journal_tracked = False
+        self._raftsched_meta_due = 0.0   # when the journal's meta file is next written
+        self._raftsched_commit_index = 0   # see _SyncObj__applyLogEntries
+        on_created(self)   # before pysyncobj's thread starts, which may call back at once
         super().__init__(self_addr, peers, conf=conf)
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        """One turn of pysyncobj's loop on the Raft thread, and before it: the
+        journal flush of --fsync always (what the last turn appended, before
+        pysyncobj computes the commit index, in which the leader counts
+        itself), the journal's meta file once a second, and a look at the
+        network for a follower about to start an election."""
+        if not self._raftsched_journal_tracked:
+            self._raftsched_track_journal()
+        self._raftsched_flush_if_changed()
+        now = time.monotonic()
+        if now >= self._raftsched_meta_due:
+            self._raftsched_meta_due = now + 1.0
+            journal = self._SyncObj__raftLog
+            if isinstance(journal, _TrackedJournal):
+                journal.store_meta()
+        self._raftsched_hear_before_electing()
+        # While committed entries wait to be applied (see _applyLogEntries
+        # below), the turn does not wait for the network.
+        behind = self._SyncObj__raftLastApplied < self._SyncObj__raftCommitIndex
+        SyncObj._onTick(self, 0.0 if behind else timeToWait)
+
+    def _raftsched_track_journal(self) -> None:
+        """Swap in the tracking journal, on the Raft thread (the only one that
+        touches the journal) before the first message is handled."""
+        journal = self._SyncObj__raftLog
+        if isinstance(journal, FileJournal):
+            journal.__class__ = _TrackedJournal
+            journal._FileJournal__metaStorer = _SyncedMetaStorer(
+                journal._FileJournal__metaStorer.getPath())
+        self._raftsched_journal_tracked = True
+
+    # pysyncobj applies every committed entry in one go before it sends the
+    # next heartbeats or reads a message. Batch creates commit several entries
+    # of tens of milliseconds each at once, which held a leader's Raft thread
+    # past the election timeout, and its followers, hearing nothing, started
+    # an election. So each tick applies entries for at most apply_budget_s
+    # (and at least one), and the next tick goes on: pysyncobj is shown a
+    # commit index one entry ahead at a time.
+    def _SyncObj__applyLogEntries(self) -> bool:
+        commit_index = self._SyncObj__raftCommitIndex
+        if self._SyncObj__raftLastApplied < commit_index and self._isLeader():
+            # Heartbeat first (it also carries the new commit index): the
+            # followers' election clocks then start after the last heartbeat
+            # before this apply, not long before it.
+            self._SyncObj__sendAppendEntries()
+        deadline = time.monotonic() + apply_budget_s
+        send_now = False
+        self._raftsched_commit_index = commit_index   # what status reports meanwhile
+        try:
+            while self._SyncObj__raftLastApplied < commit_index:
+                before = self._SyncObj__raftLastApplied
+                self._SyncObj__raftCommitIndex = before + 1
+                send_now = SyncObj._SyncObj__applyLogEntries(self) or send_now
+                if self._SyncObj__raftLastApplied == before or time.monotonic() > deadline:
+                    break
+        finally:
+            self._SyncObj__raftCommitIndex = commit_index
+            self._raftsched_commit_index = 0
+        return send_now
+
+    @property
+    def raftCommitIndex(self) -> int:
+        """The commit index, also while _applyLogEntries shows pysyncobj a lower
+        one (read-your-writes compares the leader's with an applied index)."""
+        return max(self._SyncObj__raftCommitIndex, self._raftsched_commit_index)
+
+    def _raftsched_hear_before_electing(self) -> None:
+        """A follower whose election deadline passed while its Raft thread was
+        busy (a flush, a file write, an apply, the machine's load) reads what
+        arrived meanwhile before pysyncobj decides it has not heard from the
+        leader: a heartbeat waiting unread resets the deadline."""
+        if self._isLeader() or self._SyncObj__raftElectionDeadline > time.monotonic():
+            return
+        self._poller.poll(0)
+
+    def _raftsched_flush_if_changed(self) -> None:
+        if self._raftsched_flush is None:
+            return
+        journal = self._SyncObj__raftLog
+        if getattr(journal, "_raftsched_dirty", True):
+            journal._raftsched_dirty = False
+            self._raftsched_flush()
+
+    def _raftsched_reset_election_deadline(self) -> None:
+        """Raft thread: give the leader a full election timeout from now to be
+        heard again (after a long snapshot install, see the module docstring)."""
+        self._SyncObj__raftElectionDeadline = (time.monotonic()
+                                               + self._SyncObj__generateRaftTimeout())
 
     # pysyncobj's follower answers a failed append-entries with "send from N":
     # N is its own last index + 1 when it lacks the leader's previous entry,
@@ -94,8 +304,26 @@ class _StateMachine(SyncObj):
             if nextNodeIdx is None:
                 nextNodeIdx = self._SyncObj__getCurrentLogIndex() + 1
             nextNodeIdx = min(nextNodeIdx, agreed)
+        if success:
+            # A follower's acknowledgement counts towards commit: under --fsync
+            # always, what it acknowledges must be on disk first.
+            self._raftsched_flush_if_changed()
         SyncObj._SyncObj__sendNextNodeIdx(self, node, reset=reset, nextNodeIdx=nextNodeIdx,
                                           success=success)
+
+    # pysyncobj sends an entry larger than appendEntriesBatchSizeBytes (a batch
+    # create) in chunks, and marks as 'finish' every chunk that reaches the
+    # length of the entry's command rather than of the pickled entry, which is
+    # longer (protocol 2 pickles bytes as latin-1 text). The first such chunk
+    # leaves the entry incomplete: unpickling it raises inside the tick, and
+    # the Raft thread logs a traceback for each chunk until the last one. Until
+    # the pickled entry is whole, a 'finish' is taken as a 'process'.
+    def _SyncObj__onMessageReceived(self, node: Any, message: dict) -> None:
+        if message.get("transmission") == "finish" and message.get("type") == "append_entries":
+            received = self._SyncObj__recvTransmission
+            if isinstance(received, bytes) and _truncated_pickle(received + message["data"]):
+                message = dict(message, transmission="process")
+        SyncObj._SyncObj__onMessageReceived(self, node, message)
 
     @replicated
     def apply_command(self, data: bytes) -> Any:
@@ -104,19 +332,54 @@ class _StateMachine(SyncObj):
         return self._raftsched_on_apply(data, self.raftLastApplied + 1)
 
 
+class SnapshotSource(Protocol):
+    """What a snapshot is written from: a pinned read of the state
+    (storage/lmdb_store.py PinnedRead)."""
+
+    applied_index: int
+
+    def copy_to(self, fd: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(kw_only=True)
+class _SnapshotJob:
+    """One snapshot being written: pinned on the Raft thread, written on its own."""
+    source: SnapshotSource | None
+    last: tuple
+    prev: tuple
+    thread: threading.Thread | None = None
+    ok: bool = False              # the file is written and fsynced
+    renamed: bool = False         # it replaced the snapshot (on the Raft thread)
+    durable: bool = False         # and that rename is fsynced
+    abandoned: bool = False
+
+
 class Replicator:
     """Start the Raft member; propose commands; report status."""
 
     def __init__(self, *, self_addr: str, peers: list[str], data_dir: str,
                  secret: str | None, loop: asyncio.AbstractEventLoop,
                  on_apply: Callable[[bytes, int], Any],
-                 snapshot_items: Callable[[], tuple[int, list]],
-                 snapshot_install: Callable[[int, list], None],
-                 snapshot_entries: int = log_compaction_entries_default) -> None:
+                 snapshot_pin: Callable[[], SnapshotSource],
+                 snapshot_install: Callable[[str, int, int, int], bool],
+                 snapshot_install_items: Callable[[int, list], bool],
+                 snapshot_entries: int = log_compaction_entries_default,
+                 fsync: str = "periodic") -> None:
+        if fsync not in FSYNC_MODES:
+            raise ValueError(f"fsync mode {fsync!r}: one of {', '.join(FSYNC_MODES)}")
         self._loop = loop
-        self._snapshot_items = snapshot_items
+        self._snapshot_pin = snapshot_pin
         self._snapshot_install = snapshot_install
+        self._snapshot_install_items = snapshot_install_items
+        self._snapshot_path = os.path.join(data_dir, "raft.snapshot")
+        self._snapshot_job: _SnapshotJob | None = None
+        self.snapshots_written_total = 0
+        self.snapshot_installs_total = 0
+        self.fsync = fsync
         os.makedirs(data_dir, exist_ok=True)
+        _clean_snapshot_leftovers(self._snapshot_path)
         # A peer may be given as ADDR@VIA: it identifies itself as ADDR, and this
         # node reaches it through VIA (a relay or port forward). pysyncobj knows
         # it by VIA; everything above this adapter speaks of ADDR.
@@ -127,11 +390,13 @@ class Replicator:
             if via != addr:
                 self._alias[via] = addr
             dial.append(via)
+        journal_path = os.path.join(data_dir, "raft.journal")
         conf = SyncObjConf(
             password=secret,
-            journalFile=os.path.join(data_dir, "raft.journal"),
-            fullDumpFile=os.path.join(data_dir, "raft.snapshot"),
+            journalFile=journal_path,
+            fullDumpFile=self._snapshot_path,
             serializer=self._serialize,
+            serializeChecker=self._check_snapshot,
             deserializer=self._deserialize,
             appendEntriesPeriod=append_entries_period_s,
             autoTickPeriod=auto_tick_period_s,
@@ -144,27 +409,159 @@ class Replicator:
             dynamicMembershipChange=False,
             commandsWaitLeader=True,
             useFork=False,
+            onStateChanged=self._on_state_changed,
         )
-        self._obj = _StateMachine(self_addr, dial, conf, on_apply)
+        self._flusher = _JournalFlusher(journal_path)
+        self._obj: _StateMachine
+        _StateMachine(self_addr, dial, conf, on_apply,
+                      self._flusher.flush if fsync == "always" else None,
+                      on_created=self._created)
+        self._flusher.start()
 
-    # --- snapshots: the LMDB state, not pickled Python objects -----------------------
+    def _created(self, obj: "_StateMachine") -> None:
+        self._obj = obj
+
+    def _on_state_changed(self, old: int, new: int) -> None:
+        """Raft thread: every role change is logged, with the term it happens in."""
+        names = {0: "follower", 1: "candidate", 2: "leader"}
+        log.info("raft role %s -> %s at term %d", names.get(old, old), names.get(new, new),
+                 self._obj.raftCurrentTerm)
+
+    @property
+    def journal_flushes_total(self) -> int:
+        return self._flusher.flushes_total
+
+    # --- snapshots: a compacted LMDB copy, written off the Raft thread ------------------
 
     def _serialize(self, filename: str, raft_data: tuple) -> None:
+        """Raft thread, called by pysyncobj with filename `<snapshot>.tmp`: pin the
+        state and leave at `filename` what pysyncobj may rename over the snapshot."""
         last, prev, _cluster = raft_data
-        applied_index, items = self._snapshot_items()
-        with open(filename, "wb") as fh:
-            fh.write(codec.pack({"v": 1, "last": list(last), "prev": list(prev),
-                                 "applied_index": applied_index, "items": items}))
-            fh.flush()
-            os.fsync(fh.fileno())
-        log.info("snapshot written at applied_index %d (%d records)", applied_index, len(items))
+        assert self._snapshot_job is None, "pysyncobj started a second snapshot"
+        # Whatever fails here, a job is left for the checker to report FAILED:
+        # pysyncobj takes no other snapshot until the checker reports an end.
+        job = _SnapshotJob(source=None, last=tuple(last), prev=tuple(prev))
+        self._snapshot_job = job
+        try:
+            _link_or_empty(self._snapshot_path, filename)
+            job.source = self._snapshot_pin()
+        except Exception:
+            log.exception("snapshot at raft index %d: cannot start", job.last[1])
+            job.abandoned = True
+
+    def _check_snapshot(self) -> int:
+        """Raft thread, every tick (pysyncobj's serializeChecker)."""
+        job = self._snapshot_job
+        if job is None:
+            return SERIALIZER_STATE.NOT_SERIALIZING
+        if job.thread is None and not job.abandoned:
+            job.thread = threading.Thread(target=self._write_snapshot, args=(job,),
+                                          name="raftsched-snapshot", daemon=True)
+            job.thread.start()
+            return SERIALIZER_STATE.SERIALIZING
+        if job.thread is not None and job.thread.is_alive():
+            return SERIALIZER_STATE.SERIALIZING
+        if job.ok and not job.abandoned and not job.renamed:
+            # The rename is on the Raft thread, where a snapshot from the leader
+            # is also put in place, so the two never cross; fsyncing the
+            # directory can take long when the disk is busy, so a thread does it.
+            try:
+                os.replace(self._snapshot_path + ".building", self._snapshot_path)
+            except OSError:
+                log.exception("snapshot: cannot put %s in place", self._snapshot_path)
+            else:
+                job.renamed = True
+                job.thread = threading.Thread(target=self._sync_snapshot_dir, args=(job,),
+                                              name="raftsched-snapshot-sync", daemon=True)
+                job.thread.start()
+                return SERIALIZER_STATE.SERIALIZING
+        self._snapshot_job = None
+        _clean_snapshot_leftovers(self._snapshot_path)   # with the .tmp link to the old one
+        if job.durable and not job.abandoned:
+            self.snapshots_written_total += 1
+            return SERIALIZER_STATE.SUCCESS
+        return SERIALIZER_STATE.FAILED
+
+    def _sync_snapshot_dir(self, job: _SnapshotJob) -> None:
+        try:
+            _fsync_dir(os.path.dirname(self._snapshot_path))
+            job.durable = True
+        except OSError:
+            log.exception("snapshot: cannot fsync the directory of %s; the journal is kept",
+                          self._snapshot_path)
+
+    def _write_snapshot(self, job: _SnapshotJob) -> None:
+        """Snapshot thread: header, then the pinned state as an LMDB image, fsynced."""
+        started = time.monotonic()
+        path = self._snapshot_path + ".building"
+        assert job.source is not None
+        try:
+            with open(path, "wb") as fh:
+                header = codec.pack({"v": SNAPSHOT_VERSION, "format": "lmdb-compact",
+                                     "last": list(job.last), "prev": list(job.prev),
+                                     "applied_index": job.source.applied_index})
+                fh.write(_SNAPSHOT_PREFIX.pack(SNAPSHOT_MAGIC, 0, len(header)) + header)
+                fh.flush()
+                image_start = fh.tell()
+                job.source.copy_to(fh.fileno())
+                job.source.close()   # let LMDB reuse the pages it held
+                size = os.fstat(fh.fileno()).st_size
+                os.pwrite(fh.fileno(), struct.pack(">Q", size - image_start), 8)
+                if not job.abandoned:
+                    os.fsync(fh.fileno())
+            job.ok = True
+            log.info("snapshot written at applied_index %d (raft index %d) in %.2f s, %d bytes",
+                     job.source.applied_index, job.last[1], time.monotonic() - started, size)
+        except Exception:
+            log.exception("snapshot at raft index %d failed; the journal is kept", job.last[1])
+        finally:
+            job.source.close()
+
+    def _abandon_snapshot(self) -> None:
+        """Raft thread: a snapshot from the leader replaces the state, so one
+        still being written here is of no use and must not be put in place."""
+        job = self._snapshot_job
+        if job is None:
+            return
+        job.abandoned = True
+        if job.thread is not None:
+            job.thread.join()
+        elif job.source is not None:
+            job.source.close()
+        log.info("snapshot at raft index %d abandoned: a snapshot from the leader is "
+                 "installed", job.last[1])
 
     def _deserialize(self, filename: str) -> tuple:
+        """Raft thread, called by pysyncobj at start (its own snapshot) and when
+        the leader sent one. Returns pysyncobj's (last, prev, cluster)."""
+        self._abandon_snapshot()
+        with open(filename, "rb") as fh:
+            prefix = fh.read(_SNAPSHOT_PREFIX.size)
+            if len(prefix) < _SNAPSHOT_PREFIX.size or not prefix.startswith(SNAPSHOT_MAGIC):
+                return self._deserialize_v1(filename)
+            _magic, image_bytes, header_bytes = _SNAPSHOT_PREFIX.unpack(prefix)
+            header = codec.unpack(fh.read(header_bytes))
+            size = os.fstat(fh.fileno()).st_size
+        if header.get("v") != SNAPSHOT_VERSION or header.get("format") != "lmdb-compact":
+            raise ValueError(f"{filename}: snapshot version {header.get('v')!r} "
+                             f"({header.get('format')!r}) is unknown")
+        offset = _SNAPSHOT_PREFIX.size + header_bytes
+        if size != offset + image_bytes:
+            raise ValueError(f"{filename}: {size} bytes, the header says {offset + image_bytes}")
+        if self._snapshot_install(filename, offset, image_bytes, header["applied_index"]):
+            self.snapshot_installs_total += 1
+        self._obj._raftsched_reset_election_deadline()
+        return tuple(header["last"]), tuple(header["prev"]), []
+
+    def _deserialize_v1(self, filename: str) -> tuple:
+        """A snapshot written by an earlier release: one msgpack map."""
         with open(filename, "rb") as fh:
             data = codec.unpack(fh.read())
-        if data.get("v") != 1:
-            raise ValueError(f"{filename}: snapshot version {data.get('v')!r} is unknown")
-        self._snapshot_install(data["applied_index"], data["items"])
+        if not isinstance(data, dict) or data.get("v") != 1:
+            raise ValueError(f"{filename}: not a snapshot this build reads")
+        if self._snapshot_install_items(data["applied_index"], data["items"]):
+            self.snapshot_installs_total += 1
+        self._obj._raftsched_reset_election_deadline()
         return tuple(data["last"]), tuple(data["prev"]), []
 
     # --- proposing -------------------------------------------------------------------
@@ -231,6 +628,11 @@ class Replicator:
 
     def destroy(self) -> None:
         self._obj.destroy()
+        self._flusher.close()
+        job = self._snapshot_job
+        if job is not None and job.thread is not None:
+            job.abandoned = True
+            job.thread.join()
 
 
 def parse_peer(peer: str, self_addr: str) -> tuple[str, str]:
@@ -259,3 +661,96 @@ def _settle(future: asyncio.Future, result: Any, error: int) -> None:
         return
     reason, text = _FAIL_TEXT.get(error, ("error", f"pysyncobj error {error}"))
     future.set_exception(Unavailable(f"not committed: {text}; retry", reason=reason))
+
+
+class _JournalFlusher:
+    """fdatasyncs pysyncobj's journal file: every journal_flush_period_s on its
+    own thread, and when asked (by the Raft thread, under --fsync always).
+    Counts the flushes (journal_flushes_total in GET /v1/node)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="raftsched-journal-flush",
+                                        daemon=True)
+        self.flushes_total = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._fd is None:
+                # Opened late: pysyncobj creates the file, with its header, itself.
+                self._fd = os.open(self._path, os.O_RDWR)
+            fd = self._fd
+        os.fdatasync(fd)
+        with self._lock:
+            self.flushes_total += 1
+
+    def _run(self) -> None:
+        while not self._stop.wait(journal_flush_period_s):
+            try:
+                self.flush()
+            except OSError:
+                log.critical("cannot flush the Raft journal %s; retrying in %g s", self._path,
+                             journal_flush_period_s, exc_info=True)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+def _truncated_pickle(data: bytes) -> bool:
+    """Whether `data` is the start of a pickle rather than a whole one."""
+    try:
+        pickle.loads(data)
+    except (EOFError, pickle.UnpicklingError) as exc:
+        return isinstance(exc, EOFError) or "truncated" in str(exc)
+    except Exception:
+        return False   # whole but odd: pysyncobj's own loader decides
+    return False
+
+
+def _link_or_empty(snapshot: str, tmp: str) -> None:
+    """Make `tmp` the current snapshot (a hard link: renaming it over the
+    snapshot changes nothing) or, with no snapshot yet, an empty file (removed
+    at start if it is ever left in the snapshot's place)."""
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    try:
+        os.link(snapshot, tmp)
+    except FileNotFoundError:
+        open(tmp, "wb").close()
+
+
+def _clean_snapshot_leftovers(snapshot: str) -> None:
+    """Remove what an interrupted or finished snapshot left: the file being
+    built, pysyncobj's temporary name, and an empty placeholder."""
+    for leftover in (snapshot + ".building", snapshot + ".tmp"):
+        try:
+            os.unlink(leftover)
+        except FileNotFoundError:
+            pass
+    try:
+        if os.path.getsize(snapshot) == 0:
+            os.unlink(snapshot)
+    except FileNotFoundError:
+        pass
+
+
+def _fsync_dir(path: str) -> None:
+    """Make a rename inside `path` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -88,6 +88,8 @@ class Coordinator:
                 for key, state in self._node.store.scan(SHARDS)}
 
     async def run(self) -> None:
+        """Any other failure is the node's supervisor's: it logs it and starts
+        the loop again (runtime/supervise.py)."""
         while True:
             await asyncio.sleep(coordinator_period_s)
             if not self._node.replicator.is_leader():
@@ -96,8 +98,6 @@ class Coordinator:
                 await self.maybe_rebalance()
             except Unavailable as exc:
                 log.warning("shard assignment not committed: %s", exc.detail)
-            except Exception:
-                log.exception("coordinator pass failed")
 
     async def maybe_rebalance(self) -> bool:
         """Propose the placement changes live nodes need; say whether it did."""

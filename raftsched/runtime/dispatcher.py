@@ -107,6 +107,9 @@ class Dispatcher:
     # --- the loops --------------------------------------------------------------------
 
     async def run(self) -> None:
+        # A restart after a failure (runtime/supervise.py) may have lost the run
+        # it had taken from the queue: the open-runs index still names it.
+        self._rescan = True
         while True:
             if self._rescan:
                 self._rescan = False
@@ -119,7 +122,7 @@ class Dispatcher:
                 continue
             await self._slots.acquire()
             self._active.add(run["id"])
-            task = asyncio.ensure_future(self._attempt(run))
+            task = self._node.supervisor.spawn("dispatcher.attempt", self._attempt(run))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -141,20 +144,24 @@ class Dispatcher:
         return urlsplit(job["spec"]["target"]["url"]).netloc
 
     async def heartbeat_loop(self) -> None:
-        node = self._node
         while True:
-            await asyncio.sleep(node.config.run_heartbeat_ms / 1000)
-            beats = []
-            for run_id, (attempt, task) in list(self._running.items()):
-                update = {"run_id": run_id, "event": "heartbeat", "holder": node.node_id,
-                          "attempt": attempt, "at_ms": node.now_ms(),
-                          "lease_ms": node.now_ms() + node.config.run_lease_ms}
-                beats.append((run_id, attempt, task, node.reporter.send(update)))
-            for run_id, attempt, task, future in beats:
-                if not await future and self._running.get(run_id, (None,))[0] == attempt:
-                    log.warning("run %s attempt %d: lease lost (cancelled or expired); "
-                                "stopping it", run_id, attempt)
-                    task.cancel()
+            await asyncio.sleep(self._node.config.run_heartbeat_ms / 1000)
+            await self.send_heartbeats()
+
+    async def send_heartbeats(self) -> None:
+        """Extend the lease of every attempt running here; stop those refused."""
+        node = self._node
+        beats = []
+        for run_id, (attempt, task) in list(self._running.items()):
+            update = {"run_id": run_id, "event": "heartbeat", "holder": node.node_id,
+                      "attempt": attempt, "at_ms": node.now_ms(),
+                      "lease_ms": node.now_ms() + node.config.run_lease_ms}
+            beats.append((run_id, attempt, task, node.reporter.send(update)))
+        for run_id, attempt, task, future in beats:
+            if not await future and self._running.get(run_id, (None,))[0] == attempt:
+                log.warning("run %s attempt %d: lease lost (cancelled or expired); "
+                            "stopping it", run_id, attempt)
+                task.cancel()
 
     def _resume_open_runs(self) -> None:
         node = self._node
@@ -210,7 +217,11 @@ class Dispatcher:
             self._report(job, run, outcome)
             settled_here = False
         except Exception:
-            log.exception("run %s: dispatcher failed unexpectedly", run["id"])
+            # The supervisor logs the traceback and counts it; the lease, if
+            # taken, expires and the reaper retries the run.
+            log.error("run %s attempt %d: the dispatcher failed unexpectedly", run["id"],
+                      run["attempt"])
+            raise
         finally:
             self._slots.release()
             if settled_here:
@@ -237,12 +248,22 @@ class Dispatcher:
 
     async def _publish(self, job: dict, run: dict, target: dict) -> Outcome:
         node = self._node
+        full = node.storage.past_mark()
+        if full is not None:
+            # A publish adds state: it waits (as a retry) until purges free space.
+            return Outcome(ok=False, error=f"publish deferred: storage is past its mark "
+                                           f"({full[0]}): {full[1]}")
         try:
             result = await node.propose(commands.publish(
                 topic=target["topic"], key=target.get("key"), message=target["message"],
                 execution_id=run["execution_id"], job_id=job["id"], at_ms=node.now_ms()))
         except Unavailable as exc:
             return Outcome(ok=False, error=f"publish not committed: {exc.detail}")
+        if not result.get("ok"):
+            # Refused by apply: the same publish would be refused again.
+            return Outcome(ok=False, retryable=False,
+                           error=f"publish refused ({result.get('error')}): "
+                                 f"{result.get('detail')}")
         again = " (already published by an earlier attempt)" if result["duplicate"] else ""
         return Outcome(ok=True, output={"published": f"{target['topic']} offset "
                                                      f"{result['offset']}{again}"})

@@ -14,7 +14,9 @@ import asyncio
 import collections
 import logging
 import os
+import queue
 import signal
+import threading
 import time
 from dataclasses import dataclass
 
@@ -23,8 +25,9 @@ from aiohttp import web
 
 from raftsched import limits
 from raftsched.core import commands
+from raftsched.core.tx import RunsPurged
 from raftsched.core.apply import (NODES, AlertPending, DueArmed, NodeRenewed, RunCancelled,
-                                  RunQueued, ShardsAssigned, TopicAppended, apply)
+                                  RunQueued, ShardsAssigned, TopicAppended, apply_entry)
 from raftsched.errors import InvariantBroken, Unavailable
 from raftsched.executors.breaker import Breaker
 from raftsched.executors.command import CommandExecutor
@@ -32,12 +35,15 @@ from raftsched.executors.http import HttpExecutor
 from raftsched.replication.raft import Replicator, log_compaction_entries_default
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
+from raftsched.runtime.purger import Purger
 from raftsched.runtime.reaper import Reaper
 from raftsched.runtime.reporter import Reporter
+from raftsched.runtime.supervise import Supervisor
+from raftsched.runtime.storage_guard import StorageGuard
 from raftsched.runtime.trigger import TriggerLoop
 from raftsched.runtime.workers import WorkerService
-from raftsched.storage.base import digest
-from raftsched.storage.lmdb_store import LmdbStore
+from raftsched.storage.base import digest_pinned
+from raftsched.storage.lmdb_store import LmdbStore, PinnedRead, SnapshotAborted
 from raftsched.storage.output_store import OutputStore
 
 log = logging.getLogger("raftsched.node")
@@ -48,6 +54,11 @@ store_sync_period_s = 1.0
 output_prune_period_s = 600.0
 # How many recorded digest checks a node keeps (see _record_digest).
 checked_digests_kept = 64
+# Digests being computed at once (each holds an LMDB read open); a check past
+# this records no digest at its index, and the caller asks again.
+digests_computing_max = 4
+# checked_digests' value while the digest thread hashes the state.
+DIGEST_PENDING = "pending"
 # Exit code of a node that stopped itself on a broken invariant.
 EXIT_INVARIANT = 70
 
@@ -69,6 +80,20 @@ class NodeConfig:
     run_heartbeat_ms: int = limits.run_heartbeat_ms_default
     # Where alerts of jobs without alert.webhook_url go (None: logged only).
     alert_webhook_url: str | None = None
+    # --fsync: `periodic` flushes the Raft journal and LMDB once a second;
+    # `always` also flushes the journal before an entry counts towards commit
+    # and syncs each LMDB commit (docs/operations.md, Durability).
+    fsync: str = "periodic"
+    # Storage: the LMDB map size, and the free disk below which writes that add
+    # state are refused (runtime/storage_guard.py).
+    max_data_bytes: int = limits.max_data_bytes_default
+    min_free_disk_bytes: int = limits.min_free_disk_bytes_default
+    # Retention defaults the leader's purger applies (runtime/purger.py); give
+    # every node the same, as any node may lead.
+    history_max_runs: int = limits.history_max_runs_default
+    history_max_age_s: float = limits.history_max_age_s_default
+    finished_job_retention_s: float = limits.finished_job_retention_s_default
+    idempotency_ttl_s: float = limits.idempotency_ttl_s_default
 
     @property
     def http_url(self) -> str:
@@ -80,7 +105,10 @@ class Node:
         self.config = config
         self.node_id = config.node_id
         self.shard_count = config.shard_count
-        self.store = LmdbStore(os.path.join(config.data_dir, "state"))
+        self.store = LmdbStore(os.path.join(config.data_dir, "state"),
+                               map_size=config.max_data_bytes,
+                               durable_commits=config.fsync == "always")
+        self.storage = StorageGuard(self)
         self.outputs = OutputStore(os.path.join(config.data_dir, "output"))
         self.http_executor = HttpExecutor()
         self.command_executor = CommandExecutor()
@@ -92,15 +120,23 @@ class Node:
         self.dispatcher = Dispatcher(self)
         self.workers = WorkerService(self)
         self.reaper = Reaper(self)
+        self.purger = Purger(self)
         self.topic_events: dict[str, asyncio.Event] = {}
         self.trigger = TriggerLoop(self)
         self.coordinator = Coordinator(self)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: list[asyncio.Task] = []
+        # Every background task of the node runs under it (runtime/supervise.py).
+        self.supervisor = Supervisor(f"node {config.node_id}", exit_code=EXIT_INVARIANT)
         self._runner: web.AppRunner | None = None
         self.started_ms = self.now_ms()
-        # index -> state digest recorded when a check_digest entry was applied here.
+        # index -> state digest recorded when a check_digest entry was applied
+        # here (DIGEST_PENDING while the digest thread computes it). Written by
+        # the Raft and digest threads, read by the loop: under _digests_lock.
         self.checked_digests: collections.OrderedDict[int, str] = collections.OrderedDict()
+        self._digests_lock = threading.Lock()
+        self._digest_queue: queue.Queue = queue.Queue(maxsize=digests_computing_max)
+        threading.Thread(target=self._digest_worker, name="raftsched-digest",
+                         daemon=True).start()
 
     @staticmethod
     def now_ms() -> int:
@@ -113,14 +149,23 @@ class Node:
     # --- the Raft thread side --------------------------------------------------------
 
     def _on_apply(self, data: bytes, index: int) -> dict | None:
-        """Runs on pysyncobj's thread. Never touches asyncio objects directly."""
+        """Runs on pysyncobj's thread. Never touches asyncio objects directly.
+
+        A refused entry (malformed, or refused whole by apply) commits no
+        writes, only its index, so a replay skips it, and every replica agrees.
+        A version or tag this build does not know, or a failed commit, stops
+        the node."""
         try:
             if index <= self.store.applied_index():
                 return {"ok": True, "replayed": True}   # persisted before a restart
-            command = commands.decode(data)
-            transition = apply(self.store, command, index)
+            tag, transition = apply_entry(self.store, data, index)
+            if tag == "check_digest":
+                # Noted before the index is committed, so a reader that sees
+                # the index applied also sees that a digest is on its way.
+                self._note_digest(index, DIGEST_PENDING)
             self.store.commit(transition, index)
-            if command["t"] == "check_digest":
+            self._log_refusal(index, tag or "malformed", transition.result)
+            if tag == "check_digest":
                 return self._record_digest(index, transition.result)
         except InvariantBroken as exc:
             self._die(f"raft entry {index}: {exc}")
@@ -131,14 +176,79 @@ class Node:
             self._loop.call_soon_threadsafe(self._handle_effects, transition.effects)
         return transition.result
 
+    @staticmethod
+    def _log_refusal(index: int, tag: str, result: dict) -> None:
+        """Once per refused entry, on every replica."""
+        error = result.get("error")
+        if error == "apply_failed":
+            log.critical("raft entry %d (%s): apply raised, which is a bug; the entry is "
+                         "refused on every replica: %s\n%s", index, tag, result["detail"],
+                         result.get("traceback", ""))
+        elif error in ("invalid_command", "refused"):
+            log.error("raft entry %d (%s) refused (%s): %s", index, tag, error,
+                      result["detail"])
+
     def _record_digest(self, index: int, result: dict) -> dict:
-        """Raft thread: the state is exactly as of `index` here, on every replica."""
-        at, value = digest(self.store)
-        assert at == index, (at, index)
-        self.checked_digests[index] = value
-        while len(self.checked_digests) > checked_digests_kept:
-            self.checked_digests.popitem(last=False)
-        return dict(result, index=index, digest=value)
+        """Raft thread: the state is exactly as of `index` here, on every replica.
+        It is pinned here and hashed on the digest thread: hashing millions of
+        records on the Raft thread would hold it past the election timeout."""
+        pinned = self.store.pin()
+        assert pinned.applied_index == index, (pinned.applied_index, index)
+        try:
+            self._digest_queue.put_nowait((index, pinned))
+        except queue.Full:
+            pinned.close()
+            self._note_digest(index, None)
+            log.warning("digest check at index %d skipped: %d digests are being computed",
+                        index, digests_computing_max)
+        return dict(result, index=index)
+
+    def _note_digest(self, index: int, value: str | None) -> None:
+        """Record (None: forget) the digest at `index`; any thread."""
+        with self._digests_lock:
+            if value is None:
+                self.checked_digests.pop(index, None)
+                return
+            if value != DIGEST_PENDING and index not in self.checked_digests:
+                return   # evicted while it was computed
+            self.checked_digests[index] = value
+            while len(self.checked_digests) > checked_digests_kept:
+                self.checked_digests.popitem(last=False)
+
+    def _digest_worker(self) -> None:
+        """The digest thread: hash pinned states, one at a time, forever."""
+        while True:
+            index, pinned = self._digest_queue.get()
+            value = None
+            try:
+                with pinned:
+                    value = digest_pinned(pinned)[1]
+            except SnapshotAborted:
+                log.info("digest check at index %d passed over by a snapshot install", index)
+            except Exception:
+                log.exception("digest check at index %d failed", index)
+            self._note_digest(index, value)
+
+    async def digest_at(self, index: int, timeout_s: float) -> str | None:
+        """The digest this node recorded at the check_digest entry `index`,
+        waiting (at most timeout_s) until it applied and hashed it; None if it
+        has none there (not such an entry, evicted, or passed over). Raises
+        Unavailable if it is still being computed at the deadline."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            applied = self.store.applied_index() >= index   # read first: see _on_apply
+            with self._digests_lock:
+                value = self.checked_digests.get(index)
+            if value is not None and value != DIGEST_PENDING:
+                return value
+            if applied and value is None:
+                return None
+            if time.monotonic() > deadline:
+                if value == DIGEST_PENDING:
+                    raise Unavailable(f"the digest at index {index} is still being computed "
+                                      "here; ask again", reason="digest_pending")
+                return None
+            await asyncio.sleep(0.01)
 
     def _die(self, why: str) -> None:
         # Applying the rest of the log after a failed entry would make this
@@ -147,16 +257,49 @@ class Node:
         logging.shutdown()
         os._exit(EXIT_INVARIANT)
 
-    def _snapshot_items(self) -> tuple[int, list]:
-        index, items = self.store.raw_items()
-        return index, [list(item) for item in items]
+    def _snapshot_pin(self) -> PinnedRead:
+        """Raft thread: the state a snapshot is written from, exactly as applied
+        so far. Its applied_index may be below pysyncobj's last applied index
+        (the entries in between were Raft no-ops, which change no state), or
+        above it while this node replays its journal after a restart (the
+        state was persisted further than pysyncobj's journal position). Both
+        are safe: whoever loads the snapshot skips the journal entries at or
+        below the state's applied_index (_on_apply), and those entries are
+        committed, so the same on every node."""
+        return self.store.pin()
 
-    def _snapshot_install(self, applied_index: int, items: list) -> None:
+    def _snapshot_install(self, path: str, offset: int, length: int,
+                          applied_index: int) -> bool:
+        """Raft thread: install a snapshot's LMDB image (at start: this node's
+        own snapshot; later: one the leader sent), unless the state here is at
+        least as new (at start, LMDB is usually ahead of its own snapshot).
+        Whether it installed."""
         if applied_index <= self.store.applied_index():
-            return   # our own state is at least as new: keep it
+            log.info("keeping the state at applied_index %d; the snapshot is at %d",
+                     self.store.applied_index(), applied_index)
+            return False
+        log.info("installing a snapshot at applied_index %d (%d bytes)", applied_index, length)
+        started = time.monotonic()
+        installed = self.store.install_image(path, offset, length)
+        if installed != applied_index:
+            raise InvariantBroken(f"the snapshot's image is at applied_index {installed}, its "
+                                  f"header says {applied_index}")
+        log.info("installed the snapshot at applied_index %d in %.2f s", applied_index,
+                 time.monotonic() - started)
+        self._after_install()
+        return True
+
+    def _snapshot_install_items(self, applied_index: int, items: list) -> bool:
+        """Raft thread: a snapshot written by an earlier release (a list of records)."""
+        if applied_index <= self.store.applied_index():
+            return False
         log.info("installing a snapshot at applied_index %d (%d records)",
                  applied_index, len(items))
         self.store.replace_all(applied_index, [tuple(item) for item in items])
+        self._after_install()
+        return True
+
+    def _after_install(self) -> None:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self.dispatcher.request_rescan)
             self._loop.call_soon_threadsafe(self.trigger.ownership_changed)
@@ -185,9 +328,18 @@ class Node:
                 self.trigger.ownership_changed()
             elif isinstance(effect, NodeRenewed):
                 self.coordinator.renewed(effect.node, effect.at_ms)
+            elif isinstance(effect, RunsPurged):
+                self.supervisor.spawn("outputs.drop", self._drop_outputs(effect.run_ids))
 
     async def propose(self, command: dict) -> dict:
-        return await self.replicator.propose_wait(commands.encode(command))
+        result = await self.replicator.propose_wait(commands.encode(command))
+        if isinstance(result, dict) and result.get("replayed"):
+            # The entry's index was already covered by a snapshot this node
+            # installed, so its own result is not known here.
+            raise Unavailable("the command was committed, but its result is not known on this "
+                              "node (it installed a snapshot covering it); retry with the same "
+                              "idempotency_key", reason="unknown_outcome")
+        return result
 
     async def wait_caught_up(self, timeout_s: float = limits.propose_timeout_s) -> None:
         """Read-your-writes: wait until this node has applied everything the
@@ -232,8 +384,9 @@ class Node:
         self.replicator = Replicator(
             self_addr=cfg.raft_addr, peers=list(cfg.peers), data_dir=cfg.data_dir,
             secret=cfg.raft_secret, loop=self._loop, on_apply=self._on_apply,
-            snapshot_items=self._snapshot_items, snapshot_install=self._snapshot_install,
-            snapshot_entries=cfg.raft_snapshot_entries)
+            snapshot_pin=self._snapshot_pin, snapshot_install=self._snapshot_install,
+            snapshot_install_items=self._snapshot_install_items,
+            snapshot_entries=cfg.raft_snapshot_entries, fsync=cfg.fsync)
         self.reporter = Reporter(self)
         await self.http_executor.start()
         app = make_app(self)
@@ -242,13 +395,23 @@ class Node:
         site = web.TCPSite(self._runner, cfg.http_host, cfg.http_port,
                            reuse_address=True, backlog=1024)
         await site.start()
-        for coro in (self.trigger.run(), self.dispatcher.run(), self.dispatcher.heartbeat_loop(),
-                     self.reporter.run(), self.reaper.run(), self.coordinator.run(),
-                     self.coordinator.renew_loop(), self._register_loop(), self._sync_loop(),
-                     self._prune_outputs_loop()):
-            self._tasks.append(asyncio.ensure_future(coro))
+        self._start_loops()
         log.info("node %s serving HTTP on %s, Raft on %s, peers %s", self.node_id,
                  cfg.http_url, cfg.raft_addr, ",".join(cfg.peers) or "-")
+
+    def _start_loops(self) -> None:
+        """Each loop restarts when it fails, and the node exits when one cannot
+        go on (runtime/supervise.py). Leader-only loops run on every node and
+        act while this node leads."""
+        loops = {"trigger": self.trigger.run, "dispatcher": self.dispatcher.run,
+                 "dispatcher.heartbeat": self.dispatcher.heartbeat_loop,
+                 "reporter": self.reporter.run, "reaper": self.reaper.run,
+                 "coordinator": self.coordinator.run, "renew": self.coordinator.renew_loop,
+                 "sync": self._sync_loop, "prune_outputs": self._prune_outputs_loop,
+                 "purger": self.purger.run, "storage": self.storage.run}
+        for name, loop in loops.items():
+            self.supervisor.start(name, loop)
+        self.supervisor.start("register", self._register_loop, finite=True)
 
     async def _register_loop(self) -> None:
         """Record this node's id and addresses in the replicated state, once."""
@@ -258,8 +421,15 @@ class Node:
             if current and current["http"] == cfg.http_url and current["raft"] == cfg.raft_addr:
                 return
             try:
-                await self.propose(commands.register_node(node=self.node_id, http=cfg.http_url,
-                                                          raft=cfg.raft_addr, at_ms=self.now_ms()))
+                result = await self.propose(commands.register_node(
+                    node=self.node_id, http=cfg.http_url, raft=cfg.raft_addr,
+                    at_ms=self.now_ms()))
+                if not result.get("ok"):
+                    # Deterministic (a node id or address apply will not store):
+                    # proposing it again would be refused again.
+                    log.error("registration of node %s refused (%s): %s", self.node_id,
+                              result.get("error"), result.get("detail"))
+                    return
             except Unavailable:
                 await asyncio.sleep(0.5)
 
@@ -268,6 +438,11 @@ class Node:
             await asyncio.sleep(store_sync_period_s)
             await asyncio.get_running_loop().run_in_executor(None, self.store.sync)
 
+    async def _drop_outputs(self, run_ids: tuple[str, ...]) -> None:
+        """The output this node keeps of runs that were purged goes with them."""
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.outputs.delete_runs, list(run_ids))
+
     async def _prune_outputs_loop(self) -> None:
         while True:
             await asyncio.sleep(output_prune_period_s)
@@ -275,9 +450,7 @@ class Node:
                 None, lambda: self.outputs.prune(now_ms=self.now_ms()))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.supervisor.stop()
         await self.dispatcher.close()
         if self._runner is not None:
             await self._runner.cleanup()

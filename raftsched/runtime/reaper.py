@@ -38,6 +38,12 @@ if TYPE_CHECKING:
 log = logging.getLogger("raftsched.reaper")
 
 
+def _log_refusal(result: dict, what: str) -> None:
+    """A command refused whole (the node logged why): the next pass tries again."""
+    if not result.get("ok"):
+        log.error("%s refused (%s): %s", what, result.get("error"), result.get("detail"))
+
+
 class Reaper:
     def __init__(self, node: "Node") -> None:
         self._node = node
@@ -48,6 +54,8 @@ class Reaper:
         self.alerts_failed_total = 0
 
     async def run(self) -> None:
+        """Any other failure is the node's supervisor's: it logs it and starts
+        the loop again (runtime/supervise.py)."""
         while True:
             await asyncio.sleep(limits.reaper_period_ms / 1000)
             if not self._node.replicator.is_leader():
@@ -58,8 +66,6 @@ class Reaper:
                 self.maybe_deliver_alerts()
             except Unavailable as exc:
                 log.warning("reaper pass not committed: %s", exc.detail)
-            except Exception:
-                log.exception("reaper pass failed")
 
     async def maybe_expire_leases(self) -> bool:
         node = self._node
@@ -80,7 +86,8 @@ class Reaper:
         if not items:
             return False
         result = await node.propose(commands.expire_leases(items=items, at_ms=now))
-        self.expired_total += result["expired"]
+        _log_refusal(result, "lease expiry")
+        self.expired_total += result.get("expired", 0)
         return True
 
     async def maybe_reassign_orphans(self) -> bool:
@@ -100,7 +107,8 @@ class Reaper:
             return False
         log.info("moving %d queued runs off nodes that are not live", len(items))
         result = await node.propose(commands.reassign_runs(items=items, at_ms=node.now_ms()))
-        self.reassigned_total += result["moved"]
+        _log_refusal(result, "reassignment")
+        self.reassigned_total += result.get("moved", 0)
         return True
 
     def _new_home(self, run: dict, live: list[str]) -> str:
@@ -117,7 +125,7 @@ class Reaper:
         for _, alert in self._node.store.scan(ALERTS, limit=limits.reaper_batch_max):
             if alert["run_id"] not in self._delivering:
                 self._delivering.add(alert["run_id"])
-                task = asyncio.ensure_future(self._deliver(alert))
+                task = self._node.supervisor.spawn("reaper.alert", self._deliver(alert))
                 task.add_done_callback(lambda _, r=alert["run_id"]: self._delivering.discard(r))
 
     async def _deliver(self, alert: dict) -> None:

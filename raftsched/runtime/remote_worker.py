@@ -8,12 +8,15 @@ leases are gone: those runs were cancelled or expired, and the worker kills
 them), and reports each completion with its output until a node has accepted
 it. Any node will do: on a connection error, a timeout or a 503 the worker
 moves to the next URL. A worker killed mid-run loses its leases; the reaper
-then retries those runs elsewhere, with the same execution id.
+then retries those runs elsewhere, with the same execution id. Its commands
+die with it, even on SIGKILL (executors/command.py), so the retry is the only
+copy running.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -27,6 +30,7 @@ import aiohttp
 from raftsched import limits
 from raftsched.executors.base import Attempt, Outcome
 from raftsched.executors.command import CommandExecutor
+from raftsched.runtime.supervise import Supervisor
 
 log = logging.getLogger("raftsched.worker")
 
@@ -42,7 +46,8 @@ class NoNodeAnswered(Exception):
 
 class RemoteWorker:
     def __init__(self, urls: list[str], queue: str, concurrency: int, worker_id: str,
-                 executor: CommandExecutor | None = None) -> None:
+                 executor: CommandExecutor | None = None,
+                 supervisor: Supervisor | None = None) -> None:
         assert urls
         assert concurrency >= 1
         self._urls = [u.rstrip("/") for u in urls]
@@ -57,6 +62,7 @@ class RemoteWorker:
         self._heartbeat_s = limits.run_heartbeat_ms_default / 1000
         self._session: aiohttp.ClientSession | None = None
         self.completed_total = 0
+        self.supervisor = supervisor or Supervisor(f"worker {worker_id}")
 
     async def _post(self, path: str, body: dict, timeout_s: float) -> Any:
         """POST to the current node, failing over through the others."""
@@ -78,19 +84,18 @@ class RemoteWorker:
         raise NoNodeAnswered(f"no node of {', '.join(self._urls)} answered")
 
     async def run(self) -> None:
+        """Serve until cancelled. Each loop restarts when it fails, and the
+        process exits when one cannot go on (runtime/supervise.py); stopping
+        cancels the loops and the running commands (their groups are killed)."""
         async with aiohttp.ClientSession() as session:
             self._session = session
-            loops = [asyncio.ensure_future(c) for c in
-                     (self._claim_loop(), self._heartbeat_loop(), self._report_loop())]
+            self.supervisor.start("claim", self._claim_loop)
+            self.supervisor.start("heartbeat", self._heartbeat_loop)
+            self.supervisor.start("report", self._report_loop)
             try:
-                await asyncio.gather(*loops)
+                await asyncio.get_running_loop().create_future()   # until cancelled
             finally:
-                for task in loops:
-                    task.cancel()
-                for _, task in list(self._running.values()):
-                    task.cancel()
-                await asyncio.gather(*loops, *(t for _, t in self._running.values()),
-                                     return_exceptions=True)
+                await self.supervisor.stop()
 
     async def _claim_loop(self) -> None:
         base = f"/v1/workers/{self.worker_id}"
@@ -109,7 +114,7 @@ class RemoteWorker:
                 continue
             for assignment in data["runs"]:
                 self._heartbeat_s = assignment["heartbeat_ms"] / 1000
-                task = asyncio.ensure_future(self._execute(assignment))
+                task = self.supervisor.spawn("execute", self._execute(assignment))
                 self._running[assignment["run_id"]] = (assignment, task)
 
     async def _execute(self, assignment: dict) -> None:
@@ -154,7 +159,7 @@ class RemoteWorker:
     async def _report_loop(self) -> None:
         while True:
             await self._results_ready.wait()
-            batch = self._results[:limits.worker_claim_max]
+            batch = completion_batch(self._results)
             try:
                 data = await self._post(f"/v1/workers/{self.worker_id}/complete",
                                         {"results": batch}, limits.propose_timeout_s + 5)
@@ -170,6 +175,20 @@ class RemoteWorker:
                 if not accepted:
                     log.warning("run %s attempt %d: completion refused (lease was gone)",
                                 result["run_id"], result["attempt"])
+
+
+def completion_batch(results: list[dict]) -> list[dict]:
+    """The first results that fit one completion request: at most
+    worker_claim_max of them, and within worker_complete_body_bytes_max once
+    encoded (each carries its output), but always at least one."""
+    budget = limits.worker_complete_body_bytes_max - 1024   # room for the envelope
+    batch: list[dict] = []
+    for result in results[:limits.worker_claim_max]:
+        budget -= len(json.dumps(result)) + 2
+        if batch and budget < 0:
+            break
+        batch.append(result)
+    return batch
 
 
 def _result(attempt: Attempt, outcome: Outcome) -> dict:

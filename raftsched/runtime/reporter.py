@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from raftsched import limits
 from raftsched.core import commands
-from raftsched.errors import Unavailable
+from raftsched.errors import CommandRefused, Unavailable
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
@@ -36,6 +36,14 @@ class Reporter:
     def send(self, update: dict) -> asyncio.Future:
         """Queue one report; the future resolves to True (applied) or False (refused)."""
         future = asyncio.get_running_loop().create_future()
+        try:
+            # A malformed report would make apply refuse the whole batch it
+            # shares with other runs' reports: keep it out.
+            commands.check_run_update(update)
+        except CommandRefused as exc:
+            log.error("run report not sent: %s", exc.detail)
+            future.set_result(False)
+            return future
         if len(self._pending) >= limits.run_update_pending_max:
             # A dropped finish leaves the lease to expire: the run is retried,
             # not lost. Said loudly because it means the log is far behind.
@@ -67,10 +75,29 @@ class Reporter:
                 await asyncio.sleep(backoff_s)
                 backoff_s = min(backoff_s * 2, 2.0)
                 continue
+            except Exception:
+                # The supervisor logs it and restarts this loop; nobody may wait
+                # for these reports forever meanwhile: a start refused is not
+                # run, a finish lost is retried after its lease expires.
+                self._refuse(batch)
+                raise
             backoff_s = limits.run_update_period_ms / 1000
-            for (_, future), accepted in zip(batch, result["accepted"]):
+            accepted = result.get("accepted")
+            if not isinstance(accepted, list):
+                # The batch was refused whole (the node logged why): no report
+                # in it was applied.
+                log.error("%d run reports refused (%s): %s", len(batch), result.get("error"),
+                          result.get("detail"))
+                accepted = [False] * len(batch)
+            for (_, future), ok in zip(batch, accepted):
                 if not future.done():
-                    future.set_result(accepted)
+                    future.set_result(ok)
+
+    @staticmethod
+    def _refuse(batch: list[tuple[dict, asyncio.Future]]) -> None:
+        for _, future in batch:
+            if not future.done():
+                future.set_result(False)
 
     def _take_batch(self) -> list[tuple[dict, asyncio.Future]]:
         batch = []

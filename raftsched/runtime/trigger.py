@@ -47,7 +47,6 @@ class TriggerLoop:
         self._owned: dict[int, int] = {}          # shard -> fencing token
         self._next_due: dict[int, int | None] = {}  # shard -> earliest due_ms
         self._inflight: set[int] = set()
-        self._tasks: set[asyncio.Task] = set()
         self._resynced_at = 0.0
         self.fired_total = 0
         self.stale_items_total = 0
@@ -74,14 +73,12 @@ class TriggerLoop:
     # --- the loop -------------------------------------------------------------------------
 
     async def run(self) -> None:
+        """Runs under the node's supervisor, which logs a failed pass and starts
+        the loop again (runtime/supervise.py)."""
         while True:
-            try:
-                if time.monotonic() - self._resynced_at > due_resync_period_s:
-                    self.resync()
-                next_ms = self.maybe_fire_due()
-            except Exception:
-                log.exception("trigger loop pass failed; retrying")
-                next_ms = None
+            if time.monotonic() - self._resynced_at > due_resync_period_s:
+                self.resync()
+            next_ms = self.maybe_fire_due()
             now = self._node.now_ms()
             wake_ms = now + limits.trigger_tick_ms_max
             if next_ms is not None:
@@ -146,9 +143,7 @@ class TriggerLoop:
         cmd = commands.fire(shard=shard, token=self._owned[shard], upto_ms=now,
                             node=node.node_id, at_ms=now, items=items, retries=retries)
         self._inflight.add(shard)
-        task = asyncio.ensure_future(self._send(shard, cmd))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        node.supervisor.spawn("trigger.send", self._send(shard, cmd))
 
     async def _send(self, shard: int, cmd: dict) -> None:
         try:
@@ -157,8 +152,14 @@ class TriggerLoop:
                 self.refused_fires_total += 1
                 log.warning("fire refused: %s", result["detail"])
                 self._resynced_at = 0.0   # our view of ownership is out of date
-            self.fired_total += result["fired"]
-            self.stale_items_total += result["stale"]
+            elif not result.get("ok"):
+                # Refused whole (the node logged why); its due entries stay and
+                # are proposed again at the next pass.
+                self.refused_fires_total += 1
+                log.error("fire of shard %d refused (%s): %s", shard, result.get("error"),
+                          result.get("detail"))
+            self.fired_total += result.get("fired", 0)
+            self.stale_items_total += result.get("stale", 0)
         except Unavailable as exc:
             log.warning("fire of shard %d (%d items, %d retries) not committed: %s", shard,
                         len(cmd["items"]), len(cmd["retries"]), exc.detail)

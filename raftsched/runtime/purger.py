@@ -1,0 +1,197 @@
+"""Leader-only retention: the purger proposes `purge` commands.
+
+Every `purge_period_ms` the leader reads a bounded slice of the state and
+proposes one `purge` command of at most `purge_batch_max` items (when a pass
+fills its batch and removes something, the next pass starts at once):
+
+  - finished runs past their job's history bounds (more finished runs than
+    max_runs: the oldest go first; or finished longer than max_age ago);
+  - every finished run of a job deleted or completed longer than
+    --finished-job-retention-s ago, and then the job record itself;
+  - idempotency keys older than --idempotency-ttl-s.
+
+A pass visits at most `purge_scan_jobs_max` jobs, from a cursor that goes
+round the jobs table, and at most `purge_scan_idem_max` idempotency keys, from
+a cursor of its own, so the cost of a pass does not grow with the state.
+Open runs and runs whose failure alert is not yet delivered are never chosen.
+apply (core/retention.py) checks every item again against the command's at_ms
+and the state as it is then: this module only chooses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import TYPE_CHECKING
+
+from raftsched import limits
+from raftsched.core import commands, keys, retention
+from raftsched.core.apply import IDEM, JOBS, RUNS, RUNS_BY_JOB
+from raftsched.errors import Unavailable
+
+if TYPE_CHECKING:
+    from raftsched.runtime.node import Node
+
+log = logging.getLogger("raftsched.purger")
+
+# History entries read per page while walking one job's runs, oldest first: the
+# first page is small because most jobs have nothing to purge, and the walk
+# stops at their oldest finished run.
+_PAGE_FIRST = 8
+_PAGE_MAX = 256
+
+
+@dataclasses.dataclass
+class Plan:
+    """What one pass chose: the items of one purge command."""
+    runs: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    jobs: list[str] = dataclasses.field(default_factory=list)
+    idem: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+    def room(self) -> int:
+        return limits.purge_batch_max - len(self.runs) - len(self.jobs) - len(self.idem)
+
+    def empty(self) -> bool:
+        return not (self.runs or self.jobs or self.idem)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Bounds:
+    """The cluster defaults of this node's flags, in ms where they are times."""
+    now_ms: int
+    history_max_runs: int
+    history_max_age_ms: int
+    finished_job_retention_ms: int
+    idempotency_ttl_ms: int
+
+
+class Purger:
+    def __init__(self, node: "Node") -> None:
+        self._node = node
+        self._job_cursor = b""
+        self._idem_cursor = b""
+        self.passes_total = 0
+        self.purged_runs_total = 0
+        self.purged_jobs_total = 0
+        self.purged_idem_total = 0
+        self.refused_total = 0
+
+    async def run(self) -> None:
+        again = False
+        while True:
+            await asyncio.sleep(0 if again else limits.purge_period_ms / 1000)
+            again = False
+            if not self._node.replicator.is_leader():
+                continue
+            try:
+                again = await self.maybe_purge()
+            except Unavailable as exc:
+                log.warning("purge not committed: %s", exc.detail)
+            # Any other failure is the node's supervisor's: it logs and counts
+            # it and starts the loop again; the next pass starts over.
+
+    def bounds(self, now_ms: int) -> Bounds:
+        cfg = self._node.config
+        return Bounds(now_ms=now_ms, history_max_runs=cfg.history_max_runs,
+                      history_max_age_ms=int(cfg.history_max_age_s * 1000),
+                      finished_job_retention_ms=int(cfg.finished_job_retention_s * 1000),
+                      idempotency_ttl_ms=int(cfg.idempotency_ttl_s * 1000))
+
+    async def maybe_purge(self) -> bool:
+        """One pass: choose, then propose. Returns whether to go again at once
+        (the batch was full and apply removed something)."""
+        node = self._node
+        bounds = self.bounds(node.now_ms())
+        plan = await asyncio.get_running_loop().run_in_executor(None, self.plan, bounds)
+        self.passes_total += 1
+        if plan.empty():
+            return False
+        result = await node.propose(commands.purge(
+            at_ms=bounds.now_ms, history_max_runs=bounds.history_max_runs,
+            history_max_age_ms=bounds.history_max_age_ms,
+            finished_job_retention_ms=bounds.finished_job_retention_ms,
+            idempotency_ttl_ms=bounds.idempotency_ttl_ms,
+            runs=plan.runs, jobs=plan.jobs, idem=plan.idem))
+        if not result.get("ok"):
+            log.error("purge refused: %s", result.get("detail"))
+            return False
+        self.purged_runs_total += result["runs"]
+        self.purged_jobs_total += result["jobs"]
+        self.purged_idem_total += result["idem"]
+        self.refused_total += result["refused"]
+        removed = result["runs"] + result["jobs"] + result["idem"]
+        log.debug("purged %d runs, %d jobs, %d idempotency keys (%d refused)", result["runs"],
+                  result["jobs"], result["idem"], result["refused"])
+        return plan.room() == 0 and removed > 0
+
+    # --- choosing (on an executor thread: reads only) -------------------------------------
+
+    def plan(self, bounds: Bounds) -> Plan:
+        plan = Plan()
+        self._plan_jobs(plan, bounds)
+        self._plan_idem(plan, bounds)
+        return plan
+
+    def _plan_jobs(self, plan: Plan, bounds: Bounds) -> None:
+        rows = self._node.store.scan(JOBS, start=self._job_cursor,
+                                     limit=limits.purge_scan_jobs_max)
+        for key, job in rows:
+            self._plan_job(plan, job, bounds)
+            if plan.room() == 0:
+                self._job_cursor = key   # this job may have more: start the next pass here
+                return
+        full_page = len(rows) == limits.purge_scan_jobs_max
+        self._job_cursor = rows[-1][0] + b"\x00" if full_page else b""
+
+    def _plan_job(self, plan: Plan, job: dict, bounds: Bounds) -> None:
+        """Walk the job's history oldest first, choosing finished runs past a
+        bound; stop at the first finished run within every bound (the rest are
+        newer). A retired job whose every run is chosen goes too."""
+        retired = retention.retired_before(job, bounds.now_ms - bounds.finished_job_retention_ms)
+        max_runs, max_age_ms = retention.history_bounds(job, bounds.history_max_runs,
+                                                        bounds.history_max_age_ms)
+        excess = retention.finished_runs(job) - max_runs
+        age_cutoff_ms = bounds.now_ms - max_age_ms
+        store = self._node.store
+        prefix = keys.runs_by_job_prefix(job["id"])
+        start, page, seen, chosen = prefix, _PAGE_FIRST, 0, 0
+        while plan.room() > 0 and seen < limits.purge_scan_runs_per_job_max:
+            rows = store.scan(RUNS_BY_JOB, start=start, stop=keys.prefix_end(prefix), limit=page)
+            for _, run_id in rows:
+                seen += 1
+                run = store.get(RUNS, run_id.encode())
+                if run is None or not retention.purgeable_state(run):
+                    continue   # open, or its alert is not delivered yet: it stays
+                aged = run["finished_ms"] is not None and run["finished_ms"] <= age_cutoff_ms
+                if not (retired or excess > 0 or aged):
+                    return
+                plan.runs.append((run_id, job["id"]))
+                chosen += 1
+                excess -= 1
+                if plan.room() == 0:
+                    return
+            if len(rows) < page:
+                break
+            start, page = rows[-1][0] + b"\x00", min(page * 2, _PAGE_MAX)
+        else:
+            return   # the walk stopped at its bound: the job keeps runs not seen yet
+        if retired and seen == chosen and not retention.open_runs(job) and plan.room() > 0:
+            plan.jobs.append(job["id"])
+
+    def _plan_idem(self, plan: Plan, bounds: Bounds) -> None:
+        if plan.room() == 0:
+            return
+        store = self._node.store
+        cutoff_ms = bounds.now_ms - bounds.idempotency_ttl_ms
+        rows = store.scan(IDEM, start=self._idem_cursor, limit=limits.purge_scan_idem_max)
+        for key, value in rows:
+            if plan.room() == 0:
+                self._idem_cursor = key
+                return
+            created_ms = retention.idem_created_ms(store, value)
+            if created_ms is None or created_ms <= cutoff_ms:
+                tenant, _, idem = key.partition(b"\x00")
+                plan.idem.append((tenant.decode(), idem.decode()))
+        full_page = len(rows) == limits.purge_scan_idem_max
+        self._idem_cursor = rows[-1][0] + b"\x00" if full_page else b""

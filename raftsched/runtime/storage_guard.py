@@ -1,0 +1,149 @@
+"""Full storage is a refusal, not a crash: the node's storage guard.
+
+Every `storage_check_period_s` the guard measures, off the event loop, the
+bytes the state's B-trees use in the LMDB map (cheap: database headers only)
+and the free space of the data disk, and asks its peers (GET /v1/node) for
+theirs. This node is past its mark when the state uses
+`data_bytes_high_water_ratio` of --max-data-bytes, or when the disk has less
+than --min-free-disk-bytes free.
+
+While this node, or a peer that answered within `storage_peer_report_s`, is
+past its mark, `check_room()` refuses the API writes that add state (507,
+naming max_data_bytes or min_free_disk_bytes), and runs that publish fail
+with a retryable error. Everything else goes on: firing, finishing runs,
+deletes and purges, which free space. A peer counts because every replica
+applies every write: a write accepted here would fill the peer too.
+
+The headroom above the mark is for what goes on regardless, and for the
+writes accepted between two checks. If an apply still finds the map full,
+the node stops (storage/lmdb_store.py raises StorageFull); see
+docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+from raftsched import limits
+from raftsched.core.apply import NODES
+from raftsched.errors import InsufficientStorage
+
+if TYPE_CHECKING:
+    from raftsched.runtime.node import Node
+
+log = logging.getLogger("raftsched.storage")
+
+# A peer that does not answer this fast is skipped for this check.
+_PEER_TIMEOUT_S = 0.5
+
+
+class StorageGuard:
+    def __init__(self, node: "Node") -> None:
+        self._node = node
+        self.used_bytes = 0
+        self.file_bytes = 0
+        self.free_disk_bytes: int | None = None
+        # (limit, detail) while this node is past its mark.
+        self._own: tuple[str, str] | None = None
+        # peer id -> (limit, detail, time.monotonic() of the answer)
+        self._peers: dict[str, tuple[str, str, float]] = {}
+        self.refused_total = 0
+
+    @property
+    def high_water_bytes(self) -> int:
+        return int(self._node.store.map_size * limits.data_bytes_high_water_ratio)
+
+    async def run(self) -> None:
+        # A failed check is the node's supervisor's: it logs and counts it and
+        # starts the loop again; meanwhile the last measurement stands.
+        while True:
+            await self.check()
+            await asyncio.sleep(limits.storage_check_period_s)
+
+    async def check(self) -> None:
+        loop = asyncio.get_running_loop()
+        used, file_bytes, free = await loop.run_in_executor(None, self._measure)
+        self._judge(used, file_bytes, free)
+        await self._ask_peers()
+
+    def _measure(self) -> tuple[int, int, int]:
+        store = self._node.store
+        disk = os.statvfs(store.path)
+        return store.used_bytes(), store.file_bytes(), disk.f_bavail * disk.f_frsize
+
+    def _judge(self, used: int, file_bytes: int, free: int) -> None:
+        node = self._node
+        self.used_bytes, self.file_bytes, self.free_disk_bytes = used, file_bytes, free
+        full = None
+        if used >= self.high_water_bytes:
+            full = ("max_data_bytes",
+                    f"node {node.node_id}'s state uses {used} bytes, over "
+                    f"{limits.data_bytes_high_water_ratio:.0%} of max_data_bytes "
+                    f"({node.store.map_size} bytes)")
+        elif free < node.config.min_free_disk_bytes:
+            full = ("min_free_disk_bytes",
+                    f"node {node.node_id}'s data disk has {free} bytes free, under "
+                    f"min_free_disk_bytes ({node.config.min_free_disk_bytes} bytes)")
+        if full is not None and self._own is None:
+            log.warning("storage past its mark, refusing writes that add state: %s", full[1])
+        elif full is None and self._own is not None:
+            log.info("storage back under its mark (%d bytes used, %s bytes free on disk); "
+                     "accepting writes again", used, free)
+        self._own = full
+
+    async def _ask_peers(self) -> None:
+        peers = [rec for _, rec in self._node.store.scan(NODES) if rec["id"] != self._node.node_id]
+        if not peers:
+            return
+        timeout = aiohttp.ClientTimeout(total=_PEER_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            await asyncio.gather(*(self._ask(session, rec) for rec in peers))
+
+    async def _ask(self, session: aiohttp.ClientSession, rec: dict) -> None:
+        try:
+            async with session.get(rec["http"] + "/v1/node") as response:
+                storage = (await response.json()).get("storage") or {}
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
+            return   # an unreachable peer applies nothing until it is back
+        if storage.get("full"):
+            self._peers[rec["id"]] = (storage["full"], str(storage.get("detail")),
+                                      time.monotonic())
+        else:
+            self._peers.pop(rec["id"], None)
+
+    def past_mark(self) -> tuple[str, str] | None:
+        """(limit, detail) if this node, or a peer that said so recently, is past its mark."""
+        if self._own is not None:
+            return self._own
+        fresh_after = time.monotonic() - limits.storage_peer_report_s
+        for limit, detail, seen in self._peers.values():
+            if seen >= fresh_after:
+                return limit, detail
+        return None
+
+    def check_room(self) -> None:
+        """Raise InsufficientStorage (507) if a write that adds state must wait."""
+        full = self.past_mark()
+        if full is None:
+            return
+        self.refused_total += 1
+        limit, detail = full
+        raise InsufficientStorage(f"storage is past its mark: {detail}. Writes that add state "
+                                  f"are refused until deletes and purges free space (or the "
+                                  f"limit is raised); running jobs go on", limit=limit)
+
+    def status(self) -> dict:
+        """For GET /v1/node (what peers read)."""
+        own = self._own
+        return {"used_bytes": self.used_bytes, "file_bytes": self.file_bytes,
+                "max_data_bytes": self._node.store.map_size,
+                "high_water_bytes": self.high_water_bytes,
+                "free_disk_bytes": self.free_disk_bytes,
+                "min_free_disk_bytes": self._node.config.min_free_disk_bytes,
+                "full": own[0] if own else None, "detail": own[1] if own else None}
