@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -15,17 +14,18 @@ import aiohttp
 from aiohttp import web
 
 from raftsched import limits
-from raftsched.api import execution
+from raftsched.api import execution, openapi
 from raftsched.api.common import (NODE_KEY, int_param, json_body, json_response,
                                   maybe_consistent, node_of, raise_refusal)
-from raftsched.api.problems import problem
+from raftsched.api.problems import problem, problem_body
 from raftsched.api.views import format_in_job_zone, job_view, run_view
 from raftsched.core import commands, keys
 from raftsched.core.apply import JOBS, NODES, RUNS, RUNS_BY_JOB, SHARDS
-from raftsched.core.jobspec import validate_create, validate_patch
-from raftsched.core.schedule import next_fire_ms, parse_schedule, preview_ms
-from raftsched.core.timeutil import format_ms, parse_rfc3339
-from raftsched.errors import InvalidInput, NotFound, Unavailable
+from raftsched.core.jobspec import (JOB_ID_PATTERN, validate_create, validate_job_id,
+                                    validate_patch)
+from raftsched.core.schedule import next_fire_ms, parse_instant, parse_schedule, preview_ms
+from raftsched.core.timeutil import format_ms
+from raftsched.errors import Conflict, InvalidInput, NotFound, Unavailable
 from raftsched.storage.base import digest
 
 if TYPE_CHECKING:
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("raftsched.api")
 TENANT = "default"
-JOB_ID = "{job_id:job_[0-9a-f]+}"
+JOB_ID = "{job_id:%s}" % JOB_ID_PATTERN
+PREVIEW_FIELDS = {"schedule", "run_at", "after", "count"}
 
 
 @web.middleware
@@ -52,9 +53,10 @@ async def problems_middleware(request: web.Request, handler: Any) -> web.StreamR
     except web.HTTPNotFound:
         return problem(404, "not-found", f"no route {request.method} {request.path}")
     except web.HTTPMethodNotAllowed as exc:
+        allowed = ", ".join(sorted(exc.allowed_methods))
         return problem(405, "method-not-allowed",
-                       f"{request.method} is not allowed on {request.path}; "
-                       f"allowed: {', '.join(sorted(exc.allowed_methods))}")
+                       f"{request.method} is not allowed on {request.path}; allowed: {allowed}",
+                       headers={"Allow": allowed})
     except web.HTTPException:
         raise
     except Exception:
@@ -77,13 +79,117 @@ async def create_job(request: web.Request) -> web.Response:
     spec, idem = parsed["spec"], parsed["idempotency_key"]
     now = node.now_ms()
     _check_run_at(spec["schedule"], now)
+    node.storage.check_room()
     job_id = "job_" + secrets.token_hex(10)
     cmd = commands.create_job(job_id=job_id, tenant=TENANT, spec=spec, idempotency_key=idem,
                               shard=keys.shard_of(job_id, node.shard_count),
                               next_ms=next_fire_ms(spec["schedule"], now), at_ms=now)
     result = await node.propose(cmd)
+    if result.get("error") == "idempotency_key_reserved":
+        raise _key_reserved(node, result)
     raise_refusal(result)
     return json_response(job_view(result["job"]), status=200 if result["existing"] else 201)
+
+
+async def batch_create_jobs(request: web.Request) -> web.Response:
+    """POST /v1/jobs:batchCreate {"jobs": [job bodies]}: one result per job, in
+    order. An invalid job gets its problem in its place and does not hold back
+    the others. The valid ones are proposed as create_jobs entries of at most
+    batch_entry_jobs_max jobs, in order; an entry that is not committed gives
+    its jobs a 503 problem (the whole answer is a 503 when none is)."""
+    node = node_of(request)
+    bodies = _batch_bodies(await json_body(request, limits.batch_request_body_bytes_max,
+                                           "batch_request_body_bytes_max"))
+    now = node.now_ms()
+    node.storage.check_room()
+    results: list[dict] = [{} for _ in bodies]
+    items, positions = [], []
+    for position, body in enumerate(bodies):
+        try:
+            items.append(_batch_item(node, body, now))
+            positions.append(position)
+        except InvalidInput as exc:
+            results[position] = {"error": _problem_of(exc)}
+    size = limits.batch_entry_jobs_max
+    parts = [(positions[i:i + size], items[i:i + size]) for i in range(0, len(items), size)]
+    # Proposed together, in order: pysyncobj keeps that order, so a job sees
+    # the jobs before it in the batch (an idempotency key used twice).
+    answers = await asyncio.gather(
+        *(node.propose(commands.create_jobs(tenant=TENANT, at_ms=now, items=part))
+          for _, part in parts), return_exceptions=True)
+    unavailable = [a for a in answers if isinstance(a, Unavailable)]
+    if unavailable and len(unavailable) == len(answers):
+        raise unavailable[0]
+    for (where, _), answer in zip(parts, answers):
+        for position, outcome in zip(where, _entry_results(node, answer, len(where))):
+            results[position] = outcome
+    return json_response({"results": results})
+
+
+def _entry_results(node: "Node", answer: object, count: int) -> list[dict]:
+    """The API results of the `count` jobs of one create_jobs entry."""
+    if isinstance(answer, Unavailable):
+        return [{"error": problem_body(503, "unavailable", answer.detail,
+                                       reason=answer.reason)}] * count
+    if isinstance(answer, BaseException):
+        raise answer
+    assert isinstance(answer, dict)
+    if not answer.get("ok"):   # refused whole (a bug, logged by every replica)
+        return [_batch_result(node, answer)] * count
+    return [_batch_result(node, outcome) for outcome in answer["results"]]
+
+
+def _batch_bodies(body: object) -> list:
+    if not isinstance(body, dict) or set(body) != {"jobs"}:
+        raise InvalidInput('the body must be {"jobs": [job, ...]}', field="jobs")
+    jobs = body["jobs"]
+    if not isinstance(jobs, list) or not jobs:
+        raise InvalidInput("`jobs` must be a non-empty list of job bodies", field="jobs")
+    if len(jobs) > limits.batch_create_jobs_max:
+        raise InvalidInput(f"`jobs` holds {len(jobs)} jobs; a batch holds at most "
+                           f"{limits.batch_create_jobs_max}", field="jobs",
+                           limit="batch_create_jobs_max")
+    return jobs
+
+
+def _batch_item(node: "Node", body: object, now: int) -> dict:
+    """A job body, checked as POST /v1/jobs checks it, as a create_jobs item."""
+    parsed = validate_create(body)
+    spec = parsed["spec"]
+    _check_run_at(spec["schedule"], now)
+    job_id = "job_" + secrets.token_hex(10)
+    return commands.create_job_item(job_id=job_id, spec=spec,
+                                    idempotency_key=parsed["idempotency_key"],
+                                    shard=keys.shard_of(job_id, node.shard_count),
+                                    next_ms=next_fire_ms(spec["schedule"], now))
+
+
+def _batch_result(node: "Node", outcome: dict) -> dict:
+    """One item's result of create_jobs as the API answers it."""
+    try:
+        if outcome.get("error") == "idempotency_key_reserved":
+            raise _key_reserved(node, outcome)
+        raise_refusal(outcome)
+    except InvalidInput as exc:
+        return {"error": _problem_of(exc)}
+    job = outcome["job"]
+    return {"job_id": job["id"], "next_run_at": format_in_job_zone(job["spec"], job["next_ms"]),
+            "created": not outcome["existing"]}
+
+
+def _problem_of(exc: InvalidInput) -> dict:
+    return problem_body(exc.status, exc.type, exc.detail, field=exc.field, limit=exc.limit)
+
+
+def _key_reserved(node: "Node", result: dict) -> Conflict:
+    """The key's job was deleted (or deleted and removed): the key stays
+    reserved until its TTL, which this node's --idempotency-ttl-s dates."""
+    since_ms = result["reserved_ms"]
+    if since_ms is None:
+        until = "until it is removed, within seconds (its TTL has passed)"
+    else:
+        until = f"until {format_ms(since_ms + int(node.config.idempotency_ttl_s * 1000))}"
+    return Conflict(f"{result['detail']} {until}; use another key", field="idempotency_key")
 
 
 def _check_run_at(schedule: dict, now: int) -> None:
@@ -97,6 +203,8 @@ async def list_jobs(request: web.Request) -> web.Response:
     await maybe_consistent(request)
     limit = int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
     cursor = request.query.get("cursor")
+    if cursor:
+        validate_job_id(cursor, "cursor")
     start = keys.job_key(cursor) + b"\x00" if cursor else b""
     jobs: list[dict] = []
     last_key = None
@@ -135,6 +243,7 @@ async def patch_job(request: web.Request) -> web.Response:
     now = node.now_ms()
     _check_run_at(spec["schedule"], now)
     next_ms = None if job["status"] == "paused" else next_fire_ms(spec["schedule"], now)
+    node.storage.check_room()
     result = await node.propose(commands.update_job(
         job_id=job["id"], spec=spec, expected_version=job["version"], next_ms=next_ms, at_ms=now))
     raise_refusal(result)
@@ -164,6 +273,7 @@ async def resume_job(request: web.Request) -> web.Response:
     now = node.now_ms()
     # From now: no catch-up of what was missed while paused (a one-off whose
     # time passed while paused runs once, now).
+    node.storage.check_room()
     result = await node.propose(commands.resume_job(
         job_id=job["id"], next_ms=next_fire_ms(job["spec"]["schedule"], now), at_ms=now))
     raise_refusal(result)
@@ -173,6 +283,7 @@ async def resume_job(request: web.Request) -> web.Response:
 async def trigger_job(request: web.Request) -> web.Response:
     node = node_of(request)
     now = node.now_ms()
+    node.storage.check_room()
     result = await node.propose(commands.trigger_job(
         job_id=request.match_info["job_id"], scheduled_ms=now, node=node.node_id, at_ms=now))
     raise_refusal(result)
@@ -214,17 +325,13 @@ async def schedules_preview(request: web.Request) -> web.Response:
     body = await json_body(request)
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object", field="body")
-    unknown = sorted(set(body) - {"schedule", "run_at", "after", "count"})
+    unknown = sorted(set(body) - PREVIEW_FIELDS)
     if unknown:
         raise InvalidInput(f"unknown field {unknown[0]!r}", field=unknown[0])
     schedule = parse_schedule(body.get("schedule"), body.get("run_at"))
     after = node_of(request).now_ms()
     if body.get("after") is not None:
-        try:
-            after = parse_rfc3339(body["after"])[0]
-        except (ValueError, TypeError) as exc:
-            raise InvalidInput(f"`after` is not an RFC 3339 timestamp: {exc}",
-                               field="after") from None
+        after = parse_instant(body["after"], "after")[0]
     count = body.get("count", 10)
     if isinstance(count, bool) or not isinstance(count, int) \
             or not 1 <= count <= limits.preview_count_max:
@@ -244,7 +351,20 @@ def _local_status(node: "Node") -> dict:
             "applied_index": node.store.applied_index(), "leader_raft": status.leader,
             "has_quorum": status.has_quorum, "shards_owned": len(node.trigger.owned()),
             "fired_total": node.trigger.fired_total,
-            "refused_fires_total": node.trigger.refused_fires_total}
+            "refused_fires_total": node.trigger.refused_fires_total,
+            # Durability (docs/operations.md): the --fsync mode, and how often the
+            # Raft journal was flushed to disk since start.
+            "fsync": node.replicator.fsync,
+            "journal_flushes_total": node.replicator.journal_flushes_total,
+            "snapshots_written_total": node.replicator.snapshots_written_total,
+            "snapshot_installs_total": node.replicator.snapshot_installs_total,
+            # Failures of each background task since start (runtime/supervise.py).
+            "task_failures": dict(node.supervisor.failures),
+            # Peers read `storage.full` to refuse writes while this node is past its mark.
+            "storage": node.storage.status(),
+            "purged": {"runs_total": node.purger.purged_runs_total,
+                       "jobs_total": node.purger.purged_jobs_total,
+                       "idempotency_keys_total": node.purger.purged_idem_total}}
 
 
 async def node_status(request: web.Request) -> web.Response:
@@ -308,15 +428,13 @@ async def state_digest(request: web.Request) -> web.Response:
         index = int(request.query["index"])
     except ValueError:
         raise InvalidInput("index must be an integer log index", field="index") from None
-    deadline = time.monotonic() + limits.propose_timeout_s
-    while node.store.applied_index() < index and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
-    value = node.checked_digests.get(index)
+    value = await node.digest_at(index, limits.propose_timeout_s)
     if value is None:
         applied = node.store.applied_index()
         why = (f"this node has applied only up to {applied}" if applied < index else
-               "no digest check was applied here at that index (not a check_digest entry, "
-               "older than the checks kept, or passed over by a snapshot install or restart)")
+               "no digest check was recorded here at that index (not a check_digest entry, "
+               "older than the checks kept, too many at once, or passed over by a snapshot "
+               "install or restart)")
         return problem(404, "not-found", f"no digest recorded at index {index}: {why}",
                        field="index")
     return json_response({"node": node.node_id, "applied_index": index,
@@ -327,12 +445,21 @@ async def check_digest(request: web.Request) -> web.Response:
     """Commit a check_digest entry: every replica records its digest at its index."""
     node = node_of(request)
     result = await node.propose(commands.check_digest(node=node.node_id, at_ms=node.now_ms()))
+    raise_refusal(result, field="node")
+    value = await node.digest_at(result["index"], limits.propose_timeout_s)
+    if value is None:
+        raise Unavailable(f"the digest at index {result['index']} was not computed here; retry",
+                          reason="digest_unavailable")
     return json_response({"node": node.node_id, "index": result["index"],
-                  "digest": "sha256:" + result["digest"]})
+                          "digest": "sha256:" + value})
 
 
 async def healthz(request: web.Request) -> web.Response:
     return json_response({"ok": True, "node": node_of(request).node_id})
+
+
+async def openapi_document(request: web.Request) -> web.Response:
+    return json_response(openapi.document())
 
 
 async def ui(request: web.Request) -> web.Response:
@@ -341,13 +468,19 @@ async def ui(request: web.Request) -> web.Response:
 
 
 def make_app(node: "Node") -> web.Application:
+    # The largest body any route takes; json_body holds each route to its own
+    # limit and names it in the 413.
     app = web.Application(middlewares=[problems_middleware],
-                          client_max_size=limits.request_body_bytes_max)
+                          client_max_size=max(limits.request_body_bytes_max,
+                                              limits.worker_complete_body_bytes_max,
+                                              limits.batch_request_body_bytes_max))
     app[NODE_KEY] = node
     r = app.router
     r.add_get("/", ui)
     r.add_get("/healthz", healthz)
+    r.add_get("/v1/openapi.json", openapi_document)
     r.add_post("/v1/jobs", create_job)
+    r.add_post("/v1/jobs:batchCreate", batch_create_jobs)
     r.add_get("/v1/jobs", list_jobs)
     r.add_get(f"/v1/jobs/{JOB_ID}", get_job)
     r.add_patch(f"/v1/jobs/{JOB_ID}", patch_job)

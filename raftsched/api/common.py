@@ -3,11 +3,12 @@ and turning apply's refusals into problem+json errors."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
+from raftsched import limits
+from raftsched.api import strictjson
 from raftsched.errors import Conflict, InvalidInput, NotFound
 
 if TYPE_CHECKING:
@@ -20,14 +21,41 @@ def node_of(request: web.Request) -> "Node":
     return request.app[NODE_KEY]  # type: ignore[return-value]
 
 
-async def json_body(request: web.Request) -> Any:
-    raw = await request.read()
-    if not raw:
-        raise InvalidInput("the request body is empty; send a JSON object", field="body")
+async def json_body(request: web.Request, max_bytes: int = limits.request_body_bytes_max,
+                    limit_name: str = "request_body_bytes_max", *,
+                    empty_ok: bool = False) -> Any:
+    """The request's JSON body, checked at the edge (api/strictjson.py): a body
+    over `max_bytes` is a 413 naming `limit_name` (the name of `max_bytes` in
+    raftsched.limits; give both or neither). A missing Content-Type is read as
+    JSON; a declared one must be application/json or a +json type, in UTF-8.
+    `empty_ok`: an empty body is None rather than a 400."""
+    _check_content_type(request)
+    too_large = InvalidInput(f"the request body is larger than {max_bytes} bytes",
+                             field="body", status=413, type_="too-large", limit=limit_name)
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise too_large
     try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"the request body is not JSON: {exc}", field="body") from None
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise too_large from None
+    if len(raw) > max_bytes:
+        raise too_large
+    if not raw and empty_ok:
+        return None
+    return strictjson.decode(raw)
+
+
+def _check_content_type(request: web.Request) -> None:
+    if hdrs.CONTENT_TYPE not in request.headers:
+        return
+    mime = request.content_type
+    if mime != "application/json" and not (mime.startswith("application/")
+                                           and mime.endswith("+json")):
+        raise InvalidInput(f"the request body must be application/json, not {mime!r}",
+                           field="Content-Type", status=415, type_="unsupported-media-type")
+    if (request.charset or "utf-8").lower() not in ("utf-8", "utf8"):
+        raise InvalidInput(f"JSON is UTF-8; charset {request.charset!r} is not read",
+                           field="Content-Type", status=415, type_="unsupported-media-type")
 
 
 def json_response(data: Any, status: int = 200) -> web.Response:
@@ -51,11 +79,18 @@ def int_param(request: web.Request, name: str, default: int, maximum: int) -> in
 def raise_refusal(result: dict, field: str = "job_id") -> None:
     if result.get("ok"):
         return
-    if result["error"] == "not_found":
-        raise NotFound(result["detail"], field=field)
-    if result["error"] == "conflict":
-        raise Conflict(result["detail"], field=field)
-    raise InvalidInput(result["detail"])
+    error, detail = result.get("error"), result.get("detail", "refused")
+    if error == "apply_failed":
+        # A bug in apply, refused on every replica and logged by the node with
+        # its stack: the caller gets a 500, not a claim that its input was wrong.
+        raise RuntimeError(f"apply failed: {detail}")
+    if error == "not_found":
+        raise NotFound(detail, field=field)
+    if error == "conflict":
+        raise Conflict(detail, field=field)
+    # invalid_command (the command's shape) and refused (a key the store
+    # cannot hold) name the command member at fault, when they can.
+    raise InvalidInput(detail, field=result.get("field") or None)
 
 
 def float_param(request: web.Request, name: str, default: float, maximum: float) -> float:

@@ -16,7 +16,7 @@ from raftsched.api.common import (float_param, int_param, json_body, json_respon
 from raftsched.api.views import run_view
 from raftsched.core import commands, keys
 from raftsched.core.apply import GROUPS, NODES, RUNS, TOPICS
-from raftsched.core.jobspec import validate_name_token
+from raftsched.core.jobspec import RUN_ID_PATTERN, validate_name_token, validate_run_id
 from raftsched.core.timeutil import format_ms
 from raftsched.core.topics import meta as topic_meta
 from raftsched.errors import InvalidInput, NotFound
@@ -24,10 +24,27 @@ from raftsched.errors import InvalidInput, NotFound
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
 
-RUN_ID = "{run_id:run_[0-9a-f]+}"
+RUN_ID = "{run_id:%s}" % RUN_ID_PATTERN
+# Names in URLs match any length here, so that a name that is too long is a
+# 400 naming its limit (checked in the handler) rather than a bare 404.
 TOPIC = "{topic:[A-Za-z0-9._-]+}"
 GROUP = "{group:[A-Za-z0-9._-]+}"
 WORKER = "{worker_id:[A-Za-z0-9._-]+}"
+
+
+def _topic(request: web.Request) -> str:
+    return validate_name_token(request.match_info["topic"], "topic")
+
+
+def _group(value: str) -> str:
+    return validate_name_token(value, "group", max_bytes=limits.group_bytes_max,
+                               limit="group_bytes_max")
+
+
+def _worker(request: web.Request) -> str:
+    return validate_name_token(request.match_info["worker_id"], "worker_id",
+                               max_bytes=limits.worker_id_bytes_max,
+                               limit="worker_id_bytes_max")
 
 
 def _run(node: "Node", run_id: str) -> dict:
@@ -41,11 +58,11 @@ def _run(node: "Node", run_id: str) -> dict:
 
 async def cancel_run(request: web.Request) -> web.Response:
     node = node_of(request)
-    body = await request.read()
+    parsed = await json_body(request, empty_ok=True)
     reason = "cancelled through the API"
-    if body:
-        parsed = await json_body(request)
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("reason", ""), str):
+    if parsed is not None:
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("reason", ""), str) \
+                or set(parsed) - {"reason"}:
             raise InvalidInput("the body is optional: {\"reason\": \"...\"}", field="reason")
         reason = parsed.get("reason") or reason
     result = await node.propose(commands.cancel_run(
@@ -110,7 +127,7 @@ async def topic_messages(request: web.Request) -> web.Response:
     Without `after`, a `group` starts from its committed offset (else 0)."""
     node = node_of(request)
     await maybe_consistent(request)
-    topic = request.match_info["topic"]
+    topic = _topic(request)
     limit = int_param(request, "limit", 100, limits.topic_read_limit_max)
     wait_s = float_param(request, "wait_s", 0.0, limits.topic_wait_s_max)
     after = _offset_param(request, node, topic)
@@ -142,13 +159,14 @@ def _offset_param(request: web.Request, node: "Node", topic: str) -> int:
             after = int(request.query["after"])
         except ValueError:
             raise InvalidInput("`after` must be an integer offset", field="after") from None
-        if after < 0:
-            raise InvalidInput("`after` must be 0 or more", field="after")
+        if not 0 <= after <= limits.json_int_max - 1:
+            raise InvalidInput(f"`after` must be from 0 to {limits.json_int_max - 1}",
+                               field="after", limit="json_int_max")
         return after
     group = request.query.get("group")
     if group is None:
         return 0
-    validate_name_token(group, "group")
+    _group(group)
     committed = node.store.get(GROUPS, keys.group_key(topic, group))
     return committed["offset"] if committed else 0
 
@@ -156,7 +174,7 @@ def _offset_param(request: web.Request, node: "Node", topic: str) -> int:
 async def get_group(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
-    topic, group = request.match_info["topic"], request.match_info["group"]
+    topic, group = _topic(request), _group(request.match_info["group"])
     committed = node.store.get(GROUPS, keys.group_key(topic, group))
     return json_response({"topic": topic, "group": group,
                           "offset": committed["offset"] if committed else 0,
@@ -171,9 +189,14 @@ async def commit_group(request: web.Request) -> web.Response:
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise InvalidInput("the body must be {\"offset\": N}, the last offset processed",
                            field="offset")
-    topic, group = request.match_info["topic"], request.match_info["group"]
+    topic, group = _topic(request), _group(request.match_info["group"])
+    if node.store.get(GROUPS, keys.group_key(topic, group)) is None:
+        node.storage.check_room()   # a new group adds state; moving an offset does not
     result = await node.propose(commands.commit_offset(topic=topic, group=group, offset=offset,
                                                        at_ms=node.now_ms()))
+    if not result["ok"] and result.get("limit"):
+        raise InvalidInput(result["detail"], field="group", status=409, type_="conflict",
+                           limit=result["limit"])
     if not result["ok"]:
         raise InvalidInput(result["detail"], field="offset")
     return json_response({"topic": topic, "group": group, "offset": offset})
@@ -181,19 +204,78 @@ async def commit_group(request: web.Request) -> web.Response:
 
 # --- workers ---------------------------------------------------------------------------
 
-def _list_member(body: Any, name: str, maximum: int) -> list[dict]:
+# Members of a worker's claim, heartbeat item and completion result.
+CLAIM_FIELDS = {"queue", "max", "wait_s"}
+HEARTBEAT_FIELDS = {"run_id", "attempt"}
+RESULT_FIELDS = {"run_id", "attempt", "ok", "exit_code", "error", "retryable", "output",
+                 "duration_ms"}
+OUTPUT_FIELDS = {"stdout", "stderr", "http_body", "published", "truncated"}
+# Exit codes a worker may report: a C int (negative for a signal).
+EXIT_CODE_MIN, EXIT_CODE_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def _list_member(body: Any, name: str, maximum: int, limit: str,
+                 allowed: set[str]) -> list[dict]:
+    """`body[name]`: a list of at most `maximum` objects, each naming a run
+    (run_id of a run id's shape) and one of its attempts."""
     if not isinstance(body, dict) or not isinstance(body.get(name), list) \
             or not all(isinstance(item, dict) for item in body[name]):
         raise InvalidInput(f"the body must be {{\"{name}\": [...]}}", field=name)
+    unknown = sorted(set(body) - {name})
+    if unknown:
+        raise InvalidInput(f"unknown field {unknown[0]!r}", field=unknown[0])
     if len(body[name]) > maximum:
-        raise InvalidInput(f"at most {maximum} {name} per request", field=name,
-                           limit="worker_claim_max")
+        raise InvalidInput(f"at most {maximum} {name} per request", field=name, limit=limit)
     for i, item in enumerate(body[name]):
-        if not isinstance(item.get("run_id"), str) or isinstance(item.get("attempt"), bool) \
-                or not isinstance(item.get("attempt"), int):
-            raise InvalidInput("each item needs run_id (string) and attempt (integer)",
-                               field=f"{name}[{i}]")
+        unknown = sorted(set(item) - allowed)
+        if unknown:
+            raise InvalidInput(f"unknown field {unknown[0]!r}", field=f"{name}[{i}].{unknown[0]}")
+        validate_run_id(item.get("run_id"), f"{name}[{i}].run_id")
+        attempt = item.get("attempt")
+        if isinstance(attempt, bool) or not isinstance(attempt, int) \
+                or not 1 <= attempt <= limits.retry_max_attempts_max:
+            raise InvalidInput(f"`attempt` must be an integer from 1 to "
+                               f"{limits.retry_max_attempts_max}", field=f"{name}[{i}].attempt",
+                               limit="retry_max_attempts_max")
     return body[name]
+
+
+def _check_result(result: dict, field: str) -> None:
+    """A completion's members other than run_id and attempt. A long `error` is
+    cut to run_error_chars_max: it goes into the replicated run record."""
+    if not isinstance(result.get("ok"), bool):
+        raise InvalidInput("each result needs ok (true or false)", field=f"{field}.ok")
+    if not isinstance(result.get("retryable", True), bool):
+        raise InvalidInput("`retryable` is true or false", field=f"{field}.retryable")
+    code = result.get("exit_code")
+    if code is not None and (isinstance(code, bool) or not isinstance(code, int)
+                             or not EXIT_CODE_MIN <= code <= EXIT_CODE_MAX):
+        raise InvalidInput("`exit_code` is null or a 32-bit integer", field=f"{field}.exit_code")
+    if not isinstance(result.get("error", ""), (str, type(None))):
+        raise InvalidInput("`error` is null or a string", field=f"{field}.error")
+    if result.get("error"):
+        result["error"] = result["error"][:limits.run_error_chars_max]
+    duration = result.get("duration_ms", 0)
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or duration < 0:
+        raise InvalidInput("`duration_ms` is a number of 0 or more", field=f"{field}.duration_ms")
+    _check_output(result.get("output"), f"{field}.output")
+
+
+def _check_output(output: Any, field: str) -> None:
+    if output is None:
+        return
+    if not isinstance(output, dict) or set(output) - OUTPUT_FIELDS:
+        raise InvalidInput(f"`output` is null or an object of {', '.join(sorted(OUTPUT_FIELDS))}",
+                           field=field)
+    for name, value in output.items():
+        if name == "truncated":
+            if not isinstance(value, dict) or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                    for v in value.values()):
+                raise InvalidInput("`truncated` maps a stream to the bytes dropped",
+                                   field=f"{field}.truncated")
+        elif not isinstance(value, str):
+            raise InvalidInput(f"`{name}` is a string", field=f"{field}.{name}")
 
 
 async def worker_claim(request: web.Request) -> web.Response:
@@ -201,7 +283,11 @@ async def worker_claim(request: web.Request) -> web.Response:
     body = await json_body(request)
     if not isinstance(body, dict):
         raise InvalidInput("the body must be {\"queue\", \"max\", \"wait_s\"}", field="body")
-    queue = validate_name_token(body.get("queue"), "queue")
+    unknown = sorted(set(body) - CLAIM_FIELDS)
+    if unknown:
+        raise InvalidInput(f"unknown field {unknown[0]!r}", field=unknown[0])
+    queue = validate_name_token(body.get("queue"), "queue", max_bytes=limits.queue_bytes_max,
+                                limit="queue_bytes_max")
     if queue == "default":
         raise InvalidInput("the default queue is served by the nodes' embedded workers; give "
                            "command targets a queue name and run workers for that",
@@ -216,25 +302,29 @@ async def worker_claim(request: web.Request) -> web.Response:
             or not 0 <= wait_s <= limits.worker_claim_wait_s_max:
         raise InvalidInput(f"`wait_s` must be from 0 to {limits.worker_claim_wait_s_max:g}",
                            field="wait_s", limit="worker_claim_wait_s_max")
-    runs = await node.workers.claim(request.match_info["worker_id"], queue, max_runs,
-                                    float(wait_s))
+    runs = await node.workers.claim(_worker(request), queue, max_runs, float(wait_s))
     return json_response({"runs": runs, "node": node.node_id})
 
 
 async def worker_heartbeat(request: web.Request) -> web.Response:
     node = node_of(request)
-    beats = _list_member(await json_body(request), "runs", limits.run_update_batch_max)
-    lost = await node.workers.heartbeat(request.match_info["worker_id"], beats)
+    worker = _worker(request)
+    beats = _list_member(await json_body(request), "runs", limits.run_update_batch_max,
+                         "run_update_batch_max", HEARTBEAT_FIELDS)
+    lost = await node.workers.heartbeat(worker, beats)
     return json_response({"lost": lost})
 
 
 async def worker_complete(request: web.Request) -> web.Response:
     node = node_of(request)
-    results = _list_member(await json_body(request), "results", limits.worker_claim_max)
+    worker = _worker(request)
+    body = await json_body(request, limits.worker_complete_body_bytes_max,
+                           "worker_complete_body_bytes_max")
+    results = _list_member(body, "results", limits.worker_claim_max, "worker_claim_max",
+                           RESULT_FIELDS)
     for i, result in enumerate(results):
-        if not isinstance(result.get("ok"), bool):
-            raise InvalidInput("each result needs ok (true or false)", field=f"results[{i}].ok")
-    accepted = await node.workers.complete(request.match_info["worker_id"], results)
+        _check_result(result, f"results[{i}]")
+    accepted = await node.workers.complete(worker, results)
     return json_response({"accepted": accepted})
 
 

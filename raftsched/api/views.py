@@ -38,6 +38,7 @@ def job_view(job: dict) -> dict:
         "misfire": _misfire_view(spec.get("misfire")),
         "misfires_omitted": job.get("misfires_omitted", 0),
         "metadata": spec["metadata"],
+        "history": _history_view(spec.get("history")),
         "idempotency_key": job["idempotency_key"],
         "shard": job["shard"],
         "version": job["version"],
@@ -80,6 +81,17 @@ def _attempt_view(attempt: dict) -> dict:
             "finished_at": format_ms(attempt["finished_ms"]),
             "http_status": attempt["http_status"], "exit_code": attempt["exit_code"],
             "error": attempt["error"], "retry_delay_ms": attempt.get("retry_delay_ms")}
+
+
+def _history_view(history: dict | None) -> dict:
+    """The members the job set; a member left out follows the cluster default."""
+    history = history or {}
+    view: dict = {}
+    if "max_runs" in history:
+        view["max_runs"] = history["max_runs"]
+    if "max_age_ms" in history:
+        view["max_age_s"] = history["max_age_ms"] / 1000
+    return view
 
 
 def _misfire_view(misfire: dict | None) -> dict:

@@ -1,0 +1,590 @@
+"""The OpenAPI 3.1 description of the HTTP API, served at GET /v1/openapi.json.
+
+Written here by hand, from the same constants the validators use: enums come
+from core/jobspec.py's tuples and bounds from raftsched.limits, so they cannot
+drift. tests/test_openapi.py keeps the rest equal to the code: the members of
+every request object against the validators' field sets, and the paths and
+methods against the aiohttp router.
+
+Request schemas describe the shape; the validators also check what a schema
+cannot say (a cron expression's syntax, a time zone's existence, a byte length
+of UTF-8), and answer 400 naming the field when it is wrong.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+from raftsched import limits
+from raftsched.core import jobspec
+
+Schema = dict[str, Any]
+
+NAME_TOKEN_PATTERN = "^[A-Za-z0-9._-]+$"
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: Schema) -> Schema:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _obj(properties: dict[str, Schema], required: tuple[str, ...] = (), *,
+         closed: bool = True, **extra: Any) -> Schema:
+    """An object schema. `closed`: members not listed are refused (the validators
+    answer 400 naming them), so additionalProperties is false."""
+    schema: Schema = {"type": "object", "properties": properties, **extra}
+    if required:
+        schema["required"] = list(required)
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
+
+
+_STR: Schema = {"type": "string"}
+_INT: Schema = {"type": "integer"}
+_BOOL: Schema = {"type": "boolean"}
+_ANY: Schema = {}
+_TIME: Schema = {"type": "string", "description": "RFC 3339 with an offset"}
+# A time a request gives: from 1970 to timestamp_ms_max (9999-12-30T00:00:00Z).
+_TIME_IN: Schema = {"type": "string", "format": "date-time",
+                    "description": "RFC 3339 with an offset, from 1970 to 9999-12-30"}
+_TIME_OR_NULL: Schema = {"type": ["string", "null"]}
+_STR_OR_NULL: Schema = {"type": ["string", "null"]}
+_INT_OR_NULL: Schema = {"type": ["integer", "null"]}
+
+
+def _token(max_bytes: int) -> Schema:
+    return {"type": "string", "pattern": NAME_TOKEN_PATTERN, "minLength": 1,
+            "maxLength": max_bytes}
+
+
+# --- request bodies ---------------------------------------------------------------------
+
+def _schedule() -> Schema:
+    cron = _obj({"cron": {"type": "string", "minLength": 1},
+                 "timezone": {"type": "string", "minLength": 1,
+                              "description": "an IANA zone name; default UTC"}}, ("cron",))
+    every = _obj({"every": {"type": "string", "pattern":
+                            r"^\s*(\d{1,9}d)?(\d{1,9}h)?(\d{1,9}m)?(\d{1,9}s)?\s*$",
+                            "description": "d/h/m/s units, 1s to 366d"}}, ("every",))
+    return {"oneOf": [cron, every]}
+
+
+def _timeout() -> Schema:
+    return _nullable({"type": "number", "minimum": limits.target_timeout_s_min,
+                      "maximum": limits.target_timeout_s_max})
+
+
+def _http_target() -> Schema:
+    return _obj({
+        "type": {"const": "http"},
+        "url": {"type": "string", "maxLength": limits.target_url_bytes_max,
+                "description": "an http or https URL with a host, at most "
+                               f"{limits.target_url_bytes_max} bytes of UTF-8"},
+        "method": _nullable({"type": "string", "enum": list(jobspec.HTTP_METHODS)}),
+        "headers": _nullable({"type": "object", "maxProperties": limits.target_headers_max,
+                              "additionalProperties": {
+                                  "type": "string",
+                                  "maxLength": limits.target_header_value_chars_max}}),
+        "body": {"type": ["string", "object", "array", "null"],
+                 "description": f"at most {limits.target_body_bytes_max} bytes encoded"},
+        "timeout_s": _timeout(),
+    }, ("type", "url"))
+
+
+def _command_target() -> Schema:
+    return _obj({
+        "type": {"const": "command"},
+        "argv": {"type": "array", "minItems": 1, "maxItems": limits.command_argv_max,
+                 "items": {"type": "string", "minLength": 1}},
+        "env": _nullable({"type": "object", "additionalProperties": _STR}),
+        "cwd": _nullable({"type": "string", "pattern": "^/"}),
+        "timeout_s": _timeout(),
+        "queue": _nullable(_token(limits.queue_bytes_max)),
+        "shell": _BOOL,
+    }, ("type", "argv"))
+
+
+def _publish_target() -> Schema:
+    return _obj({
+        "type": {"const": "publish"},
+        "topic": _token(limits.topic_bytes_max),
+        "message": {"description": "any JSON value, at most "
+                                   f"{limits.target_body_bytes_max} bytes encoded"},
+        "key": _nullable({"type": "string", "maxLength": limits.topic_name_chars_max}),
+    }, ("type", "topic", "message"))
+
+
+def _retry() -> Schema:
+    delay = {"type": "number", "minimum": 0, "maximum": limits.retry_delay_s_max}
+    return _nullable(_obj({
+        "max_attempts": {"type": "integer", "minimum": 1,
+                         "maximum": limits.retry_max_attempts_max},
+        "backoff": {"enum": list(jobspec.BACKOFFS)},
+        "base_s": delay, "max_s": delay,
+        # Older names of base_s and max_s.
+        "initial_delay_s": delay, "max_delay_s": delay,
+        "non_retryable_exit_codes": {"type": "array", "maxItems": 64,
+                                     "items": {"type": "integer", "minimum": 0,
+                                               "maximum": 255}},
+    }))
+
+
+def _concurrency() -> Schema:
+    policy = {"type": "string", "enum": list(jobspec.CONCURRENCY_POLICIES)}
+    return {"anyOf": [{"type": "null"}, policy, _obj({
+        "policy": policy,
+        "queue_max": {"type": "integer", "minimum": 1,
+                      "maximum": limits.concurrency_queue_max_max}}, ("policy",))]}
+
+
+def _misfire() -> Schema:
+    policy = {"type": "string", "enum": list(jobspec.MISFIRE_POLICIES)}
+    return {"anyOf": [{"type": "null"}, policy, _obj({
+        "policy": policy,
+        "misfire_tolerance_s": {"type": "number", "minimum": 0,
+                                "maximum": limits.misfire_tolerance_s_max},
+        "catchup_max": {"type": "integer", "minimum": 1, "maximum": limits.catchup_max_max},
+    })]}
+
+
+def _history() -> Schema:
+    return _nullable(_obj({
+        "max_runs": _nullable({"type": "integer", "minimum": 1,
+                               "maximum": limits.history_max_runs_max}),
+        "max_age_s": _nullable({"type": "number", "minimum": 1,
+                                "maximum": limits.history_max_age_s_max}),
+    }))
+
+
+JOB_EXAMPLES = [
+    {"name": "nightly-settlement",
+     "schedule": {"cron": "0 2 * * *", "timezone": "Asia/Kolkata"},
+     "target": {"type": "http", "url": "https://payments.example/settle", "method": "POST",
+                "headers": {"Authorization": "Bearer ..."}, "body": {"region": "in"},
+                "timeout_s": 30},
+     "retry": {"max_attempts": 5, "backoff": "exponential"},
+     "concurrency": "skip_if_running", "misfire": {"policy": "fire_once"},
+     "idempotency_key": "settlement-nightly", "metadata": {"team": "payments"}},
+    {"run_at": "2026-10-11T02:00:00+05:30",
+     "target": {"type": "http", "url": "https://hooks.example/remind"}},
+    {"name": "hourly-backup", "schedule": {"every": "1h"},
+     "target": {"type": "command", "argv": ["/usr/local/bin/backup.sh"], "queue": "backups"},
+     "history": {"max_runs": 100}},
+    {"schedule": {"cron": "*/15 * * * *"},
+     "target": {"type": "publish", "topic": "ticks", "message": {"tick": True}}},
+]
+
+
+def _job_members() -> dict[str, Schema]:
+    """The members of a job body, as both create and patch take them."""
+    return {
+        "name": {"type": "string", "minLength": 1, "maxLength": limits.job_name_chars_max},
+        "schedule": _nullable(_ref("Schedule")),
+        "run_at": _nullable(_TIME_IN),
+        "target": _ref("Target"),
+        "retry": _retry(),
+        "concurrency": _concurrency(),
+        "misfire": _misfire(),
+        "alert": _nullable(_obj({"webhook_url": _nullable(
+            {"type": "string", "maxLength": limits.target_url_bytes_max})})),
+        "history": _history(),
+        "idempotency_key": _nullable({"type": "string", "minLength": 1,
+                                      "description": "at most "
+                                      f"{limits.idempotency_key_bytes_max} bytes of UTF-8"}),
+        "metadata": _nullable({"type": "object", "description": "at most "
+                               f"{limits.metadata_bytes_max} bytes encoded"}),
+    }
+
+
+def job_create_schema() -> Schema:
+    members = {k: v for k, v in _job_members().items() if k in jobspec.CREATE_FIELDS}
+    # Left out or null, the name is made from the target.
+    members["name"] = _nullable(members["name"])
+    return _obj(members, ("target",),
+                description="exactly one of `schedule` and `run_at`", examples=JOB_EXAMPLES)
+
+
+def job_patch_schema() -> Schema:
+    members = {k: v for k, v in _job_members().items() if k in jobspec.PATCH_FIELDS}
+    return _obj(members, minProperties=1,
+                examples=[{"name": "renamed"}, {"schedule": {"every": "2h"}},
+                          {"concurrency": "skip_if_running", "retry": {"max_attempts": 5}}])
+
+
+def _preview_request() -> Schema:
+    return _obj({"schedule": _nullable(_ref("Schedule")), "run_at": _nullable(_TIME_IN),
+                 "after": _nullable(_TIME_IN),
+                 "count": {"type": "integer", "minimum": 1,
+                           "maximum": limits.preview_count_max}},
+                examples=[{"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
+                           "after": "2026-03-28T00:00:00Z", "count": 3}])
+
+
+def _run_ref_item(extra: dict[str, Schema] | None = None) -> dict[str, Schema]:
+    return {"run_id": {"type": "string", "pattern": f"^{jobspec.RUN_ID_PATTERN}$"},
+            "attempt": {"type": "integer", "minimum": 1,
+                        "maximum": limits.retry_max_attempts_max}, **(extra or {})}
+
+
+def _claim_request() -> Schema:
+    return _obj({"queue": _token(limits.queue_bytes_max),
+                 "max": {"type": "integer", "minimum": 1, "maximum": limits.worker_claim_max},
+                 "wait_s": {"type": "number", "minimum": 0,
+                            "maximum": limits.worker_claim_wait_s_max}}, ("queue",),
+                examples=[{"queue": "backups", "max": 4, "wait_s": 0}])
+
+
+def _heartbeat_request() -> Schema:
+    return _obj({"runs": {"type": "array", "maxItems": limits.run_update_batch_max,
+                          "items": _obj(_run_ref_item(), ("run_id", "attempt"))}}, ("runs",))
+
+
+def _complete_request() -> Schema:
+    output = _nullable(_obj({"stdout": _STR, "stderr": _STR, "http_body": _STR,
+                             "published": _STR,
+                             "truncated": {"type": "object", "additionalProperties":
+                                           {"type": "integer", "minimum": 0}}}))
+    result = _obj(_run_ref_item({
+        "ok": _BOOL, "retryable": _BOOL,
+        "exit_code": _nullable({"type": "integer", "minimum": -(2 ** 31),
+                                "maximum": 2 ** 31 - 1}),
+        "error": _STR_OR_NULL, "output": output,
+        "duration_ms": {"type": "number", "minimum": 0}}), ("run_id", "attempt", "ok"))
+    return _obj({"results": {"type": "array", "maxItems": limits.worker_claim_max,
+                             "items": result}}, ("results",))
+
+
+# --- responses ----------------------------------------------------------------------------
+
+def _job() -> Schema:
+    return _obj({
+        "job_id": _STR, "name": _STR, "status": _STR,
+        "schedule": _obj({"cron": _STR, "timezone": _STR, "every": _STR}, closed=False),
+        "run_at": _TIME, "next_run_at": _TIME_OR_NULL,
+        "target": {"type": "object"}, "retry": {"type": "object"},
+        "alert": {"type": "object"}, "concurrency": {"type": "object"},
+        "misfire": {"type": "object"}, "misfires_omitted": _INT,
+        "metadata": {"type": "object"}, "history": {"type": "object"},
+        "idempotency_key": _STR_OR_NULL, "shard": _INT, "version": _INT,
+        "last_run_id": _STR_OR_NULL, "created_at": _TIME, "updated_at": _TIME,
+    }, ("job_id", "name", "status", "next_run_at", "target", "retry", "concurrency",
+        "misfire", "metadata", "idempotency_key", "shard", "version", "last_run_id",
+        "created_at", "updated_at"), closed=False)
+
+
+def _run() -> Schema:
+    attempt = _obj({"attempt": _INT, "holder": _STR_OR_NULL, "started_at": _TIME_OR_NULL,
+                    "finished_at": _TIME_OR_NULL, "http_status": _INT_OR_NULL,
+                    "exit_code": _INT_OR_NULL, "error": _STR_OR_NULL,
+                    "retry_delay_ms": _INT_OR_NULL}, ("attempt",), closed=False)
+    return _obj({
+        "run_id": _STR, "job_id": _STR, "scheduled_for": _TIME, "attempt": _INT,
+        "state": _STR, "trigger": _STR, "execution_id": _STR, "node": _STR_OR_NULL,
+        "queue": _STR_OR_NULL, "holder": _STR_OR_NULL, "lease_expires_at": _TIME_OR_NULL,
+        "next_attempt_at": _TIME_OR_NULL, "created_at": _TIME_OR_NULL,
+        "started_at": _TIME_OR_NULL, "finished_at": _TIME_OR_NULL,
+        "http_status": _INT_OR_NULL, "exit_code": _INT_OR_NULL, "error": _STR_OR_NULL,
+        "reason": _STR_OR_NULL, "fencing_token": _INT,
+        "attempts": {"type": "array", "items": attempt}, "alert": _STR_OR_NULL,
+    }, ("run_id", "job_id", "scheduled_for", "attempt", "state", "execution_id"),
+        closed=False)
+
+
+def _problem() -> Schema:
+    return _obj({
+        "type": _STR, "title": _STR, "status": _INT, "detail": _STR,
+        "field": {"type": "string", "description": "the offending member, dotted path"},
+        "limit": {"type": "string", "description": "the bound exceeded, by its name in "
+                                                    "raftsched.limits"},
+        "reason": {"type": "string", "description": "503: why the cluster cannot commit"},
+    }, ("type", "title", "status", "detail"), closed=False)
+
+
+def _node_status() -> Schema:
+    return _obj({"id": _STR, "http": _STR, "raft": _STR, "role": _STR, "term": _INT,
+                 "commit_index": _INT, "applied_index": _INT, "leader_raft": _STR_OR_NULL,
+                 "has_quorum": _BOOL, "shards_owned": _INT}, ("id", "role"), closed=False)
+
+
+def _cluster() -> Schema:
+    member = _obj({"http": _STR_OR_NULL, "raft": _STR_OR_NULL, "role": _STR_OR_NULL,
+                   "term": _INT_OR_NULL, "commit_index": _INT_OR_NULL,
+                   "applied_index": _INT_OR_NULL, "shards_owned": _INT_OR_NULL},
+                  closed=False)
+    return _obj({"leader": _STR_OR_NULL, "self": _STR, "shard_count": _INT,
+                 "nodes": {"type": "object", "additionalProperties": member},
+                 "stale_fires_total": _INT},
+                ("leader", "self", "shard_count", "nodes"), closed=False)
+
+
+def _shards() -> Schema:
+    shard = _obj({"shard": _INT, "owner": _STR_OR_NULL, "token": _INT,
+                  "checkpoint": _TIME_OR_NULL, "stale_fires": _INT},
+                 ("shard", "owner", "token"), closed=False)
+    return _obj({"shards": {"type": "array", "items": shard}}, ("shards",), closed=False)
+
+
+def _logs() -> Schema:
+    merged = _obj({"run_id": _STR, "attempts": {"type": "array", "items": {"type": "object"}},
+                   "unavailable": {"type": "array", "items": {"type": "object"}}},
+                  ("run_id", "attempts", "unavailable"), closed=False)
+    local = _obj({"node": _STR, "attempts": {"type": "array", "items": {"type": "object"}}},
+                 ("node", "attempts"), closed=False)
+    return {"anyOf": [merged, local]}
+
+
+def _messages() -> Schema:
+    message = _obj({"offset": _INT, "key": _STR_OR_NULL, "message": _ANY,
+                    "execution_id": _STR_OR_NULL, "job_id": _STR_OR_NULL,
+                    "published_at": _TIME_OR_NULL}, ("offset", "message"), closed=False)
+    return _obj({"topic": _STR, "messages": {"type": "array", "items": message},
+                 "next_after": _INT, "first_offset": _INT, "last_offset": _INT},
+                ("topic", "messages", "next_after"), closed=False)
+
+
+def _group() -> Schema:
+    return _obj({"topic": _STR, "group": _STR, "offset": _INT,
+                 "committed_at": _TIME_OR_NULL}, ("topic", "group", "offset"), closed=False)
+
+
+def _digest() -> Schema:
+    return _obj({"node": _STR, "applied_index": _INT, "index": _INT, "digest": _STR},
+                ("node", "digest"), closed=False)
+
+
+def _components() -> Schema:
+    return {"schemas": {
+        "Problem": _problem(), "Job": _job(), "Run": _run(),
+        "JobCreate": job_create_schema(), "JobPatch": job_patch_schema(),
+        "Schedule": _schedule(),
+        "Target": {"oneOf": [_http_target(), _command_target(), _publish_target()]},
+        "SchedulePreview": _preview_request(),
+        "WorkerClaim": _claim_request(), "WorkerHeartbeat": _heartbeat_request(),
+        "WorkerComplete": _complete_request(),
+    }}
+
+
+# --- operations ---------------------------------------------------------------------------
+
+ERRORS = {
+    400: "Bad input: `field` names the member (dotted path), `limit` the bound exceeded",
+    404: "No such job, run or route",
+    409: "A conflict: the job changed between read and write, the run is finished, the "
+         "idempotency key is reserved, or a bound on what exists is reached (`limit`)",
+    413: "The body, or a member of it, is over its limit (named in `limit`)",
+    415: "The body is declared as something other than JSON",
+    500: "A bug: the node logged it",
+    503: "No leader, no quorum, or not committed in time (`reason` says which); "
+         "the outcome of a write is unknown, retry it",
+    507: "Storage is past its mark (`limit` names it): writes that add state wait",
+}
+READ_ERRORS = (400, 404, 500, 503)
+WRITE_ERRORS = (400, 404, 409, 413, 415, 500, 503, 507)
+
+
+def _json(schema: Schema, description: str) -> Schema:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _op(summary: str, responses: dict[int, Schema], *, params: list[Schema] | None = None,
+        body: Schema | None = None, body_required: bool = True,
+        errors: tuple[int, ...] = READ_ERRORS) -> Schema:
+    operation: Schema = {"summary": summary, "responses": {
+        **{str(status): response for status, response in responses.items()},
+        **{str(status): {"description": ERRORS[status], "content": {
+            "application/problem+json": {"schema": _ref("Problem")}}} for status in errors}}}
+    if params:
+        operation["parameters"] = params
+    if body is not None:
+        operation["requestBody"] = {"required": body_required,
+                                    "content": {"application/json": {"schema": body}}}
+    return operation
+
+
+def _in_path(name: str, schema: Schema) -> Schema:
+    return {"name": name, "in": "path", "required": True, "schema": schema}
+
+
+def _in_query(name: str, schema: Schema, description: str) -> Schema:
+    return {"name": name, "in": "query", "required": False, "schema": schema,
+            "description": description}
+
+
+def _limit(maximum: int) -> Schema:
+    return _in_query("limit", {"type": "integer", "minimum": 1, "maximum": maximum},
+                     "page size")
+
+
+_CONSISTENT = _in_query("consistent", {"type": "string", "enum": ["true", "false"]},
+                        "true: answer after this node applied what the leader had committed")
+_JOB_ID = _in_path("job_id", {"type": "string", "pattern": f"^{jobspec.JOB_ID_PATTERN}$"})
+_RUN_ID = _in_path("run_id", {"type": "string", "pattern": f"^{jobspec.RUN_ID_PATTERN}$"})
+_TOPIC = _in_path("topic", _token(limits.topic_bytes_max))
+_GROUP = _in_path("group", _token(limits.group_bytes_max))
+_WORKER = _in_path("worker_id", _token(limits.worker_id_bytes_max))
+
+
+def _job_paths() -> dict[str, Schema]:
+    job = _json(_ref("Job"), "The job")
+    run = _json(_ref("Run"), "The run")
+    jobs = _obj({"jobs": {"type": "array", "items": _ref("Job")},
+                 "next_cursor": _STR_OR_NULL}, ("jobs", "next_cursor"), closed=False)
+    runs = _obj({"runs": {"type": "array", "items": _ref("Run")}}, ("runs",), closed=False)
+    return {
+        "/v1/jobs": {
+            "post": _op("Create a job", {201: _json(_ref("Job"), "Created"),
+                                         200: _json(_ref("Job"), "The job created earlier "
+                                                    "with this idempotency_key")},
+                        body=_ref("JobCreate"), errors=WRITE_ERRORS),
+            "get": _op("List jobs in id order", {200: _json(jobs, "A page of jobs")}, params=[
+                _limit(limits.list_limit_max), _CONSISTENT,
+                _in_query("cursor", {"type": "string", "pattern": f"^{jobspec.JOB_ID_PATTERN}$"},
+                          "next_cursor of the previous page")]),
+        },
+        "/v1/jobs:batchCreate": {"post": _op(
+            "Create many jobs in one Raft entry", {200: _json(_batch_results(), "One result "
+                                                        "per job, in order")},
+            body=_obj({"jobs": {"type": "array", "minItems": 1,
+                                "maxItems": limits.batch_create_jobs_max,
+                                "items": _ref("JobCreate")}}, ("jobs",),
+                      description=f"at most {limits.batch_request_body_bytes_max} bytes"),
+            errors=WRITE_ERRORS)},
+        "/v1/jobs/{job_id}": {
+            "get": _op("Get a job", {200: job}, params=[_JOB_ID, _CONSISTENT]),
+            "patch": _op("Change a job", {200: job}, params=[_JOB_ID], body=_ref("JobPatch"),
+                         errors=WRITE_ERRORS),
+            "delete": _op("Delete a job", {204: {"description": "Deleted"}}, params=[_JOB_ID],
+                          errors=WRITE_ERRORS),
+        },
+        "/v1/jobs/{job_id}:pause": {"post": _op("Pause a job", {200: job}, params=[_JOB_ID],
+                                                errors=WRITE_ERRORS)},
+        "/v1/jobs/{job_id}:resume": {"post": _op("Resume a job from now", {200: job},
+                                                 params=[_JOB_ID], errors=WRITE_ERRORS)},
+        "/v1/jobs/{job_id}:trigger": {"post": _op(
+            "Run a job now", {201: _json(_ref("Run"), "The new run"),
+                              200: _json(_ref("Run"), "The run of this instant, made before")},
+            params=[_JOB_ID], errors=WRITE_ERRORS)},
+        "/v1/jobs/{job_id}/runs": {"get": _op(
+            "A job's runs, newest first", {200: _json(runs, "Runs")},
+            params=[_JOB_ID, _limit(limits.list_limit_max), _CONSISTENT])},
+        "/v1/jobs/{job_id}/preview": {"get": _op(
+            "A stored job's next fire times", {200: _json(_fire_times(), "Fire times")},
+            params=[_JOB_ID, _in_query("count", {"type": "integer", "minimum": 1, "maximum":
+                                                 limits.preview_count_max}, "how many")])},
+        "/v1/runs/{run_id}": {"get": _op("Get a run", {200: run},
+                                         params=[_RUN_ID, _CONSISTENT])},
+        "/v1/runs/{run_id}:cancel": {"post": _op(
+            "Cancel a run", {200: run}, params=[_RUN_ID], errors=WRITE_ERRORS,
+            body=_obj({"reason": _STR}), body_required=False)},
+        "/v1/runs/{run_id}/logs": {"get": _op(
+            "Each attempt's output", {200: _json(_logs(), "Output")},
+            params=[_RUN_ID, _in_query("local", {"type": "string", "enum": ["true", "false"]},
+                                       "true: this node's own store only")])},
+        "/v1/schedules:preview": {"post": _op(
+            "Preview a schedule's fire times", {200: _json(_fire_times(), "Fire times")},
+            body=_ref("SchedulePreview"), errors=(400, 413, 415, 500))},
+    }
+
+
+def _batch_results() -> Schema:
+    created = _obj({"job_id": _STR, "next_run_at": _TIME_OR_NULL, "created": _BOOL},
+                   ("job_id", "created"), closed=False)
+    refused = _obj({"error": _ref("Problem")}, ("error",), closed=False)
+    return _obj({"results": {"type": "array", "items": {"anyOf": [created, refused]}}},
+                ("results",), closed=False)
+
+
+def _fire_times() -> Schema:
+    return _obj({"fire_times": {"type": "array", "items": _TIME}}, ("fire_times",),
+                closed=False)
+
+
+def _topic_paths() -> dict[str, Schema]:
+    group = _json(_group(), "The group's committed offset")
+    return {
+        "/v1/topics/{topic}/messages": {"get": _op(
+            "Read a topic", {200: _json(_messages(), "Messages after `after`")}, params=[
+                _TOPIC, _CONSISTENT, _limit(limits.topic_read_limit_max),
+                _in_query("after", {"type": "integer", "minimum": 0,
+                                    "maximum": limits.json_int_max - 1}, "an offset"),
+                _in_query("group", _token(limits.group_bytes_max),
+                          "without `after`: start at this group's offset"),
+                _in_query("wait_s", {"type": "number", "minimum": 0,
+                                     "maximum": limits.topic_wait_s_max}, "long poll")])},
+        "/v1/topics/{topic}/groups/{group}": {
+            "get": _op("A consumer group's offset", {200: group},
+                       params=[_TOPIC, _GROUP, _CONSISTENT]),
+            "put": _op("Commit a consumer group's offset", {200: group},
+                       params=[_TOPIC, _GROUP], errors=WRITE_ERRORS,
+                       body=_obj({"offset": {"type": "integer", "minimum": 0,
+                                             "maximum": limits.json_int_max}}, ("offset",),
+                                 closed=False)),
+        },
+    }
+
+
+def _worker_paths() -> dict[str, Schema]:
+    claimed = _obj({"runs": {"type": "array", "items": {"type": "object"}}, "node": _STR},
+                   ("runs", "node"), closed=False)
+    lost = _obj({"lost": {"type": "array", "items": _STR}}, ("lost",), closed=False)
+    accepted = _obj({"accepted": {"type": "array", "items": _BOOL}}, ("accepted",),
+                    closed=False)
+    return {
+        "/v1/workers/{worker_id}/claim": {"post": _op(
+            "Claim runs of a queue", {200: _json(claimed, "Runs granted")},
+            params=[_WORKER], body=_ref("WorkerClaim"), errors=WRITE_ERRORS)},
+        "/v1/workers/{worker_id}/heartbeat": {"post": _op(
+            "Extend leases", {200: _json(lost, "Runs to stop")},
+            params=[_WORKER], body=_ref("WorkerHeartbeat"), errors=WRITE_ERRORS)},
+        "/v1/workers/{worker_id}/complete": {"post": _op(
+            "Finish attempts", {200: _json(accepted, "Accepted, per result")},
+            params=[_WORKER], body=_ref("WorkerComplete"), errors=WRITE_ERRORS)},
+    }
+
+
+def _cluster_paths() -> dict[str, Schema]:
+    digest = _json(_digest(), "A digest of the replicated state")
+    return {
+        "/": {"get": _op("A read-only UI", {200: {"description": "HTML", "content": {
+            "text/html": {"schema": _STR}}}}, errors=(500,))},
+        "/healthz": {"get": _op("Liveness", {200: _json(
+            _obj({"ok": _BOOL, "node": _STR}, ("ok", "node"), closed=False), "Serving")},
+            errors=(500,))},
+        "/v1/openapi.json": {"get": _op("This document", {200: _json(
+            {"type": "object"}, "OpenAPI 3.1")}, errors=(500,))},
+        "/v1/cluster": {"get": _op("Leader and members", {200: _json(_cluster(), "Cluster")},
+                                   errors=(500, 503))},
+        "/v1/cluster/shards": {"get": _op("Shard owners and tokens", {200: _json(
+            _shards(), "Shards")}, params=[_CONSISTENT])},
+        "/v1/node": {"get": _op("This node's status", {200: _json(_node_status(), "Node")},
+                                errors=(500,))},
+        "/v1/state/digest": {"get": _op("This node's state digest", {200: digest}, params=[
+            _in_query("index", {"type": "integer"},
+                      "the digest recorded when the check at this index was applied")])},
+        "/v1/state/digest:check": {"post": _op("Commit a digest check", {200: digest},
+                                               errors=(500, 503))},
+    }
+
+
+def document() -> Schema:
+    """The whole OpenAPI document: a copy, which the caller may change."""
+    return copy.deepcopy(_document())
+
+
+@functools.cache
+def _document() -> Schema:
+    """Built once: it depends on nothing at run time."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "raftsched", "version": "1",
+                 "description": "A distributed job scheduler. Errors are "
+                                "application/problem+json (RFC 9457). See docs/api.md."},
+        "paths": {**_job_paths(), **_topic_paths(), **_worker_paths(), **_cluster_paths()},
+        "components": _components(),
+    }

@@ -1,0 +1,136 @@
+"""The OpenAPI document equals the code: every route and method, every request member the validators take, and the path parameters' shapes; it is served and loads as OpenAPI 3.1."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import schemathesis
+from aiohttp.test_utils import TestClient, TestServer
+
+from raftsched.api import app as api_app
+from raftsched.api import execution, openapi
+from raftsched.core import jobspec
+from raftsched.errors import InvalidInput
+
+DOC = openapi.document()
+SCHEMAS = DOC["components"]["schemas"]
+# aiohttp adds HEAD to every GET route by itself; it answers as GET does, headers only.
+IMPLICIT_METHODS = {"HEAD"}
+
+
+def router_operations() -> set[tuple[str, str]]:
+    app = api_app.make_app(object())   # type: ignore[arg-type]
+    return {(route.method.lower(), route.resource.canonical)
+            for route in app.router.routes() if route.method not in IMPLICIT_METHODS}
+
+
+def document_operations() -> set[tuple[str, str]]:
+    return {(method, path) for path, item in DOC["paths"].items() for method in item}
+
+
+def test_every_route_is_documented_and_every_documented_route_exists():
+    in_router, in_document = router_operations(), document_operations()
+    assert in_router - in_document == set(), "routes missing from the document"
+    assert in_document - in_router == set(), "documented routes the API does not have"
+
+
+def test_path_parameters_have_the_route_patterns():
+    app = api_app.make_app(object())   # type: ignore[arg-type]
+    for route in app.router.routes():
+        info = route.resource.get_info()
+        if "pattern" not in info or route.method in IMPLICIT_METHODS:
+            continue
+        documented = DOC["paths"][route.resource.canonical][route.method.lower()]
+        for param in documented.get("parameters", []):
+            if param["in"] != "path":
+                continue
+            pattern = param["schema"]["pattern"].removeprefix("^").removesuffix("$")
+            assert f"(?P<{param['name']}>{pattern})" in info["pattern"].pattern, \
+                (route.resource.canonical, param["name"])
+
+
+def members(schema: dict) -> set[str]:
+    """The members of an object schema (through one level of nullable anyOf)."""
+    for variant in schema.get("anyOf", [schema]):
+        if variant.get("type") == "object":
+            return set(variant["properties"])
+    raise AssertionError(f"no object schema in {schema}")
+
+
+def test_job_members_are_the_validators_field_sets():
+    assert members(SCHEMAS["JobCreate"]) == jobspec.CREATE_FIELDS
+    assert members(SCHEMAS["JobPatch"]) == jobspec.PATCH_FIELDS
+    targets = SCHEMAS["Target"]["oneOf"]
+    assert [t["properties"]["type"]["const"] for t in targets] == list(jobspec.TARGET_TYPES)
+    by_type = {t["properties"]["type"]["const"]: set(t["properties"]) for t in targets}
+    assert by_type == {"http": jobspec.HTTP_TARGET_FIELDS,
+                       "command": jobspec.COMMAND_TARGET_FIELDS,
+                       "publish": jobspec.PUBLISH_TARGET_FIELDS}
+    job = SCHEMAS["JobCreate"]["properties"]
+    assert members(job["retry"]) == jobspec.RETRY_FIELDS | set(jobspec.RETRY_ALIASES)
+    assert members(job["misfire"]) == jobspec.MISFIRE_FIELDS
+    cron, every = SCHEMAS["Schedule"]["oneOf"]
+    assert set(cron["properties"]) | set(every["properties"]) == {"cron", "timezone", "every"}
+
+
+@pytest.mark.parametrize("member, validate, valid", [
+    ("concurrency", jobspec.validate_concurrency, {"policy": "queue"}),
+    ("alert", jobspec.validate_alert, {}),
+    ("history", jobspec.validate_history, {}),
+    ("misfire", jobspec.validate_misfire, {}),
+    ("retry", jobspec.validate_retry, {}),
+])
+def test_nested_members_are_what_the_validators_take(member, validate, valid):
+    """Members defined inline in a validator: each documented one is taken, and
+    an undocumented one is refused by name."""
+    for name in members(SCHEMAS["JobCreate"]["properties"][member]):
+        sample = {"policy": "queue"} if name == "policy" else {name: None}
+        try:
+            validate(dict(valid, **sample))
+        except InvalidInput as exc:
+            assert "unknown field" not in exc.detail, (member, name)
+    with pytest.raises(InvalidInput, match="unknown field"):
+        validate(dict(valid, undocumented=1))
+
+
+def test_other_request_bodies_are_the_handlers_field_sets():
+    assert members(SCHEMAS["SchedulePreview"]) == api_app.PREVIEW_FIELDS
+    assert members(SCHEMAS["WorkerClaim"]) == execution.CLAIM_FIELDS
+    heartbeat = SCHEMAS["WorkerHeartbeat"]["properties"]["runs"]["items"]
+    assert members(heartbeat) == execution.HEARTBEAT_FIELDS
+    result = SCHEMAS["WorkerComplete"]["properties"]["results"]["items"]
+    assert members(result) == execution.RESULT_FIELDS
+    assert members(result["properties"]["output"]) == execution.OUTPUT_FIELDS
+
+
+def test_every_error_answer_is_a_problem():
+    for path, item in DOC["paths"].items():
+        for method, operation in item.items():
+            for status, response in operation["responses"].items():
+                if int(status) >= 400:
+                    assert response["content"] == {"application/problem+json": {
+                        "schema": {"$ref": "#/components/schemas/Problem"}}}, (method, path)
+    problem = SCHEMAS["Problem"]["properties"]
+    assert {"type", "title", "status", "detail", "field", "limit"} <= set(problem)
+
+
+def test_the_document_loads_as_openapi_3_1():
+    schema = schemathesis.openapi.from_dict(DOC)
+    loaded = list(schema.get_all_operations())
+    assert all(hasattr(result, "ok") for result in loaded), \
+        [result.err() for result in loaded if not hasattr(result, "ok")]
+    assert len(loaded) == len(document_operations())
+
+
+def test_ids_match_their_documented_patterns():
+    assert re.fullmatch(jobspec.JOB_ID_PATTERN, "job_" + "0a" * 10)
+    assert re.fullmatch(jobspec.RUN_ID_PATTERN, "run_" + "0a" * 12)
+
+
+async def test_the_document_is_served():
+    async with TestClient(TestServer(api_app.make_app(object()))) as client:  # type: ignore[arg-type]
+        response = await client.get("/v1/openapi.json")
+        assert response.status == 200
+        assert response.content_type == "application/json"
+        assert await response.json() == DOC
