@@ -448,8 +448,8 @@ def _job_paths() -> dict[str, Schema]:
                           "next_cursor of the previous page")]),
         },
         "/v1/jobs:batchCreate": {"post": _op(
-            "Create up to 1000 jobs, proposed as entries of at most 250 jobs", {200: _json(_batch_results(), "One result "
-                                                        "per job, in order")},
+            "Create up to 1000 jobs, proposed as entries of at most 250 jobs",
+            {200: _json(_batch_results(), "One result per job, in order")},
             body=_obj({"jobs": {"type": "array", "minItems": 1,
                                 "maxItems": limits.batch_create_jobs_max,
                                 "items": _ref("JobCreate")}}, ("jobs",),

@@ -74,6 +74,7 @@ from pysyncobj.journal import FileJournal, MetaStorer
 from raftsched import limits
 from raftsched.core import codec
 from raftsched.errors import Unavailable
+from raftsched.storage.base import fsync_dir
 
 log = logging.getLogger("raftsched.raft")
 
@@ -178,7 +179,7 @@ class _SyncedMetaStorer(MetaStorer):
                 os.fsync(fh.fileno())
         os.replace(path + ".tmp", path)
         if durable:
-            _fsync_dir(os.path.dirname(path) or ".")
+            fsync_dir(os.path.dirname(path) or ".")
             self._durable_vote = self._vote(meta)
 
 
@@ -484,7 +485,7 @@ class Replicator:
 
     def _sync_snapshot_dir(self, job: _SnapshotJob) -> None:
         try:
-            _fsync_dir(os.path.dirname(self._snapshot_path))
+            fsync_dir(os.path.dirname(self._snapshot_path))
             job.durable = True
         except OSError:
             log.exception("snapshot: cannot fsync the directory of %s; the journal is kept",
@@ -745,12 +746,3 @@ def _clean_snapshot_leftovers(snapshot: str) -> None:
             os.unlink(snapshot)
     except FileNotFoundError:
         pass
-
-
-def _fsync_dir(path: str) -> None:
-    """Make a rename inside `path` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -14,6 +14,7 @@ key no record can have answers None. Values are any msgpack-encodable record.
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Any, Iterable, Iterator, Protocol
 
 from raftsched import limits
@@ -121,3 +122,13 @@ def digest_pinned(pinned: Pinned) -> tuple[int, str]:
 
 def tables() -> tuple[str, ...]:
     return TABLES
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename inside `path` durable (the snapshot file, a swapped-in
+    data file)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -44,7 +44,7 @@ import lmdb
 from raftsched.core import codec, keys
 from raftsched.core.apply import TABLES, Transition
 from raftsched.errors import InvariantBroken, StorageFull
-from raftsched.storage.base import check_key, storable_key
+from raftsched.storage.base import check_key, fsync_dir, storable_key
 
 SCHEMA_VERSION = 1
 _APPLIED = b"applied_index"
@@ -301,7 +301,7 @@ class LmdbStore:
             with self._guard.exclusive():
                 self._env.close()
                 os.replace(image, os.path.join(self.path, _DATA_FILE))
-                _fsync_dir(self.path)
+                fsync_dir(self.path)
                 self._open_env()
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -441,12 +441,3 @@ def _check_image_pages(path: str) -> None:
     if (last_page + 1) * page_bytes > size:
         raise InvariantBroken(f"snapshot image: {size} bytes, its pages need "
                               f"{(last_page + 1) * page_bytes}")
-
-
-def _fsync_dir(path: str) -> None:
-    """Make a rename inside `path` durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
