@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from raftsched.storage.lmdb_store import LmdbStore
+from raftsched.storage.memory_store import MemoryStore
 from raftsched.testing.cluster import LocalCluster
 from raftsched.testing.sink import Sink
 
@@ -38,3 +40,12 @@ def fresh_cluster(tmp_path):
 def sink():
     with Sink() as s:
         yield s
+
+
+@pytest.fixture(params=["memory", "lmdb"])
+def store(request, tmp_path):
+    """Each store of the contract in turn: a test using it runs once per store."""
+    s = MemoryStore() if request.param == "memory" else LmdbStore(str(tmp_path / "db"),
+                                                                  map_size=64 * 1024 ** 2)
+    yield s
+    s.close()

@@ -27,14 +27,6 @@ SPEC = {"name": "j", "schedule": {"kind": "once", "run_at_ms": 10_000, "offset_m
         "retry": None, "concurrency": None, "metadata": {}}
 
 
-@pytest.fixture(params=["memory", "lmdb"])
-def store(request, tmp_path):
-    s = MemoryStore() if request.param == "memory" else LmdbStore(str(tmp_path / "db"),
-                                                                  map_size=32 * 1024 ** 2)
-    yield s
-    s.close()
-
-
 def run_entry(store, data: bytes) -> dict:
     """Apply one log entry as a node does: decode, apply, commit (even a refusal)."""
     index = store.applied_index() + 1

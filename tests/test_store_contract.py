@@ -13,14 +13,6 @@ from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.memory_store import MemoryStore
 
 
-@pytest.fixture(params=["memory", "lmdb"])
-def store(request, tmp_path):
-    s = MemoryStore() if request.param == "memory" else LmdbStore(str(tmp_path / "db"),
-                                                                  map_size=64 * 1024 ** 2)
-    yield s
-    s.close()
-
-
 def tx(*writes) -> Transition:
     return Transition(writes=tuple(writes), effects=(), result={})
 

@@ -54,6 +54,15 @@ def _reject_unknown(body: dict, allowed: set[str], prefix: str) -> None:
         raise InvalidInput(f"unknown field {unknown[0]!r}", field=prefix + unknown[0])
 
 
+def _int_from_1(value: object, field: str, limit: str) -> int:
+    """An integer from 1 to the named limit (a bool is not an integer here)."""
+    maximum = getattr(limits, limit)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise InvalidInput(f"`{field}` must be an integer from 1 to {maximum}", field=field,
+                           limit=limit)
+    return value
+
+
 def validate_create(body: object) -> dict:
     """Return {name, schedule, target, retry, concurrency, metadata, idempotency_key}."""
     if not isinstance(body, dict):
@@ -348,13 +357,8 @@ def validate_retry(value: object) -> dict:
                                    field=f"retry.{old}")
             value = {**{k: v for k, v in value.items() if k != old}, new: value[old]}
     out = dict(DEFAULT_POLICY)
-    attempts = value.get("max_attempts", out["max_attempts"])
-    if isinstance(attempts, bool) or not isinstance(attempts, int) \
-            or not 1 <= attempts <= limits.retry_max_attempts_max:
-        raise InvalidInput(f"`retry.max_attempts` must be an integer from 1 to "
-                           f"{limits.retry_max_attempts_max}", field="retry.max_attempts",
-                           limit="retry_max_attempts_max")
-    out["max_attempts"] = attempts
+    out["max_attempts"] = _int_from_1(value.get("max_attempts", out["max_attempts"]),
+                                      "retry.max_attempts", "retry_max_attempts_max")
     for name in ("base_s", "max_s"):
         number = value.get(name, out[name])
         if isinstance(number, bool) or not isinstance(number, (int, float)) \
@@ -395,12 +399,8 @@ def validate_concurrency(value: object) -> dict:
         if policy != "queue":
             raise InvalidInput("`queue_max` applies to the queue policy only",
                                field="concurrency.queue_max")
-        if isinstance(bound, bool) or not isinstance(bound, int) \
-                or not 1 <= bound <= limits.concurrency_queue_max_max:
-            raise InvalidInput(f"`concurrency.queue_max` must be an integer from 1 to "
-                               f"{limits.concurrency_queue_max_max}",
-                               field="concurrency.queue_max", limit="concurrency_queue_max_max")
-        out["queue_max"] = bound
+        out["queue_max"] = _int_from_1(bound, "concurrency.queue_max",
+                                       "concurrency_queue_max_max")
     elif policy == "queue":
         out["queue_max"] = limits.concurrency_queue_max_default
     return out
@@ -451,12 +451,8 @@ def validate_misfire(value: object) -> dict:
     if "misfire_tolerance_s" in value and policy != "skip":
         raise InvalidInput("`misfire_tolerance_s` applies to the skip policy only",
                            field="misfire.misfire_tolerance_s")
-    catchup = value.get("catchup_max", limits.catchup_max_default)
-    if isinstance(catchup, bool) or not isinstance(catchup, int) \
-            or not 1 <= catchup <= limits.catchup_max_max:
-        raise InvalidInput(f"`misfire.catchup_max` must be an integer from 1 to "
-                           f"{limits.catchup_max_max}", field="misfire.catchup_max",
-                           limit="catchup_max_max")
+    catchup = _int_from_1(value.get("catchup_max", limits.catchup_max_default),
+                          "misfire.catchup_max", "catchup_max_max")
     return {"policy": policy, "tolerance_ms": int(tolerance * 1000), "catchup_max": catchup}
 
 
@@ -473,12 +469,7 @@ def validate_history(value: object) -> dict:
     out = {}
     max_runs = value.get("max_runs")
     if max_runs is not None:
-        if isinstance(max_runs, bool) or not isinstance(max_runs, int) \
-                or not 1 <= max_runs <= limits.history_max_runs_max:
-            raise InvalidInput(f"`history.max_runs` must be an integer from 1 to "
-                               f"{limits.history_max_runs_max}", field="history.max_runs",
-                               limit="history_max_runs_max")
-        out["max_runs"] = max_runs
+        out["max_runs"] = _int_from_1(max_runs, "history.max_runs", "history_max_runs_max")
     max_age_s = value.get("max_age_s")
     if max_age_s is not None:
         if isinstance(max_age_s, bool) or not isinstance(max_age_s, (int, float)) \
