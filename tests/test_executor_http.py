@@ -9,6 +9,10 @@ from aiohttp import web
 
 from raftsched.executors.base import Attempt
 from raftsched.executors.http import HttpExecutor
+from raftsched.executors.netguard import AddressPolicy
+
+# The sinks here listen on loopback, which nodes refuse unless allowed.
+LOOPBACK = AddressPolicy.parse(["127.0.0.0/8"])
 
 ATTEMPT = Attempt(run_id="run_1", job_id="job_1", execution_id="exe_abc",
                   scheduled_ms=1_796_000_000_000, attempt=1, fencing_token=0)
@@ -42,7 +46,7 @@ async def test_success_carries_the_execution_id_and_job_headers():
         return web.Response(status=204)
 
     runner, url = await serve(handler)
-    executor = HttpExecutor()
+    executor = HttpExecutor(LOOPBACK)
     await executor.start()
     try:
         outcome = await executor.run(ATTEMPT, target(url), int(time.time() * 1000) + 5000)
@@ -68,7 +72,7 @@ async def test_non_2xx_timeout_and_refused_are_failures_not_exceptions():
         return web.Response(status=503, text="try later")
 
     runner, url = await serve(handler)
-    executor = HttpExecutor()
+    executor = HttpExecutor(LOOPBACK)
     await executor.start()
     try:
         deadline = int(time.time() * 1000) + 5000

@@ -4,16 +4,20 @@ Every call carries `Idempotency-Key: <execution_id>` and the X-Raftsched-*
 headers, so a target can achieve effectively-once by deduplicating on the key.
 2xx is success; anything else, a connection error or the timeout, is failure.
 A 4xx other than 408 and 429 is not retryable (the request itself is wrong),
-nor is a URL aiohttp cannot call. The head of the response body is kept as
-the attempt's output.
+nor is a URL aiohttp cannot call. Redirects are not followed: a 3xx is a
+failure, not retried either (it would redirect again). An address the node's
+policy refuses (executors/netguard.py) fails the attempt, not retryably, and
+is never connected to. The head of the response body is kept as the
+attempt's output.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, NamedTuple
 
 import aiohttp
 
@@ -21,9 +25,22 @@ from raftsched import limits
 from raftsched.core.retry import http_status_retryable
 from raftsched.core.timeutil import format_ms
 from raftsched.executors.base import Attempt, Outcome, short_error, since_ms
+from raftsched.executors.netguard import (AddressPolicy, AddressRefused, GuardedResolver,
+                                          guarded_socket_factory, refusal_in)
+
+log = logging.getLogger("raftsched.http")
+
+
+class Reply(NamedTuple):
+    status: int
+    head: bytes             # at most http_response_head_bytes_max of the body
+    location: str | None    # the Location header (of a redirect, not followed)
+
 
 # The transport seam: tests may replace the network with one function.
-Send = Callable[[str, str, dict, bytes | None, float], Awaitable[tuple[int, bytes]]]
+Send = Callable[[str, str, dict, bytes | None, float], Awaitable[Reply]]
+# What a call may raise that is the target's failure, not a bug.
+CALL_ERRORS = (asyncio.TimeoutError, aiohttp.ClientError, AddressRefused)
 
 
 def request_headers(attempt: Attempt, target: dict) -> dict[str, str]:
@@ -51,13 +68,21 @@ def request_body(target: dict, headers: dict[str, str]) -> bytes | None:
 
 
 class HttpExecutor:
-    def __init__(self, send: Send | None = None) -> None:
+    """`policy`: where calls may go (default: public addresses only)."""
+
+    def __init__(self, policy: AddressPolicy | None = None, send: Send | None = None) -> None:
+        self._policy = policy if policy is not None else AddressPolicy()
         self._session: aiohttp.ClientSession | None = None
-        self._send = send or self._send_aiohttp
+        self.send = send or self._send_aiohttp
 
     async def start(self) -> None:
+        allowed = ", ".join(str(net) for net in self._policy.allowed) or "none"
+        log.info("HTTP targets and alert webhooks may call public addresses; ranges allowed "
+                 "besides (--allow-target-cidr): %s", allowed)
         connector = aiohttp.TCPConnector(limit=limits.runs_inflight_max, limit_per_host=0,
-                                         ttl_dns_cache=60)
+                                         ttl_dns_cache=60,
+                                         resolver=GuardedResolver(self._policy),
+                                         socket_factory=guarded_socket_factory(self._policy))
         self._session = aiohttp.ClientSession(connector=connector, raise_for_status=False,
                                               auto_decompress=True, trust_env=False)
 
@@ -71,35 +96,55 @@ class HttpExecutor:
         headers = request_headers(attempt, target)
         body = request_body(target, headers)
         try:
-            status, head = await self._send(target["method"], target["url"], headers, body,
-                                            timeout_s)
-        except asyncio.TimeoutError:
-            return Outcome(ok=False, error=f"timed out after {timeout_s:g} s",
+            reply = await self.send(target["method"], target["url"], headers, body, timeout_s)
+        except CALL_ERRORS as exc:
+            error, retryable = describe_failure(exc, timeout_s)
+            return Outcome(ok=False, retryable=retryable, error=error,
                            duration_ms=since_ms(started))
-        except aiohttp.InvalidURL as exc:
-            return Outcome(ok=False, retryable=False, error=short_error(f"invalid URL: {exc}"),
-                           duration_ms=since_ms(started))
-        except aiohttp.ClientError as exc:
-            return Outcome(ok=False, error=short_error(f"{type(exc).__name__}: {exc}"),
-                           duration_ms=since_ms(started))
-        text = head.decode("utf-8", "replace")
+        text = reply.head.decode("utf-8", "replace")
         output = {"http_body": text}
-        if len(head) >= limits.http_response_head_bytes_max:
+        if len(reply.head) >= limits.http_response_head_bytes_max:
             output["http_body"] += (f"\n[raftsched: response body cut at "
-                                    f"http_response_head_bytes_max={len(head)} bytes]")
-        if 200 <= status < 300:
-            return Outcome(ok=True, http_status=status, duration_ms=since_ms(started),
+                                    f"http_response_head_bytes_max={len(reply.head)} bytes]")
+        if 200 <= reply.status < 300:
+            return Outcome(ok=True, http_status=reply.status, duration_ms=since_ms(started),
                            output=output)
         snippet = text.strip()   # the error keeps the head without the cut notice
-        return Outcome(ok=False, http_status=status, duration_ms=since_ms(started), output=output,
-                       retryable=http_status_retryable(status),
-                       error=short_error(f"HTTP {status}" + (f": {snippet}" if snippet else "")))
+        return Outcome(ok=False, http_status=reply.status, duration_ms=since_ms(started),
+                       output=output, retryable=status_retryable(reply.status),
+                       error=short_error(status_error(reply) + (f": {snippet}" if snippet else "")))
 
     async def _send_aiohttp(self, method: str, url: str, headers: dict, body: bytes | None,
-                            timeout_s: float) -> tuple[int, bytes]:
+                            timeout_s: float) -> Reply:
+        """One call, redirects not followed, only to addresses the policy allows."""
         assert self._session is not None, "start() the executor first"
+        self._policy.check_url(url)
         timeout = aiohttp.ClientTimeout(total=timeout_s)
         async with self._session.request(method, url, headers=headers, data=body,
                                          timeout=timeout, allow_redirects=False) as response:
             head = await response.content.read(limits.http_response_head_bytes_max)
-            return response.status, head
+            return Reply(response.status, head, response.headers.get("Location"))
+
+
+def status_retryable(status: int) -> bool:
+    """A redirect would redirect again; otherwise as core.retry says."""
+    return not 300 <= status < 400 and http_status_retryable(status)
+
+
+def status_error(reply: Reply) -> str:
+    if 300 <= reply.status < 400:
+        return (f"HTTP {reply.status}, a redirect (not followed) to "
+                f"{reply.location or 'no Location'}")
+    return f"HTTP {reply.status}"
+
+
+def describe_failure(exc: BaseException, timeout_s: float) -> tuple[str, bool]:
+    """(error, retryable) of a call that raised one of CALL_ERRORS."""
+    refused = refusal_in(exc)
+    if refused is not None:
+        return short_error(str(refused)), False
+    if isinstance(exc, asyncio.TimeoutError):
+        return f"timed out after {timeout_s:g} s", True
+    if isinstance(exc, aiohttp.InvalidURL):
+        return short_error(f"invalid URL: {exc}"), False
+    return short_error(f"{type(exc).__name__}: {exc}"), True

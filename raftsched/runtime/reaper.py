@@ -11,7 +11,9 @@ The alerter delivers each pending failure alert (a run failed for good) to the
 job's `alert.webhook_url`, or the cluster default `--alert-webhook-url`, with
 `Idempotency-Key: alert_<run_id>`, retrying `alert_attempts_max` times with a
 doubling wait, then records the outcome. A leader change mid-delivery may send
-an alert twice; the key lets the receiver drop the repeat.
+an alert twice; the key lets the receiver drop the repeat. A job's webhook is
+held to the node's address policy as HTTP targets are; redirects are never
+followed.
 
 Lease expiry is judged by the leader's clock against the holder's: nodes
 must keep their clocks in step (NTP), well inside the lease.
@@ -20,6 +22,7 @@ must keep their clocks in step (NTP), well inside the lease.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 from typing import TYPE_CHECKING
@@ -29,8 +32,10 @@ import aiohttp
 from raftsched import limits
 from raftsched.core import commands, keys, retry
 from raftsched.core.apply import ALERTS, JOBS, LEASES, NODES, RUNS, RUNS_OPEN, SHARDS
+from raftsched.core.redact import redact_text, secret_values
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import Unavailable
+from raftsched.executors.http import CALL_ERRORS, Reply, describe_failure, status_error
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
@@ -42,6 +47,16 @@ def _log_refusal(result: dict, what: str) -> None:
     """A command refused whole (the node logged why): the next pass tries again."""
     if not result.get("ok"):
         log.error("%s refused (%s): %s", what, result.get("error"), result.get("detail"))
+
+
+async def _send_trusted(method: str, url: str, headers: dict, body: bytes | None,
+                        timeout_s: float) -> Reply:
+    """A call to the operator's own webhook: any address, no redirects."""
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as session:
+        async with session.request(method, url, headers=headers, data=body,
+                                   allow_redirects=False) as response:
+            return Reply(response.status, b"", response.headers.get("Location"))
 
 
 class Reaper:
@@ -143,7 +158,7 @@ class Reaper:
         for attempt in range(1, limits.alert_attempts_max + 1):
             if not node.replicator.is_leader():
                 return   # the next leader delivers it
-            error = await self._post(url, alert, body)
+            error, final = await self._post(url, alert, body)
             if error is None:
                 self.alerts_sent_total += 1
                 log.info("alert for run %s delivered to %s", alert["run_id"], url)
@@ -151,34 +166,49 @@ class Reaper:
                 return
             log.warning("alert for run %s to %s failed (attempt %d of %d): %s",
                         alert["run_id"], url, attempt, limits.alert_attempts_max, error)
+            if final:
+                break
             await asyncio.sleep(wait_s)
             wait_s *= 2
         self.alerts_failed_total += 1
         await self._done(alert, "undeliverable", error)
 
     def _payload(self, alert: dict) -> dict:
+        """What the webhook receives: names, times and the last error, never the
+        target. The error was masked of the job's secrets when it was recorded;
+        it is masked again for a name listed in secret_keys since."""
         store = self._node.store
         run = store.get(RUNS, alert["run_id"].encode())
         job = store.get(JOBS, keys.job_key(alert["job_id"]))
         last = run["attempts"][-1] if run["attempts"] else {}
+        error = run["error"] and redact_text(run["error"], secret_values(job["spec"]))
         return {"type": "run_failed", "alert_id": "alert_" + run["id"], "run_id": run["id"],
                 "job_id": job["id"], "job_name": job["spec"]["name"],
                 "execution_id": run["execution_id"],
                 "scheduled_for": format_ms(run["scheduled_ms"]),
-                "attempts": len(run["attempts"]), "last_error": run["error"],
+                "attempts": len(run["attempts"]), "last_error": error,
                 "http_status": last.get("http_status"), "exit_code": last.get("exit_code")}
 
-    async def _post(self, url: str, alert: dict, body: dict) -> str | None:
-        headers = {"Idempotency-Key": "alert_" + alert["run_id"]}
+    async def _post(self, url: str, alert: dict, body: dict) -> tuple[str | None, bool]:
+        """(the error, None once delivered; whether another try is pointless).
+
+        The job's own webhook is called as its HTTP targets are, under the
+        node's address policy (executors/netguard.py); the operator's
+        --alert-webhook-url is trusted and may be internal. Neither follows
+        redirects. A refused address or a redirect is final: another try
+        would end the same way."""
+        headers = {"Idempotency-Key": "alert_" + alert["run_id"],
+                   "Content-Type": "application/json"}
+        data = json.dumps(body, separators=(",", ":")).encode()
+        send = self._node.http_executor.send if alert["url"] else _send_trusted
         try:
-            timeout = aiohttp.ClientTimeout(total=limits.alert_timeout_s)
-            async with aiohttp.ClientSession(timeout=timeout) as session:
-                async with session.post(url, json=body, headers=headers) as response:
-                    if 200 <= response.status < 300:
-                        return None
-                    return f"HTTP {response.status}"
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            return f"{type(exc).__name__}: {exc}"
+            reply = await send("POST", url, headers, data, limits.alert_timeout_s)
+        except CALL_ERRORS as exc:
+            error, retryable = describe_failure(exc, limits.alert_timeout_s)
+            return error, not retryable
+        if 200 <= reply.status < 300:
+            return None, False
+        return status_error(reply), 300 <= reply.status < 400
 
     async def _done(self, alert: dict, outcome: str, error: str | None) -> None:
         try:

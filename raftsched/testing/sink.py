@@ -1,8 +1,8 @@
 """An HTTP target for tests and chaos runs: records every call it receives.
 
 Runs a ThreadingHTTPServer on 127.0.0.1 in a background thread, so it answers
-while the test thread blocks. `status_for(call)` lets a test choose the
-answer; `delay_s` (or `delay_for(call)`) makes it slow.
+while the test thread blocks. `status_for(call)` and `body_for(call)` let a
+test choose the answer; `delay_s` (or `delay_for(call)`) makes it slow.
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ class Sink:
     delay_s: float = 0.0
     # Per-call delay (seconds); overrides delay_s when set.
     delay_for: Callable[["Call"], float] | None = None
+    # The response body for a call (default: none).
+    body_for: Callable[["Call"], bytes] | None = None
+    # Extra response headers for a call, such as a redirect's Location.
+    headers_for: Callable[["Call"], dict[str, str]] | None = None
     calls: list[Call] = field(default_factory=list)
     # Per job: calls being answered now, and the most there ever were at once.
     inflight: dict[str, int] = field(default_factory=dict)
@@ -71,9 +75,14 @@ class Sink:
                     if delay_s:
                         time.sleep(delay_s)
                     status = sink.status_for(call)
+                    answer = sink.body_for(call) if sink.body_for else b""
                     self.send_response(status)
-                    self.send_header("Content-Length", "0")
+                    self.send_header("Content-Length", str(len(answer)))
+                    for name, value in (sink.headers_for(call) if sink.headers_for
+                                        else {}).items():
+                        self.send_header(name, value)
                     self.end_headers()
+                    self.wfile.write(answer)
                 finally:
                     with sink._lock:
                         sink.inflight[job] -= 1
