@@ -5,11 +5,13 @@
 `target` is a validated command target (core/jobspec.py) plus
 `non_retryable_exit_codes` (from the job's retry policy). No shell unless
 `target["shell"]`; then argv is one script for `/bin/sh -c`. The child gets a
-small environment (PATH, HOME, LANG, LC_ALL, TMPDIR, TZ of this process), the
-job's env, and RAFTSCHED_* variables naming the run, which the job cannot
-override. stdout and stderr are read to the end (a child never blocks on a
-full pipe) and kept up to `output_bytes_max` each; the kept text says how much
-was dropped.
+small environment (BASE_ENV_NAMES, with this process's values), the job's
+env, and RAFTSCHED_* variables naming the run, which the job cannot override.
+Nothing else of this process's environment reaches it: a node's or worker's
+secrets and tokens (RAFTSCHED_RAFT_SECRET, RAFTSCHED_ADMIN_TOKEN,
+RAFTSCHED_TOKEN, or whatever the operator set) stay out of commands. stdout
+and stderr are read to the end (a child never blocks on a full pipe) and kept
+up to `output_bytes_max` each; the kept text says how much was dropped.
 
 On timeout, and when the awaiting task is cancelled, the whole process group
 gets SIGTERM, then SIGKILL after `kill_grace_s`: grandchildren die too. A job
@@ -39,6 +41,10 @@ from raftsched.executors.base import Attempt, Outcome, short_error, since_ms
 
 # Run by path with `python -I -S`: it imports nothing of raftsched.
 SHIM_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "command_shim.py")
+# What a command inherits from the node or worker that starts it: where to
+# find programs (PATH), a home and a temporary directory most programs expect
+# (HOME, TMPDIR), and the locale and time zone it should print in (LANG,
+# LC_ALL, TZ). None of these holds a secret; a job sets anything else in `env`.
 BASE_ENV_NAMES = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
 # After the group is killed, how long to wait for pipes that a stray process
 # (one that left the group) may still hold open.

@@ -53,6 +53,17 @@ thread before an appended entry counts towards commit: a follower flushes
 before it acknowledges an append, and the leader, which counts itself, flushes
 at the start of each tick, before it computes the commit index. In both modes
 the journal's term and vote are fsynced whenever they change.
+
+The transport (docs/operations.md, "The Raft port"). pysyncobj unpickles what
+a connection sends, so no node listens unauthenticated: a node with peers
+needs the shared secret (the CLI refuses to start without one unless
+--insecure), with which pysyncobj encrypts and authenticates every frame; a
+node with no peers and no secret opens no Raft port at all (_Transport). Each
+frame is a 4-byte length, then that many bytes, and pysyncobj buffers a frame
+whole before it decrypts it; so a declared length is checked as soon as its
+header arrives (_CappedConnection): over raft_frame_preauth_bytes_max before
+the connection's first frame has decrypted, over raft_frame_bytes_max after,
+the connection is closed.
 """
 
 from __future__ import annotations
@@ -70,6 +81,8 @@ from typing import Any, Callable, Protocol
 from pysyncobj import FAIL_REASON, SERIALIZER_STATE, SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj.journal import FileJournal, MetaStorer
+from pysyncobj.tcp_connection import TcpConnection
+from pysyncobj.transport import TCPTransport
 
 from raftsched import limits
 from raftsched.core import codec
@@ -183,19 +196,164 @@ class _SyncedMetaStorer(MetaStorer):
             self._durable_vote = self._vote(meta)
 
 
+# pysyncobj's frame header: the length of the frame that follows, as a signed
+# 32-bit integer in the machine's byte order (its tcp_connection.py packs 'i').
+_FRAME_HEADER = struct.Struct("i")
+# Connections closed for a declared length over the cap are logged at most once
+# in this many seconds (a port scan must not flood the log), with a count.
+frame_refusal_log_period_s = 10.0
+
+
+class _FrameRefusals:
+    """Counts the connections closed for an oversized frame (Raft thread only)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._unlogged = 0
+        self._logged_at = float("-inf")
+
+    def note(self, peer: str, declared: int, authenticated: bool) -> None:
+        self.total += 1
+        now = time.monotonic()
+        if now - self._logged_at < frame_refusal_log_period_s:
+            self._unlogged += 1
+            return
+        name = "raft_frame_bytes_max" if authenticated else "raft_frame_preauth_bytes_max"
+        log.warning("Raft port: closed the connection with %s: it declared a frame of %d bytes, "
+                    "over %s (%d)%s", peer, declared, name, getattr(limits, name),
+                    f"; {self._unlogged} more closed since the last such warning"
+                    if self._unlogged else "")
+        self._logged_at = now
+        self._unlogged = 0
+
+
+_frame_refusals = _FrameRefusals()
+
+
+class _CappedConnection(TcpConnection):
+    """pysyncobj's TCP connection, closed as soon as a frame header declares
+    more than the cap: raft_frame_preauth_bytes_max until a first frame has
+    been decrypted (that is, authenticated with the shared secret),
+    raft_frame_bytes_max after. pysyncobj itself would buffer whatever length
+    a header declares (up to 2 GiB), unauthenticated.
+
+    Installed by changing the class of the connections pysyncobj creates
+    (_Transport). The methods replaced are pysyncobj 0.3.17's private reading
+    methods, looked up under their mangled names: `__processRead` (one recv)
+    and `__processParseMessage` (one frame out of the buffer). A pysyncobj
+    upgrade is checked here (tests/test_raft_transport.py)."""
+
+    # Whether the connection counts as authenticated from the start, again
+    # after each disconnect: a link this node dials without a secret has no
+    # handshake to wait for.
+    _raftsched_trusted = False
+    _raftsched_authenticated = False
+
+    def _TcpConnection__processRead(self) -> bool:
+        more = TcpConnection._TcpConnection__processRead(self)
+        if not more or not self._raftsched_length_ok():
+            return False
+        # pysyncobj reads until the socket is empty, then parses. Reading stops
+        # once a whole frame at the cap fits in the buffer, so the buffer stays
+        # within one frame and one recv: the parse that follows takes the whole
+        # frames out, and the rest waits in the socket (pysyncobj's pollers are
+        # level-triggered, so it is read on the next turn).
+        return len(self._TcpConnection__readBuffer) < _FRAME_HEADER.size + self._raftsched_cap()
+
+    def _TcpConnection__processParseMessage(self) -> Any:
+        # Each header is checked when it reaches the front of the buffer, which
+        # covers the frames that follow the first one in a single read.
+        if not self._raftsched_length_ok():
+            return None
+        message = TcpConnection._TcpConnection__processParseMessage(self)
+        if message is not None:
+            # With a secret, the frame decrypted: the sender has the secret.
+            self._raftsched_authenticated = True
+        return message
+
+    def disconnect(self) -> None:
+        # pysyncobj reuses the object when it dials the peer again: the new
+        # link authenticates afresh.
+        self._raftsched_authenticated = self._raftsched_trusted
+        TcpConnection.disconnect(self)
+
+    def _raftsched_cap(self) -> int:
+        if self._raftsched_authenticated:
+            return limits.raft_frame_bytes_max
+        return limits.raft_frame_preauth_bytes_max
+
+    def _raftsched_length_ok(self) -> bool:
+        """Whether the frame at the front of the buffer may be buffered; if
+        not, the connection is closed."""
+        buffered = self._TcpConnection__readBuffer
+        if len(buffered) < _FRAME_HEADER.size:
+            return True
+        (declared,) = _FRAME_HEADER.unpack_from(buffered)
+        if 0 <= declared <= self._raftsched_cap():
+            return True
+        try:
+            peer = "%s:%s" % self._TcpConnection__socket.getpeername()[:2]
+        except (OSError, AttributeError, TypeError):
+            peer = "a peer"
+        _frame_refusals.note(peer, declared, self._raftsched_authenticated)
+        self.disconnect()
+        return False
+
+
+def _cap_frames(conn: TcpConnection, *, trusted: bool) -> None:
+    conn.__class__ = _CappedConnection
+    assert isinstance(conn, _CappedConnection)
+    conn._raftsched_trusted = trusted
+    conn._raftsched_authenticated = trusted
+
+
+class _Transport(TCPTransport):
+    """pysyncobj's TCP transport, with every connection's frames capped
+    (_CappedConnection), and with no listening socket on a node that has no
+    peers and no secret (nothing would ever need to connect to it, and an
+    open port without a secret would run pickle for anyone).
+
+    pysyncobj builds it as `transportClass(syncObj, selfNode, otherNodes)`;
+    the replaced methods are TCPTransport's (pysyncobj 0.3.17)."""
+
+    def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
+        self._raftsched_listen = getattr(syncObj, "_raftsched_listen", True)
+        super().__init__(syncObj, selfNode, otherNodes)
+        if not self._raftsched_listen:
+            self._ready = True   # pysyncobj waits for a bind otherwise
+            self._bindOverEvent.set()
+
+    def _createServer(self) -> None:
+        if self._raftsched_listen:
+            super()._createServer()
+
+    def _onNewIncomingConnection(self, conn: TcpConnection) -> None:
+        _cap_frames(conn, trusted=False)   # before any byte of it is read
+        super()._onNewIncomingConnection(conn)
+
+    def addNode(self, node: Any) -> None:
+        super().addNode(node)
+        conn = self._connections.get(node)
+        if conn is not None and not isinstance(conn, _CappedConnection):
+            # A link this node dials. With a secret, the peer's first frame is
+            # its random key; without one there is no handshake at all.
+            _cap_frames(conn, trusted=self._syncObj.encryptor is None)
+
+
 class _StateMachine(SyncObj):
     def __init__(self, self_addr: str, peers: list[str], conf: SyncObjConf,
                  on_apply: Callable[[bytes, int], Any],
                  flush_before_commit: Callable[[], None] | None,
-                 on_created: Callable[["_StateMachine"], None]) -> None:
+                 on_created: Callable[["_StateMachine"], None], listen: bool = True) -> None:
         self._raftsched_on_apply = on_apply
         # --fsync always: flush the journal before an entry counts towards commit.
         self._raftsched_flush = flush_before_commit
         self._raftsched_journal_tracked = False
         self._raftsched_meta_due = 0.0   # when the journal's meta file is next written
         self._raftsched_commit_index = 0   # see _SyncObj__applyLogEntries
+        self._raftsched_listen = listen   # read by _Transport, which SyncObj builds
         on_created(self)   # before pysyncobj's thread starts, which may call back at once
-        super().__init__(self_addr, peers, conf=conf)
+        super().__init__(self_addr, peers, conf=conf, transportClass=_Transport)
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
         """One turn of pysyncobj's loop on the Raft thread, and before it: the
@@ -414,9 +572,14 @@ class Replicator:
         )
         self._flusher = _JournalFlusher(journal_path)
         self._obj: _StateMachine
+        # A node with no peers and no secret opens no Raft port: it has no one
+        # to talk to, and an open port without a secret would run pickle.
+        listen = bool(peers) or secret is not None
+        if not listen:
+            log.info("no peers and no Raft secret: no Raft port is opened")
         _StateMachine(self_addr, dial, conf, on_apply,
                       self._flusher.flush if fsync == "always" else None,
-                      on_created=self._created)
+                      on_created=self._created, listen=listen)
         self._flusher.start()
 
     def _created(self, obj: "_StateMachine") -> None:
@@ -431,6 +594,12 @@ class Replicator:
     @property
     def journal_flushes_total(self) -> int:
         return self._flusher.flushes_total
+
+    @property
+    def frames_refused_total(self) -> int:
+        """Raft connections this process closed for a declared frame length
+        over the cap (an HTTP request or a probe sent to the Raft port)."""
+        return _frame_refusals.total
 
     # --- snapshots: a compacted LMDB copy, written off the Raft thread ------------------
 
