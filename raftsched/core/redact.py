@@ -1,0 +1,219 @@
+"""Secrets are write-only: what reads, run output, errors and alerts show of them.
+
+A job's secrets are the values of its HTTP target's `Authorization`, `Cookie`
+and `Proxy-Authorization` headers (in any case), and of each header or env
+variable its `secret_keys` names. Header names compare case-insensitively, as
+HTTP compares them; env names compare exactly, as the process environment does
+(`TOKEN` and `token` are two variables).
+
+The stored spec keeps the real values, since the executor sends them. What a
+caller can read does not:
+
+- a job read shows MASK in place of each secret value (redact_target);
+- an attempt's output and error have every occurrence of a secret value of at
+  least `limits.secret_redact_chars_min` characters replaced by MASK
+  (redact_text, redact_output): a shorter value would mask ordinary text
+  everywhere, and by where it did, tell what the value is;
+- a write that gives MASK as a secret's value keeps the stored value
+  (restore_secrets), so reading a job, changing it and writing it back never
+  replaces a secret with the mask.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable
+
+from raftsched import limits
+from raftsched.errors import InvalidInput
+
+MASK = "***"
+ALWAYS_SECRET_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
+# The member of a target that holds named values a job may keep secret.
+SECRET_MEMBERS = {"http": "headers", "command": "env"}
+# Headers whose value is "<scheme> <credentials>": the credentials alone are a secret too.
+_CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization"})
+# How raftsched marks text it cut to a bound (executors/command.py, executors/http.py,
+# executors/base.py short_error): a secret may end cut short right before it.
+_CUT_NOTICE = "\n[raftsched: "
+_CUT_ELLIPSIS = "…"
+# The members of an attempt's output that hold text a target or command wrote.
+OUTPUT_TEXTS = frozenset({"stdout", "stderr", "http_body", "published"})
+
+
+def is_secret(kind: str, name: str, secret_keys: Iterable[str]) -> bool:
+    """Whether a target of type `kind` keeps the value named `name` secret."""
+    if kind == "http":
+        lowered = name.lower()
+        return lowered in ALWAYS_SECRET_HEADERS or any(k.lower() == lowered for k in secret_keys)
+    if kind == "command":
+        return name in secret_keys
+    return False
+
+
+def _named_values(target: dict) -> tuple[str | None, dict]:
+    member = SECRET_MEMBERS.get(target.get("type", ""))
+    values = target.get(member) if member else None
+    return member, values if isinstance(values, dict) else {}
+
+
+def redact_target(target: dict, secret_keys: Iterable[str]) -> dict:
+    """A copy of `target` with MASK for every secret value."""
+    member, values = _named_values(target)
+    if not values:
+        return target
+    keys = list(secret_keys)
+    kind = target["type"]
+    return dict(target, **{member: {name: MASK if is_secret(kind, name, keys) else value
+                                    for name, value in values.items()}})
+
+
+def redact_spec_target(spec: dict) -> dict:
+    """The spec's target as a read shows it."""
+    return redact_target(spec["target"], spec.get("secret_keys") or ())
+
+
+def secret_values(spec: dict) -> tuple[str, ...]:
+    """The texts to mask in the output and errors of the job's attempts, longest
+    first (so a longer secret is masked whole before a part of it is): each
+    secret value, the credentials of an Authorization header without their
+    scheme, each cookie value of a Cookie header, and the JSON-escaped form of
+    each, all of at least secret_redact_chars_min characters."""
+    target = spec.get("target") or {}
+    _, values = _named_values(target)
+    keys = list(spec.get("secret_keys") or ())
+    found: set[str] = set()
+    for name, value in values.items():
+        if not isinstance(value, str) or not is_secret(target["type"], name, keys):
+            continue
+        for piece in (value, *_pieces(target["type"], name, value)):
+            piece = piece.strip()
+            found.update({piece, json.dumps(piece)[1:-1],
+                          json.dumps(piece, ensure_ascii=False)[1:-1]})
+    kept = (v for v in found if len(v) >= limits.secret_redact_chars_min)
+    return tuple(sorted(kept, key=lambda v: (-len(v), v)))
+
+
+def _pieces(kind: str, name: str, value: str) -> list[str]:
+    if kind != "http":
+        return []
+    lowered = name.lower()
+    if lowered in _CREDENTIAL_HEADERS:
+        return value.split(None, 1)[1:]
+    if lowered == "cookie":
+        return [pair.partition("=")[2] for pair in value.split(";")]
+    return []
+
+
+def redact_text(text: str, values: tuple[str, ...]) -> str:
+    """`text` with MASK for every occurrence of each of `values` (secret_values),
+    and for the start of one cut short where the text was cut to a bound (at
+    its end, before a cut notice or a closing ellipsis)."""
+    if not values or not text:
+        return text
+    for value in values:
+        text = text.replace(value, MASK)
+    for end in _cut_points(text):
+        head = text[:end].rstrip("\ufffd")   # a character cut in two decodes as U+FFFD
+        for value in values:
+            cut = _cut_secret_chars(head, value)
+            if cut:
+                text = head[:-cut] + MASK + text[len(head):]
+                break
+    return text
+
+
+def _cut_points(text: str) -> list[int]:
+    """Where a bound may have cut the text, last first (so masking at one
+    leaves the earlier ones where they were)."""
+    points = {len(text)}
+    notice = text.rfind(_CUT_NOTICE)
+    if notice >= 0:
+        points.add(notice)
+    if text.endswith(_CUT_ELLIPSIS):
+        points.add(len(text) - len(_CUT_ELLIPSIS))
+    return sorted(points, reverse=True)
+
+
+def _cut_secret_chars(head: str, value: str) -> int:
+    """How many characters at the end of `head` are the start of `value` cut
+    short: at least secret_redact_chars_min of them, else 0.
+
+    Linear in len(value) (Knuth-Morris-Pratt), since a job chooses both its
+    secrets and its output: trying each place the start could begin costs
+    len(value) squared for a value like "aaa…b", about 50 ms at 32 KiB."""
+    tail = head[-(len(value) - 1):] if len(value) > 1 else ""
+    start = tail.find(value[0]) if value else -1
+    if start == -1 or len(tail) - start < limits.secret_redact_chars_min:
+        return 0   # the common case, decided without the table
+    fallback = _prefix_table(value)
+    matched = 0
+    for char in tail[start:]:
+        while matched and value[matched] != char:
+            matched = fallback[matched - 1]
+        if value[matched] == char:
+            matched += 1
+    return matched if matched >= limits.secret_redact_chars_min else 0
+
+
+def _prefix_table(value: str) -> list[int]:
+    """For each i, the length of the longest proper prefix of value[:i + 1]
+    that is also its suffix."""
+    table = [0] * len(value)
+    matched = 0
+    for i in range(1, len(value)):
+        while matched and value[matched] != value[i]:
+            matched = table[matched - 1]
+        if value[matched] == value[i]:
+            matched += 1
+        table[i] = matched
+    return table
+
+
+def redact_output(output: dict, values: tuple[str, ...]) -> dict:
+    """An attempt's output (or its stored record) with the secrets masked in
+    its texts (OUTPUT_TEXTS); other members as they are."""
+    if not values:
+        return output
+    return {name: redact_text(text, values) if name in OUTPUT_TEXTS and isinstance(text, str)
+            else text for name, text in output.items()}
+
+
+def restore_secrets(target: object, current: dict | None, secret_keys: Iterable[str]) -> object:
+    """The target body of a write, with each secret value given as MASK replaced
+    by the stored value of the same name (compared as is_secret compares) in
+    `current`, the stored target (None for a create).
+
+    Raises InvalidInput naming the member when MASK stands for a secret that is
+    not stored: MASK is what reads show, never a value to send. Anything that is
+    not a well-formed target is returned as it is, for the validators to refuse.
+    """
+    if not isinstance(target, dict):
+        return target
+    kind = target.get("type")
+    member = SECRET_MEMBERS.get(kind) if isinstance(kind, str) else None
+    given = target.get(member) if member else None
+    if not isinstance(given, dict) or MASK not in given.values():
+        return target
+    keys = list(secret_keys)
+    stored = _named_values(current)[1] if current and current.get("type") == kind else {}
+    restored = {}
+    for name, value in given.items():
+        if value == MASK and is_secret(kind, name, keys):
+            value = _stored_value(kind, name, stored)
+            if value is None:
+                raise InvalidInput(
+                    f'"{MASK}" is what reads show for a secret; this job has no stored value '
+                    f"of {name!r} to keep, so give the value itself",
+                    field=f"target.{member}.{name}")
+        restored[name] = value
+    return dict(target, **{member: restored})
+
+
+def _stored_value(kind: str, name: str, stored: dict) -> str | None:
+    if kind == "http":
+        lowered = name.lower()
+        return next((v for k, v in stored.items() if k.lower() == lowered), None)
+    return stored.get(name)
