@@ -8,7 +8,9 @@ import logging
 import os
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import MutableMapping
 
 from raftsched import limits
 
@@ -34,11 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the other nodes' Raft HOST:PORT, comma-separated; HOST:PORT@VIA_HOST:PORT "
                            "reaches that peer through a relay (see docs/operations.md)")
     node.add_argument("--data", required=True, help="data directory (LMDB state, Raft journal)")
+    node.add_argument("--raft-secret-file", default=None, metavar="PATH",
+                      help="file holding the shared Raft secret (default: env "
+                           "RAFTSCHED_RAFT_SECRET); required with peers")
     node.add_argument("--raft-secret", default=None,
-                      help="shared Raft secret (default: env RAFTSCHED_RAFT_SECRET)")
+                      help="the shared Raft secret itself: discouraged, as the command line "
+                           "is visible to every local user; use --raft-secret-file")
     node.add_argument("--insecure", action="store_true",
                       help="allow peers without a Raft secret (anyone reaching the Raft port "
                            "could then run code in this process)")
+    node.add_argument("--allow-commands", action="store_true",
+                      help="run command targets of the default queue on this node, as this "
+                           "node's user; without it a command job must name a target.queue "
+                           "served by `raftsched worker` (see docs/execution.md)")
     node.add_argument("--advertise-http", default=None,
                       help="URL other nodes use to reach this node's API (default from --http)")
     node.add_argument("--shard-count", type=int, default=limits.shard_count_default,
@@ -60,7 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
                       default=os.environ.get("RAFTSCHED_ALERT_WEBHOOK_URL") or None,
                       help="where failure alerts of jobs without alert.webhook_url go; give "
                            "every node the same (default: env RAFTSCHED_ALERT_WEBHOOK_URL)")
+    node.add_argument("--allow-target-cidr", action="append", default=[], metavar="CIDR",
+                      help="a range HTTP targets and job alert webhooks may reach although it "
+                           "is not public (loopback, private, link-local...: refused by "
+                           "default); repeatable, e.g. 10.20.0.0/16 (see docs/execution.md)")
     _add_storage_flags(node)
+    _add_auth_flags(node)
     node.add_argument("--log-level", default=os.environ.get("RAFTSCHED_LOG_LEVEL", "INFO"))
 
     worker = sub.add_parser("worker", help="run command targets of one queue for the cluster")
@@ -71,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="runs executed at once (default %(default)s)")
     worker.add_argument("--id", default=None,
                         help="this worker's id (default: hostname-pid); it names the lease holder")
+    worker.add_argument("--token", default=None,
+                        help="a worker token of the queue's tenant (default: env RAFTSCHED_TOKEN)")
     worker.add_argument("--log-level", default=os.environ.get("RAFTSCHED_LOG_LEVEL", "INFO"))
 
     dev = sub.add_parser("dev", help="start and supervise a local cluster on 127.0.0.1")
@@ -78,11 +95,15 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--data", default=".raftsched")
     dev.add_argument("--http-port-base", type=int, default=8701)
     dev.add_argument("--raft-port-base", type=int, default=9701)
+    dev.add_argument("--allow-commands", action="store_true",
+                     help="start the nodes with --allow-commands (command targets on the "
+                          "default queue run on the nodes)")
 
     for name, helptext in (("jobs", "create, list, show, change jobs"),
-                           ("runs", "show runs")):
+                           ("runs", "show runs"),
+                           ("tokens", "create, list and revoke API tokens (admin)")):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", DEFAULT_URL))
+        _add_client_flags(p)
     jobs_sub = sub.choices["jobs"].add_subparsers(dest="action", required=True)
     create = jobs_sub.add_parser("create", help="create a job from a JSON body")
     create.add_argument("body", help="JSON text, @file, or - for standard input")
@@ -92,6 +113,14 @@ def build_parser() -> argparse.ArgumentParser:
     runs_sub = sub.choices["runs"].add_subparsers(dest="action", required=True)
     for action in ("get", "cancel", "logs"):
         runs_sub.add_parser(action).add_argument("run_id")
+    tokens_sub = sub.choices["tokens"].add_subparsers(dest="action", required=True)
+    new_token = tokens_sub.add_parser("create", help="create a token; its text is shown once")
+    new_token.add_argument("--tenant", required=True)
+    new_token.add_argument("--role", required=True, choices=("admin", "writer", "reader",
+                                                             "worker"))
+    new_token.add_argument("--name", default="")
+    tokens_sub.add_parser("list")
+    tokens_sub.add_parser("revoke").add_argument("token_id")
 
     chaos = sub.add_parser("chaos", help="break a local cluster under load and check the "
                                          "promises (see raftsched/testing/chaos.py)")
@@ -109,8 +138,36 @@ def build_parser() -> argparse.ArgumentParser:
     chaos.add_argument("--keep", default=None, help="keep node data and logs in this folder")
 
     status = sub.add_parser("status", help="show the cluster")
-    status.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", DEFAULT_URL))
+    _add_client_flags(status)
     return parser
+
+
+def _add_client_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", DEFAULT_URL))
+    parser.add_argument("--token", default=None,
+                        help="the API token (default: env RAFTSCHED_TOKEN)")
+    parser.add_argument("--tenant", dest="act_for", default=None,
+                        help="with an admin token: act for this tenant")
+
+
+def _add_auth_flags(node: argparse.ArgumentParser) -> None:
+    """Tokens and tenant quotas (docs/security.md); give every node the same."""
+    node.add_argument("--admin-token-file", default=None, metavar="PATH",
+                      help="file holding the bootstrap admin token (default: env "
+                           "RAFTSCHED_ADMIN_TOKEN); required with peers")
+    node.add_argument("--insecure-no-auth", action="store_true",
+                      help="serve the API without tokens: every caller is an admin")
+    node.add_argument("--tenant-jobs-max", type=int, default=limits.tenant_jobs_max_default,
+                      help="jobs a tenant without its own quota may keep (default %(default)s)")
+    node.add_argument("--tenant-creates-per-s", type=int,
+                      default=limits.tenant_creates_per_s_default,
+                      help="creates a second a tenant without its own quota may make, "
+                           "cluster-wide (default %(default)s)")
+    node.add_argument("--tenant-runs-concurrent-max", type=int,
+                      default=limits.tenant_runs_concurrent_max_default,
+                      help="runs of one tenant a node executes at once (default %(default)s)")
+    node.add_argument("--tenant-weight", type=int, default=limits.tenant_weight_default,
+                      help="a tenant's share where a backlog forms (default %(default)s)")
 
 
 def _add_storage_flags(node: argparse.ArgumentParser) -> None:
@@ -160,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_node(args)
     if args.command == "dev":
         from raftsched.runtime.dev import run_dev
-        return run_dev(args.nodes, args.data, args.http_port_base, args.raft_port_base)
+        return run_dev(args.nodes, args.data, args.http_port_base, args.raft_port_base,
+                       allow_commands=args.allow_commands)
     if args.command == "worker":
         from raftsched.runtime.remote_worker import run_worker_cli
         return run_worker_cli(args)
@@ -174,14 +232,86 @@ def main(argv: list[str] | None = None) -> int:
     return run_client(args)
 
 
+def raft_secret(args: argparse.Namespace,
+                environ: MutableMapping[str, str]) -> tuple[str | None, str | None]:
+    """(secret or None, error or None) from --raft-secret-file, --raft-secret
+    or RAFTSCHED_RAFT_SECRET, in that order. The variable is removed from this
+    process's environment once read, so no process it starts inherits it. A
+    secret on the command line is visible to every local user (ps,
+    /proc/PID/cmdline): it still works, with a warning."""
+    from_env = environ.pop("RAFTSCHED_RAFT_SECRET", None) or None
+    if args.raft_secret_file is not None and args.raft_secret is not None:
+        return None, "give the Raft secret once: --raft-secret-file or --raft-secret"
+    if args.raft_secret_file is not None:
+        try:
+            with open(args.raft_secret_file, encoding="utf-8") as fh:
+                secret = fh.read().strip()
+            mode = os.stat(args.raft_secret_file).st_mode
+        except (OSError, UnicodeDecodeError) as exc:
+            return None, f"--raft-secret-file: cannot read it: {exc}"
+        if not secret:
+            return None, f"--raft-secret-file: {args.raft_secret_file} is empty"
+        if mode & 0o077:
+            print(f"raftsched node: warning: {args.raft_secret_file} is readable by other "
+                  f"users (mode {mode & 0o777:o}); chmod 600 it", file=sys.stderr)
+        return secret, None
+    if args.raft_secret is not None:
+        print("raftsched node: warning: --raft-secret puts the secret on the command line, "
+              "where every local user can read it; use --raft-secret-file PATH or the "
+              "RAFTSCHED_RAFT_SECRET environment variable", file=sys.stderr)
+        return args.raft_secret or None, None
+    return from_env, None
+
+
+def admin_token(args: argparse.Namespace, peers: tuple[str, ...],
+                environ: MutableMapping[str, str]) -> tuple[str | None, str | None]:
+    """(token or None, error or None): the bootstrap admin token from
+    --admin-token-file or RAFTSCHED_ADMIN_TOKEN (removed from the environment
+    once read, so no process this node starts inherits it). A node with peers
+    needs one, unless --insecure-no-auth; a single node without one makes one
+    and keeps it in its data folder (admin-token, mode 600)."""
+    from_env = environ.pop("RAFTSCHED_ADMIN_TOKEN", None) or None
+    if args.insecure_no_auth:
+        return None, None
+    if args.admin_token_file is not None:
+        try:
+            with open(args.admin_token_file, encoding="utf-8") as fh:
+                token = fh.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            return None, f"--admin-token-file: cannot read it: {exc}"
+        if not token:
+            return None, f"--admin-token-file: {args.admin_token_file} is empty"
+        from_env = token
+    if from_env is not None:
+        if len(from_env) < limits.admin_token_chars_min:
+            return None, (f"the admin token must be at least {limits.admin_token_chars_min} "
+                          f"characters (a random one: python -c 'import secrets; "
+                          f"print(secrets.token_urlsafe(32))')")
+        return from_env, None
+    if peers:
+        return None, ("refusing to start: peers are given but no admin token "
+                      "(--admin-token-file or RAFTSCHED_ADMIN_TOKEN); give every node the same "
+                      "one, or pass --insecure-no-auth to serve the API to anyone")
+    from raftsched.runtime.dev import load_or_create_token
+    path = os.path.join(os.path.abspath(args.data), "admin-token")
+    token = load_or_create_token(path)
+    print(f"raftsched node: no admin token given; using the one in {path}", file=sys.stderr)
+    return token, None
+
+
 def run_node(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s {args.id} %(levelname)s %(name)s: %(message)s")
+    from raftsched.runtime.procguard import deny_same_user_inspection
+    deny_same_user_inspection()   # commands run as this user: keep them out of /proc/PID
     peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
-    secret = args.raft_secret or os.environ.get("RAFTSCHED_RAFT_SECRET") or None
+    secret, secret_error = raft_secret(args, os.environ)
+    if secret_error is not None:
+        print(f"raftsched node: {secret_error}", file=sys.stderr)
+        return 2
     if peers and not secret and not args.insecure:
         print("raftsched node: refusing to start: peers are given but no Raft secret "
-              "(--raft-secret or RAFTSCHED_RAFT_SECRET). pysyncobj speaks pickle, so an "
+              "(--raft-secret-file or RAFTSCHED_RAFT_SECRET). pysyncobj speaks pickle, so an "
               "unauthenticated Raft port lets anyone who reaches it run code here. "
               "Pass --insecure only on an isolated network.", file=sys.stderr)
         return 2
@@ -198,6 +328,24 @@ def run_node(args: argparse.Namespace) -> int:
     if not 1 <= args.shard_count <= 65535:
         print("raftsched node: --shard-count must be from 1 to 65535", file=sys.stderr)
         return 2
+    from raftsched.executors.netguard import AddressPolicy
+    try:
+        AddressPolicy.parse(args.allow_target_cidr)
+    except ValueError as exc:
+        print(f"raftsched node: --allow-target-cidr: {exc}", file=sys.stderr)
+        return 2
+    token, token_error = admin_token(args, peers, os.environ)
+    if token_error is not None:
+        print(f"raftsched node: {token_error}", file=sys.stderr)
+        return 2
+    for flag, maximum in (("tenant_jobs_max", limits.quota_jobs_max_max),
+                          ("tenant_creates_per_s", limits.quota_creates_per_s_max),
+                          ("tenant_runs_concurrent_max", limits.quota_jobs_max_max),
+                          ("tenant_weight", limits.tenant_weight_max)):
+        if not 1 <= getattr(args, flag) <= maximum:
+            print(f"raftsched node: --{flag.replace('_', '-')} must be from 1 to {maximum}",
+                  file=sys.stderr)
+            return 2
     storage_error = _storage_flags_error(args)
     if storage_error is not None:
         print(f"raftsched node: {storage_error}", file=sys.stderr)
@@ -223,14 +371,24 @@ def run_node(args: argparse.Namespace) -> int:
                         history_max_runs=args.history_max_runs,
                         history_max_age_s=args.history_max_age_s,
                         finished_job_retention_s=args.finished_job_retention_s,
-                        idempotency_ttl_s=args.idempotency_ttl_s)
+                        idempotency_ttl_s=args.idempotency_ttl_s,
+                        allow_commands=args.allow_commands,
+                        allow_target_cidrs=tuple(args.allow_target_cidr),
+                        admin_token=token, insecure_no_auth=args.insecure_no_auth,
+                        tenant_jobs_max=args.tenant_jobs_max,
+                        tenant_creates_per_s=args.tenant_creates_per_s,
+                        tenant_runs_concurrent_max=args.tenant_runs_concurrent_max,
+                        tenant_weight=args.tenant_weight)
     uvloop.run(serve(config))
     return 0
 
 
-def _request(method: str, url: str, body: bytes | None = None) -> tuple[int, object]:
-    req = urllib.request.Request(url, data=body, method=method,
-                                 headers={"Content-Type": "application/json"})
+def _request(method: str, url: str, body: bytes | None = None,
+             token: str | None = None) -> tuple[int, object]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=10) as response:
             raw = response.read()
@@ -251,16 +409,30 @@ def run_client(args: argparse.Namespace) -> int:
         run = f"/v1/runs/{args.run_id}"
         method, path, body = {"get": ("GET", run, None), "cancel": ("POST", run + ":cancel", None),
                               "logs": ("GET", run + "/logs", None)}[args.action]
+    elif args.command == "tokens":
+        method, path, body = _token_request(args)
     else:
         method, path, body = _job_request(args)
+    if args.act_for:
+        path += ("&" if "?" in path else "?") + urllib.parse.urlencode({"tenant": args.act_for})
+    token = args.token or os.environ.get("RAFTSCHED_TOKEN") or None
     try:
-        status, data = _request(method, base + path, body)
+        status, data = _request(method, base + path, body, token)
     except urllib.error.URLError as exc:
         print(f"raftsched: cannot reach {base}: {exc.reason}", file=sys.stderr)
         return 1
     if data is not None:
         print(json.dumps(data, indent=2))
     return 0 if status < 400 else 1
+
+
+def _token_request(args: argparse.Namespace) -> tuple[str, str, bytes | None]:
+    if args.action == "create":
+        body = {"tenant": args.tenant, "role": args.role, "name": args.name}
+        return "POST", "/v1/tokens", json.dumps(body).encode()
+    if args.action == "list":
+        return "GET", "/v1/tokens", None
+    return "DELETE", f"/v1/tokens/{args.token_id}", None
 
 
 def _job_request(args: argparse.Namespace) -> tuple[str, str, bytes | None]:

@@ -3,6 +3,9 @@
     RaftschedError
      +-- InvalidInput            the caller's fault (400/404/409/413); carries field and status
      |    +-- InsufficientStorage  a write that adds state while storage is past its mark (507)
+     |    +-- Unauthorized         no bearer token, or one this cluster does not know (401)
+     |    +-- Forbidden            a token whose role or tenant may not do this (403)
+     |    +-- QuotaExceeded        over a tenant's quota (429, with Retry-After)
      +-- Unavailable             no leader, no quorum, commit timeout (503); retryable
      +-- CommandRefused          a log entry of a known version and tag whose shape is wrong,
      |                           or bytes that are not a command: refused alike everywhere
@@ -51,6 +54,24 @@ class InsufficientStorage(InvalidInput):
 
     def __init__(self, detail: str, *, limit: str) -> None:
         super().__init__(detail, status=507, type_="insufficient-storage", limit=limit)
+
+
+class Unauthorized(InvalidInput):
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, field="Authorization", status=401, type_="unauthorized")
+
+
+class Forbidden(InvalidInput):
+    def __init__(self, detail: str, *, field: str | None = "Authorization") -> None:
+        super().__init__(detail, field=field, status=403, type_="forbidden")
+
+
+class QuotaExceeded(InvalidInput):
+    """Over a tenant's quota; `limit` names it (jobs_max, creates_per_s, ...)."""
+
+    def __init__(self, detail: str, *, limit: str, retry_after_s: int) -> None:
+        super().__init__(detail, status=429, type_="quota-exceeded", limit=limit)
+        self.retry_after_s = retry_after_s
 
 
 class Unavailable(RaftschedError):

@@ -18,7 +18,8 @@ lmdb_key_bytes_max = 511
 # may not contain NUL, the separator of composed keys), so that every composed
 # key stays within lmdb_key_bytes_max. The longest layouts: open runs (node | run,
 # 128 + 1 + 128 = 257 bytes), idempotency keys (tenant | key, 64 + 1 + 256 = 321)
-# and ready runs (queue | ms | run, 100 + 1 + 8 + 128 = 237). tests/test_commands.py
+# and ready runs (tenant/queue | priority | ms | run, 64 + 1 + 100 + 1 + 1 + 8 + 128
+# = 303). tests/test_commands.py
 # checks every layout at these bounds.
 key_part_bytes_max = 128
 job_id_bytes_max = key_part_bytes_max
@@ -74,6 +75,9 @@ run_at_ahead_ms_max = 10 * 366 * 24 * 3600 * 1000
 # Page sizes of list endpoints.
 list_limit_default = 50
 list_limit_max = 500
+# Rows one page of GET /v1/jobs reads at most (the table holds every tenant's
+# jobs): a page may come back short, with a cursor to go on from.
+list_scan_rows_max = 10_000
 preview_count_max = 100
 retry_max_attempts_max = 100
 # Misfire policies: occurrences one fire covers (run under fire_all, recorded
@@ -111,6 +115,12 @@ batch_entry_jobs_max = 250
 # this leaves room for larger ones (an average of 4 KB a job) while keeping the
 # Raft entry a batch makes within a few MB.
 batch_request_body_bytes_max = 4 * 1024 * 1024
+# A job's `secret_keys` (core/redact.py): names of headers or env variables whose
+# values reads, output and alerts show as "***". More names than a target holds
+# headers is a mistake; a name is a header or variable name, short in practice.
+# Both are replicated with the job.
+secret_keys_max = 64
+secret_key_bytes_max = 256
 
 # --- Consensus --------------------------------------------------------------------
 # How long a write waits for its command to be committed and applied before the
@@ -118,6 +128,19 @@ batch_request_body_bytes_max = 4 * 1024 * 1024
 propose_timeout_s = 5.0
 # Commands queued inside pysyncobj before it refuses more (QUEUE_FULL -> 503).
 raft_commands_queue_max = 100_000
+# A Raft frame's declared length (bytes, after pysyncobj's 4-byte length
+# header) before the connection has authenticated: the first frame is a random
+# key (about 200 bytes encrypted) or a node's address. An HTTP request or a
+# probe declares far more ("GET " reads as 542 MB), and pysyncobj would buffer
+# all of it; a longer declaration closes the connection (replication/raft.py).
+raft_frame_preauth_bytes_max = 4 * 1024
+# The same once authenticated. The largest frames are a follower forwarding
+# one command to the leader: a batch create entry of at most a few MB
+# (batch_request_body_bytes_max), pickled, compressed and encrypted, which
+# makes 1 MB of incompressible command a 1.6 MB frame (measured). Append
+# entries and snapshots travel in chunks of 64 KiB. So 64 MiB is eight times
+# the worst case and still bounds what one peer connection can hold.
+raft_frame_bytes_max = 64 * 1024 ** 2
 
 # --- Firing -----------------------------------------------------------------------
 # Due entries carried by one `fire` command. One Raft entry fires many runs; this
@@ -140,6 +163,15 @@ dispatch_queue_max = 100_000
 # Run state changes per `run_updates` command, and how often the batch is sent.
 run_update_batch_max = 1000
 run_update_period_ms = 20
+# Reports a node has proposed and not yet seen answered, in as many batches as
+# they fill: a report that arrives behind a backlog waits for at most these in
+# the log (from this node), not for the whole backlog.
+run_update_inflight_reports_max = 512
+# A batch's size while several tenants' reports wait: small enough that a light
+# tenant's few starts commit without waiting for a heavy one's hundreds.
+run_update_fair_batch_max = 128
+# How long a batch that did not commit (no quorum) waits before it goes again.
+run_update_retry_s = 0.5
 # Run state changes waiting to be proposed while there is no leader.
 run_update_pending_max = 200_000
 # Short error summary kept in the replicated run record.
@@ -161,6 +193,10 @@ concurrency_queue_max_max = 1000
 # Open runs of one job under `allow`; past this an occurrence is recorded skipped
 # (each open run is listed in the job record, which every replica rewrites).
 job_active_runs_max = 1000
+# Shortest secret value masked in an attempt's output and error, in characters.
+# A shorter one ("1", "on") would mask ordinary text everywhere and, by where it
+# did, tell what it is; such a value is masked in job reads only.
+secret_redact_chars_min = 4
 
 # --- Topics (publish targets) -------------------------------------------------------
 # Messages kept per topic, and for how long; the oldest go first.
@@ -272,3 +308,42 @@ task_restart_backoff_s_max = 5.0
 task_failures_consecutive_max = 10
 # A loop that ran this long (seconds) before it failed starts the count afresh.
 task_healthy_run_s = 60.0
+
+# --- Tokens, tenants, quotas and the audit table (docs/security.md) ----------------
+# Tenant names: 1-63 of [a-z0-9_-], starting with a letter or digit (so they fit
+# tenant_bytes_max and contain neither NUL nor the "/" that scopes topic and queue
+# names by tenant).
+tenant_name_pattern = r"[a-z0-9][a-z0-9_-]{0,62}"
+# Tokens and tenants the cluster keeps (replicated to every node; each is small).
+tokens_max = 10_000
+tenants_max = 10_000
+token_name_bytes_max = 128
+# A token's secret, in random bytes: 256 bits, twice the 128 that guessing needs.
+token_secret_bytes = 32
+# The bootstrap admin token an operator gives (RAFTSCHED_ADMIN_TOKEN): at least
+# this many characters, so a short guessable word is refused.
+admin_token_chars_min = 24
+# Audit records kept; apply drops the oldest past this, so the table is bounded.
+audit_entries_max = 100_000
+audit_list_limit_max = 1000
+# Quota defaults for a tenant without its own (node flags --tenant-*; give every
+# node the same). jobs_max counts jobs not deleted (active, paused, completed
+# ones until they are purged); creates_per_s refills a token bucket that holds
+# tenant_create_burst_s seconds of creates; runs_concurrent_max bounds the runs a
+# tenant has executing on one node; weight is its share where a backlog forms.
+tenant_jobs_max_default = 10_000_000
+tenant_creates_per_s_default = 100_000
+tenant_create_burst_s = 1.0
+tenant_runs_concurrent_max_default = runs_inflight_max
+tenant_weight_default = 1
+tenant_weight_max = 1000
+quota_jobs_max_max = 10 ** 12
+quota_creates_per_s_max = 10 ** 9
+# Deficit round robin between tenants (trigger, dispatcher): items a tenant of
+# weight 1 takes per round. Larger rounds cost fairness, smaller cost CPU.
+fair_quantum = 64
+# When due items of several tenants (or priorities) wait, a node's trigger keeps at
+# most this many in fires not yet committed, proposed in fair order: a light
+# tenant's jobs go in the first entries, and the log never holds a heavy
+# tenant's whole backlog ahead of the light one's starts and finishes.
+fire_fair_inflight_items_max = 256

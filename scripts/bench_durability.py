@@ -22,6 +22,7 @@ import time
 import aiohttp
 
 from raftsched.testing.cluster import LocalCluster
+from raftsched.testing.http import auth_headers
 
 BODY = {"schedule": {"cron": "0 3 * * *", "timezone": "UTC"},
         "target": {"type": "http", "url": "http://127.0.0.1:9/x"}}
@@ -35,7 +36,8 @@ def pct(values: list[float], p: float) -> float:
 async def client(url: str, stop_at: float, latencies: list[float], errors: list[int]) -> None:
     connector = aiohttp.TCPConnector(limit=1, force_close=False)
     timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                     headers=auth_headers()) as session:
         while time.monotonic() < stop_at:
             started = time.monotonic()
             try:

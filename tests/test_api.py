@@ -158,3 +158,16 @@ def test_cluster_view_names_every_node_and_one_leader(shared_cluster):
         assert node["http"] == shared_cluster.url(nid)
         assert node["raft"] == shared_cluster.raft_addrs[nid]
         assert node["applied_index"] > 0
+
+
+def test_priority_is_stored_shown_and_patchable(shared_cluster):
+    created = shared_cluster.api("n1", "POST", "/v1/jobs", body(priority="high"))
+    assert created.status == 201, created
+    assert created.body["priority"] == "high"
+    job_id = created.body["job_id"]
+    patched = shared_cluster.api("n2", "PATCH", f"/v1/jobs/{job_id}", {"priority": "low"})
+    assert (patched.status, patched.body["priority"]) == (200, "low")
+    refused = shared_cluster.api("n2", "PATCH", f"/v1/jobs/{job_id}", {"priority": "urgent"})
+    assert (refused.status, refused.body["field"]) == (400, "priority")
+    plain = shared_cluster.api("n3", "POST", "/v1/jobs", body())
+    assert plain.body["priority"] == "normal"

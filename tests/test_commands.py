@@ -44,12 +44,14 @@ def test_every_key_layout_fits_lmdb_at_the_bounds():
         return "é" * (n // 2)   # two UTF-8 bytes a character
 
     job, run = part(limits.job_id_bytes_max), part(limits.run_id_bytes_max)
-    node, topic = part(limits.node_id_bytes_max), part(limits.topic_bytes_max)
+    node = part(limits.node_id_bytes_max)
+    tenant = part(limits.tenant_bytes_max)
+    topic = keys.scoped(tenant, part(limits.topic_bytes_max))
     ms = 2 ** 64 - 1
     layouts = [
         keys.job_key(job), keys.due_key(65_535, ms, job), keys.retry_due_key(65_535, ms, run),
         keys.runs_by_job_key(job, ms, limits.run_attempt_max), keys.open_run_key(node, run),
-        keys.lease_key(ms, run), keys.ready_key(part(limits.queue_bytes_max), ms, run),
+        keys.lease_key(ms, run), keys.ready_key(keys.scoped(tenant, part(limits.queue_bytes_max)), 2, ms, run),
         keys.topic_key(topic, ms),
         keys.topic_idem_key(topic, part(limits.execution_id_bytes_max)),
         keys.group_key(topic, part(limits.group_bytes_max)),

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from raftsched import limits
-from raftsched.testing.http import wait_until
+from raftsched.testing.http import auth_headers, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -159,7 +159,7 @@ def send(cluster, nid: str, method: str, path: str, raw: bytes,
          headers: dict) -> tuple[int, str, object]:
     conn = http.client.HTTPConnection("127.0.0.1", cluster.http_ports[nid], timeout=30)
     try:
-        conn.request(method, path, body=raw or None, headers=headers)
+        conn.request(method, path, body=raw or None, headers={**auth_headers(), **headers})
         response = conn.getresponse()
         return response.status, response.getheader("Content-Type", ""), json.loads(response.read())
     finally:

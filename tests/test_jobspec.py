@@ -292,3 +292,23 @@ def test_bad_patch_is_named(body, field):
     with pytest.raises(InvalidInput) as exc:
         jobspec.validate_patch(body, CURRENT)
     assert exc.value.field == field
+
+
+def test_priority_defaults_to_normal_and_is_patchable():
+    assert CURRENT["priority"] == "normal"
+    for value in jobspec.PRIORITIES:
+        spec = jobspec.validate_create(dict(SEED_BODY, priority=value))["spec"]
+        assert spec["priority"] == value
+        assert jobspec.validate_patch({"priority": value}, CURRENT)["priority"] == value
+    patched = jobspec.validate_patch({"priority": None}, dict(CURRENT, priority="high"))
+    assert patched["priority"] == "normal"
+
+
+@pytest.mark.parametrize("value", ["urgent", "HIGH", 1, ["high"], ""])
+def test_another_priority_is_refused_naming_it(value):
+    with pytest.raises(InvalidInput) as exc:
+        jobspec.validate_create(dict(SEED_BODY, priority=value))
+    assert exc.value.field == "priority"
+    with pytest.raises(InvalidInput) as exc:
+        jobspec.validate_patch({"priority": value}, CURRENT)
+    assert exc.value.field == "priority"

@@ -1,17 +1,20 @@
-"""The OpenAPI document equals the code: every route and method, every request member the validators take, and the path parameters' shapes; it is served and loads as OpenAPI 3.1."""
+"""The OpenAPI document equals the code: every route and method, its permission and security, every request member the validators take, and the path parameters' shapes; it is served and loads as OpenAPI 3.1."""
 
 from __future__ import annotations
 
+import hashlib
 import re
+from types import SimpleNamespace
 
 import pytest
 import schemathesis
 from aiohttp.test_utils import TestClient, TestServer
 
+from raftsched.api import admin, auth, execution, openapi
 from raftsched.api import app as api_app
-from raftsched.api import execution, openapi
-from raftsched.core import jobspec
+from raftsched.core import jobspec, tenancy
 from raftsched.errors import InvalidInput
+from raftsched.testing.http import ADMIN_TOKEN, auth_headers
 
 DOC = openapi.document()
 SCHEMAS = DOC["components"]["schemas"]
@@ -128,9 +131,80 @@ def test_ids_match_their_documented_patterns():
     assert re.fullmatch(jobspec.RUN_ID_PATTERN, "run_" + "0a" * 12)
 
 
+def test_every_route_has_a_permission_and_no_permission_is_stale():
+    in_router = {(method.upper(), path) for method, path in router_operations()}
+    assert in_router - set(auth.PERMISSIONS) == set(), "routes without a permission"
+    assert set(auth.PERMISSIONS) - in_router == set(), "permissions of no route"
+    assert set(auth.PERMISSIONS.values()) <= {"public", *auth.GRANTS["admin"]}
+
+
+def test_every_operation_but_the_public_ones_takes_a_bearer_token():
+    scheme = DOC["components"]["securitySchemes"]["bearer"]
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    public = {(m.lower(), p) for (m, p), need in auth.PERMISSIONS.items() if need == "public"}
+    assert ("get", "/v1/healthz") in public
+    for path, item in DOC["paths"].items():
+        for method, operation in item.items():
+            responses = operation["responses"]
+            if (method, path) in public:
+                assert operation["security"] == [], (method, path)
+                assert "401" not in responses and "403" not in responses, (method, path)
+                continue
+            assert operation["security"] == [{"bearer": []}], (method, path)
+            assert set(responses["401"]["headers"]) == {"WWW-Authenticate"}, (method, path)
+            assert "403" in responses, (method, path)
+
+
+def test_tenant_scoped_operations_take_the_tenant_parameter():
+    for (method, path), need in auth.PERMISSIONS.items():
+        params = DOC["paths"][path][method.lower()].get("parameters", [])
+        tenant = [p for p in params if p["name"] == "tenant" and p["in"] == "query"]
+        if need in ("read", "write", "work"):
+            assert len(tenant) == 1, (method, path)
+            assert tenant[0]["schema"]["pattern"] == f"^{auth.TENANT_RE.pattern}$"
+            assert "admin only" in tenant[0]["description"]
+
+
+def test_creates_document_429_with_retry_after():
+    create = DOC["paths"]["/v1/jobs"]["post"]["responses"]["429"]
+    assert set(create["headers"]) == {"Retry-After"}
+    batch = DOC["paths"]["/v1/jobs:batchCreate"]["post"]["responses"]["200"]
+    assert "429" in batch["description"]
+    assert "retry_after_s" in SCHEMAS["Problem"]["properties"]
+
+
+def test_priority_is_documented_with_the_validators_values():
+    for name in ("JobCreate", "JobPatch"):
+        (values,) = [v["enum"] for v in SCHEMAS[name]["properties"]["priority"]["anyOf"]
+                     if "enum" in v]
+        assert tuple(values) == jobspec.PRIORITIES
+    assert tuple(SCHEMAS["Job"]["properties"]["priority"]["enum"]) == jobspec.PRIORITIES
+
+
+def test_admin_bodies_are_the_handlers_field_sets():
+    assert members(SCHEMAS["TokenCreate"]) == admin.TOKEN_FIELDS
+    assert SCHEMAS["TokenCreate"]["properties"]["role"]["enum"] == list(tenancy.ROLES)
+    assert members(SCHEMAS["TenantQuota"]) == set(tenancy.QUOTA_NAMES)
+    assert openapi.QUOTA_MAXIMA == {name: bound for name, (bound, _) in
+                                    admin._QUOTA_BOUNDS.items()}
+    assert "token" in SCHEMAS["TokenCreated"]["required"]
+    assert "token" not in SCHEMAS["Token"]["properties"]
+    assert "sha256" not in SCHEMAS["Token"]["properties"]
+
+
+def _app_without_a_cluster():
+    """The app over a stand-in node that knows only the bootstrap admin token."""
+    config = SimpleNamespace(insecure_no_auth=False,
+                             admin_token_sha256=hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest())
+    return api_app.make_app(SimpleNamespace(config=config))  # type: ignore[arg-type]
+
+
 async def test_the_document_is_served():
-    async with TestClient(TestServer(api_app.make_app(object()))) as client:  # type: ignore[arg-type]
-        response = await client.get("/v1/openapi.json")
+    async with TestClient(TestServer(_app_without_a_cluster())) as client:
+        response = await client.get("/v1/openapi.json", headers=auth_headers())
         assert response.status == 200
         assert response.content_type == "application/json"
         assert await response.json() == DOC
+        refused = await client.get("/v1/openapi.json")
+        assert refused.status == 401
+        assert refused.headers["WWW-Authenticate"].startswith("Bearer")

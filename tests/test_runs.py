@@ -303,7 +303,7 @@ def test_a_command_on_a_named_queue_waits_in_the_ready_index_for_any_worker():
     run = log.get_run(run_id)
     assert run["queue"] == "batch"
     assert run["node"] is None
-    assert log.store.scan(READY) == [(keys.ready_key("batch", 10_000, run_id), 1)]
+    assert log.store.scan(READY) == [(keys.ready_key("default/batch", 1, 10_000, run_id), 1)]
     assert report(log, update(run_id, "start", holder="worker:w1"),
                   update(run_id, "start", holder="worker:w2")) == [True, False]
     assert log.store.scan(READY) == []

@@ -28,7 +28,7 @@ from raftsched.runtime.trigger import TriggerLoop
 from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.output_store import OutputStore
 from raftsched.testing.cluster import free_ports
-from raftsched.testing.http import call
+from raftsched.testing.http import ADMIN_TOKEN, call
 from raftsched.testing.sink import Sink
 
 
@@ -261,7 +261,9 @@ class InProcessNode:
             node_id="n1", http_host="127.0.0.1", http_port=http_port,
             raft_addr=f"127.0.0.1:{raft_port}", peers=(), data_dir=str(tmp_path),
             raft_secret=None, run_lease_ms=1000, run_heartbeat_ms=200,
-            max_data_bytes=256 * 1024 ** 2, min_free_disk_bytes=0)
+            max_data_bytes=256 * 1024 ** 2, min_free_disk_bytes=0,
+            allow_target_cidrs=("127.0.0.0/8",),   # the sinks listen on loopback
+            admin_token=ADMIN_TOKEN)               # what call() sends
         self.exits: list[int] = []
         self.supervisor_options = dict(exit_hook=self.exits.append, exit_code=EXIT_INVARIANT,
                                        backoff_s_min=0.01, backoff_s_max=0.05)

@@ -14,9 +14,10 @@ import aiohttp
 from aiohttp import web
 
 from raftsched import limits
-from raftsched.api import execution, openapi
-from raftsched.api.common import (NODE_KEY, int_param, json_body, json_response,
-                                  maybe_consistent, node_of, raise_refusal)
+from raftsched.api import admin, execution, openapi, policy
+from raftsched.api.auth import actor_of, auth_middleware, tenant_of
+from raftsched.api.common import (NODE_KEY, int_param, job_secrets, json_body,
+                                  json_response, maybe_consistent, node_of, raise_refusal)
 from raftsched.api.problems import problem, problem_body
 from raftsched.api.views import format_in_job_zone, job_view, run_view
 from raftsched.core import commands, keys
@@ -25,14 +26,14 @@ from raftsched.core.jobspec import (JOB_ID_PATTERN, validate_create, validate_jo
                                     validate_patch)
 from raftsched.core.schedule import next_fire_ms, parse_instant, parse_schedule, preview_ms
 from raftsched.core.timeutil import format_ms
-from raftsched.errors import Conflict, InvalidInput, NotFound, Unavailable
+from raftsched.errors import (Conflict, InvalidInput, NotFound, QuotaExceeded, Unauthorized,
+                              Unavailable)
 from raftsched.storage.base import digest
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
 
 log = logging.getLogger("raftsched.api")
-TENANT = "default"
 JOB_ID = "{job_id:%s}" % JOB_ID_PATTERN
 PREVIEW_FIELDS = {"schedule", "run_at", "after", "count"}
 
@@ -41,6 +42,12 @@ PREVIEW_FIELDS = {"schedule", "run_at", "after", "count"}
 async def problems_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     try:
         return await handler(request)
+    except QuotaExceeded as exc:
+        return problem(exc.status, exc.type, exc.detail, field=exc.field, limit=exc.limit,
+                       headers={"Retry-After": str(exc.retry_after_s)})
+    except Unauthorized as exc:
+        return problem(exc.status, exc.type, exc.detail, field=exc.field,
+                       headers={"WWW-Authenticate": 'Bearer realm="raftsched"'})
     except InvalidInput as exc:
         return problem(exc.status, exc.type, exc.detail, field=exc.field, limit=exc.limit)
     except Unavailable as exc:
@@ -64,11 +71,18 @@ async def problems_middleware(request: web.Request, handler: Any) -> web.StreamR
         return problem(500, "internal", "an internal error occurred; see the node's log")
 
 
-def _live_job(node: "Node", job_id: str) -> dict:
+def _live_job(node: "Node", job_id: str, tenant: str) -> dict:
+    """The job, if it is not deleted and belongs to `tenant` (another tenant's
+    job is answered exactly as a missing one)."""
     job = node.store.get(JOBS, keys.job_key(job_id))
-    if job is None or job["status"] == "deleted":
+    if job is None or job["status"] == "deleted" or job["tenant"] != tenant:
         raise NotFound(f"job {job_id} not found", field="job_id")
     return job
+
+
+def _create_quota(node: "Node", tenant: str) -> dict:
+    quota = node.quota_of(tenant)
+    return {"jobs_max": quota["jobs_max"], "creates_per_s": quota["creates_per_s"]}
 
 
 # --- jobs ------------------------------------------------------------------------------
@@ -77,13 +91,16 @@ async def create_job(request: web.Request) -> web.Response:
     node = node_of(request)
     parsed = validate_create(await json_body(request))
     spec, idem = parsed["spec"], parsed["idempotency_key"]
+    policy.check_spec(node.config, spec)
     now = node.now_ms()
     _check_run_at(spec["schedule"], now)
     node.storage.check_room()
     job_id = "job_" + secrets.token_hex(10)
-    cmd = commands.create_job(job_id=job_id, tenant=TENANT, spec=spec, idempotency_key=idem,
+    tenant = tenant_of(request)
+    cmd = commands.create_job(job_id=job_id, tenant=tenant, spec=spec, idempotency_key=idem,
                               shard=keys.shard_of(job_id, node.shard_count),
-                              next_ms=next_fire_ms(spec["schedule"], now), at_ms=now)
+                              next_ms=next_fire_ms(spec["schedule"], now), at_ms=now,
+                              quota=_create_quota(node, tenant), actor=actor_of(request))
     result = await node.propose(cmd)
     if result.get("error") == "idempotency_key_reserved":
         raise _key_reserved(node, result)
@@ -114,8 +131,11 @@ async def batch_create_jobs(request: web.Request) -> web.Response:
     parts = [(positions[i:i + size], items[i:i + size]) for i in range(0, len(items), size)]
     # Proposed together, in order: pysyncobj keeps that order, so a job sees
     # the jobs before it in the batch (an idempotency key used twice).
+    tenant, actor = tenant_of(request), actor_of(request)
+    quota = _create_quota(node, tenant)
     answers = await asyncio.gather(
-        *(node.propose(commands.create_jobs(tenant=TENANT, at_ms=now, items=part))
+        *(node.propose(commands.create_jobs(tenant=tenant, at_ms=now, items=part, quota=quota,
+                                            actor=actor))
           for _, part in parts), return_exceptions=True)
     unavailable = [a for a in answers if isinstance(a, Unavailable)]
     if unavailable and len(unavailable) == len(answers):
@@ -156,6 +176,7 @@ def _batch_item(node: "Node", body: object, now: int) -> dict:
     """A job body, checked as POST /v1/jobs checks it, as a create_jobs item."""
     parsed = validate_create(body)
     spec = parsed["spec"]
+    policy.check_spec(node.config, spec)
     _check_run_at(spec["schedule"], now)
     job_id = "job_" + secrets.token_hex(10)
     return commands.create_job_item(job_id=job_id, spec=spec,
@@ -178,7 +199,11 @@ def _batch_result(node: "Node", outcome: dict) -> dict:
 
 
 def _problem_of(exc: InvalidInput) -> dict:
-    return problem_body(exc.status, exc.type, exc.detail, field=exc.field, limit=exc.limit)
+    # A job of a batch over a quota has no Retry-After header of its own: its
+    # problem says when to try it again.
+    extra = {"retry_after_s": exc.retry_after_s} if isinstance(exc, QuotaExceeded) else {}
+    return problem_body(exc.status, exc.type, exc.detail, field=exc.field, limit=exc.limit,
+                        **extra)
 
 
 def _key_reserved(node: "Node", result: dict) -> Conflict:
@@ -202,34 +227,36 @@ async def list_jobs(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
     limit = int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
+    tenant = tenant_of(request)
     cursor = request.query.get("cursor")
     if cursor:
         validate_job_id(cursor, "cursor")
     start = keys.job_key(cursor) + b"\x00" if cursor else b""
     jobs: list[dict] = []
-    last_key = None
-    while len(jobs) < limit:
+    # Jobs of every tenant share one table: a page stops after list_scan_rows_max
+    # rows however few were this tenant's, and its cursor goes on from there.
+    scanned, more = 0, False
+    while len(jobs) < limit and scanned < limits.list_scan_rows_max:
         rows = node.store.scan(JOBS, start=start, limit=limit)
-        if not rows:
-            last_key = None
-            break
+        scanned += len(rows)
+        more = len(rows) == limit
         for key, job in rows:
-            last_key = key
-            if job["status"] != "deleted" and len(jobs) < limit:
+            start = key + b"\x00"
+            if job["status"] != "deleted" and job["tenant"] == tenant:
                 jobs.append(job_view(job))
-            if len(jobs) >= limit:
-                break
-        start = last_key + b"\x00"
-        if len(rows) < limit:
+                if len(jobs) >= limit:
+                    break
+        if not more:
             break
-    next_cursor = jobs[-1]["job_id"] if len(jobs) == limit else None
+    next_cursor = start[:-1].decode() if more or len(jobs) == limit else None
     return json_response({"jobs": jobs, "next_cursor": next_cursor})
 
 
 async def get_job(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
-    return json_response(job_view(_live_job(node, request.match_info["job_id"])))
+    job = _live_job(node, request.match_info["job_id"], tenant_of(request))
+    return json_response(job_view(job))
 
 
 async def patch_job(request: web.Request) -> web.Response:
@@ -238,30 +265,32 @@ async def patch_job(request: web.Request) -> web.Response:
     # A write that reads first must read the latest state: a job created a
     # moment ago through another node may not be applied here yet.
     await node.wait_caught_up()
-    job = _live_job(node, request.match_info["job_id"])
+    job = _live_job(node, request.match_info["job_id"], tenant_of(request))
     spec = validate_patch(body, job["spec"])
+    policy.check_spec(node.config, spec)
     now = node.now_ms()
     _check_run_at(spec["schedule"], now)
     next_ms = None if job["status"] == "paused" else next_fire_ms(spec["schedule"], now)
     node.storage.check_room()
-    result = await node.propose(commands.update_job(
-        job_id=job["id"], spec=spec, expected_version=job["version"], next_ms=next_ms, at_ms=now))
+    result = await node.propose(_scoped(request, commands.update_job(
+        job_id=job["id"], spec=spec, expected_version=job["version"], next_ms=next_ms,
+        at_ms=now)))
     raise_refusal(result)
     return json_response(job_view(result["job"]))
 
 
 async def delete_job(request: web.Request) -> web.Response:
     node = node_of(request)
-    result = await node.propose(commands.delete_job(job_id=request.match_info["job_id"],
-                                                    at_ms=node.now_ms()))
+    result = await node.propose(_scoped(request, commands.delete_job(
+        job_id=request.match_info["job_id"], at_ms=node.now_ms())))
     raise_refusal(result)
     return web.Response(status=204)
 
 
 async def pause_job(request: web.Request) -> web.Response:
     node = node_of(request)
-    result = await node.propose(commands.pause_job(job_id=request.match_info["job_id"],
-                                                   at_ms=node.now_ms()))
+    result = await node.propose(_scoped(request, commands.pause_job(
+        job_id=request.match_info["job_id"], at_ms=node.now_ms())))
     raise_refusal(result)
     return json_response(job_view(result["job"]))
 
@@ -269,13 +298,13 @@ async def pause_job(request: web.Request) -> web.Response:
 async def resume_job(request: web.Request) -> web.Response:
     node = node_of(request)
     await node.wait_caught_up()
-    job = _live_job(node, request.match_info["job_id"])
+    job = _live_job(node, request.match_info["job_id"], tenant_of(request))
     now = node.now_ms()
     # From now: no catch-up of what was missed while paused (a one-off whose
     # time passed while paused runs once, now).
     node.storage.check_room()
-    result = await node.propose(commands.resume_job(
-        job_id=job["id"], next_ms=next_fire_ms(job["spec"]["schedule"], now), at_ms=now))
+    result = await node.propose(_scoped(request, commands.resume_job(
+        job_id=job["id"], next_ms=next_fire_ms(job["spec"]["schedule"], now), at_ms=now)))
     raise_refusal(result)
     return json_response(job_view(result["job"]))
 
@@ -284,38 +313,42 @@ async def trigger_job(request: web.Request) -> web.Response:
     node = node_of(request)
     now = node.now_ms()
     node.storage.check_room()
-    result = await node.propose(commands.trigger_job(
-        job_id=request.match_info["job_id"], scheduled_ms=now, node=node.node_id, at_ms=now))
+    result = await node.propose(_scoped(request, commands.trigger_job(
+        job_id=request.match_info["job_id"], scheduled_ms=now, node=node.node_id, at_ms=now)))
     raise_refusal(result)
-    return json_response(run_view(result["run"]), status=201 if result["created"] else 200)
+    run = result["run"]
+    return json_response(run_view(run, job_secrets(node, run["job_id"])),
+                         status=201 if result["created"] else 200)
 
 
 async def job_runs(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
     job_id = request.match_info["job_id"]
-    if node.store.get(JOBS, keys.job_key(job_id)) is None:
+    job = node.store.get(JOBS, keys.job_key(job_id))
+    if job is None or job["tenant"] != tenant_of(request):
         raise NotFound(f"job {job_id} not found", field="job_id")
     limit = int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
     prefix = keys.runs_by_job_prefix(job_id)
     rows = node.store.scan(RUNS_BY_JOB, start=prefix, stop=prefix[:-1] + b"\x01",
                            reverse=True, limit=limit)
     runs = [node.store.get(RUNS, run_id.encode()) for _, run_id in rows]
-    return json_response({"runs": [run_view(r) for r in runs if r is not None]})
+    hidden = job_secrets(node, job_id)
+    return json_response({"runs": [run_view(r, hidden) for r in runs if r is not None]})
 
 
 async def get_run(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
     run = node.store.get(RUNS, request.match_info["run_id"].encode())
-    if run is None:
+    if run is None or run["tenant"] != tenant_of(request):
         raise NotFound(f"run {request.match_info['run_id']} not found", field="run_id")
-    return json_response(run_view(run))
+    return json_response(run_view(run, job_secrets(node, run["job_id"])))
 
 
 async def job_preview(request: web.Request) -> web.Response:
     node = node_of(request)
-    job = _live_job(node, request.match_info["job_id"])
+    job = _live_job(node, request.match_info["job_id"], tenant_of(request))
     count = int_param(request, "count", 10, limits.preview_count_max)
     times = preview_ms(job["spec"]["schedule"], node.now_ms(), count)
     return json_response({"fire_times": [format_in_job_zone(job["spec"], t) for t in times]})
@@ -358,6 +391,8 @@ def _local_status(node: "Node") -> dict:
             "journal_flushes_total": node.replicator.journal_flushes_total,
             "snapshots_written_total": node.replicator.snapshots_written_total,
             "snapshot_installs_total": node.replicator.snapshot_installs_total,
+            # Connections to the Raft port closed for an oversized frame header.
+            "raft_frames_refused_total": node.replicator.frames_refused_total,
             # Failures of each background task since start (runtime/supervise.py).
             "task_failures": dict(node.supervisor.failures),
             # Peers read `storage.full` to refuse writes while this node is past its mark.
@@ -383,7 +418,8 @@ async def cluster(request: web.Request) -> web.Response:
             return me
         try:
             timeout = aiohttp.ClientTimeout(total=0.5)
-            async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with aiohttp.ClientSession(timeout=timeout,
+                                             headers=node.config.peer_headers()) as session:
                 async with session.get(rec["http"] + "/v1/node") as response:
                     return await response.json()
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
@@ -454,6 +490,10 @@ async def check_digest(request: web.Request) -> web.Response:
                           "digest": "sha256:" + value})
 
 
+def _scoped(request: web.Request, command: dict) -> dict:
+    return commands.scoped(command, tenant=tenant_of(request), actor=actor_of(request))
+
+
 async def healthz(request: web.Request) -> web.Response:
     return json_response({"ok": True, "node": node_of(request).node_id})
 
@@ -470,7 +510,7 @@ async def ui(request: web.Request) -> web.Response:
 def make_app(node: "Node") -> web.Application:
     # The largest body any route takes; json_body holds each route to its own
     # limit and names it in the 413.
-    app = web.Application(middlewares=[problems_middleware],
+    app = web.Application(middlewares=[problems_middleware, auth_middleware],
                           client_max_size=max(limits.request_body_bytes_max,
                                               limits.worker_complete_body_bytes_max,
                                               limits.batch_request_body_bytes_max))
@@ -478,6 +518,7 @@ def make_app(node: "Node") -> web.Application:
     r = app.router
     r.add_get("/", ui)
     r.add_get("/healthz", healthz)
+    r.add_get("/v1/healthz", healthz)
     r.add_get("/v1/openapi.json", openapi_document)
     r.add_post("/v1/jobs", create_job)
     r.add_post("/v1/jobs:batchCreate", batch_create_jobs)
@@ -498,4 +539,5 @@ def make_app(node: "Node") -> web.Application:
     r.add_get("/v1/state/digest", state_digest)
     r.add_post("/v1/state/digest:check", check_digest)
     execution.add_routes(r)
+    admin.add_routes(r)
     return app

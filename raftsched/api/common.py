@@ -9,7 +9,10 @@ from aiohttp import hdrs, web
 
 from raftsched import limits
 from raftsched.api import strictjson
-from raftsched.errors import Conflict, InvalidInput, NotFound
+from raftsched.core import keys
+from raftsched.core.apply import JOBS
+from raftsched.core.redact import secret_values
+from raftsched.errors import Conflict, InvalidInput, NotFound, QuotaExceeded
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
@@ -88,6 +91,11 @@ def raise_refusal(result: dict, field: str = "job_id") -> None:
         raise NotFound(detail, field=field)
     if error == "conflict":
         raise Conflict(detail, field=field)
+    if error == "quota":
+        raise QuotaExceeded(detail, limit=result["limit"], retry_after_s=result["retry_after_s"])
+    if error == "limit":
+        raise InvalidInput(detail, field=result.get("field") or field, status=409,
+                           type_="conflict", limit=result["limit"])
     # invalid_command (the command's shape) and refused (a key the store
     # cannot hold) name the command member at fault, when they can.
     raise InvalidInput(detail, field=result.get("field") or None)
@@ -110,3 +118,11 @@ async def maybe_consistent(request: web.Request) -> None:
     """`?consistent=true`: read after this node applied what the leader had committed."""
     if request.query.get("consistent", "").lower() in ("1", "true", "yes"):
         await node_of(request).wait_caught_up()
+
+
+def job_secrets(node: "Node", job_id: str) -> tuple[str, ...]:
+    """The texts to mask in what a job's runs show (core/redact.py secret_values);
+    none once the job is removed (its runs' output and errors were masked when
+    they were recorded)."""
+    job = node.store.get(JOBS, keys.job_key(job_id))
+    return secret_values(job["spec"]) if job is not None else ()

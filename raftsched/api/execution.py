@@ -11,15 +11,17 @@ import aiohttp
 from aiohttp import web
 
 from raftsched import limits
-from raftsched.api.common import (float_param, int_param, json_body, json_response,
-                                  maybe_consistent, node_of, raise_refusal)
+from raftsched.api.auth import actor_of, principal, tenant_of
+from raftsched.api.common import (float_param, int_param, job_secrets, json_body,
+                                  json_response, maybe_consistent, node_of, raise_refusal)
 from raftsched.api.views import run_view
 from raftsched.core import commands, keys
 from raftsched.core.apply import GROUPS, NODES, RUNS, TOPICS
 from raftsched.core.jobspec import RUN_ID_PATTERN, validate_name_token, validate_run_id
+from raftsched.core.redact import redact_output, redact_text
 from raftsched.core.timeutil import format_ms
 from raftsched.core.topics import meta as topic_meta
-from raftsched.errors import InvalidInput, NotFound
+from raftsched.errors import Forbidden, InvalidInput, NotFound
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
@@ -32,8 +34,10 @@ GROUP = "{group:[A-Za-z0-9._-]+}"
 WORKER = "{worker_id:[A-Za-z0-9._-]+}"
 
 
-def _topic(request: web.Request) -> str:
-    return validate_name_token(request.match_info["topic"], "topic")
+def _topic(request: web.Request) -> tuple[str, str]:
+    """(the topic's name, the name the state keys it by: scoped by tenant)."""
+    name = validate_name_token(request.match_info["topic"], "topic")
+    return name, keys.scoped(tenant_of(request), name)
 
 
 def _group(value: str) -> str:
@@ -47,9 +51,9 @@ def _worker(request: web.Request) -> str:
                                limit="worker_id_bytes_max")
 
 
-def _run(node: "Node", run_id: str) -> dict:
+def _run(node: "Node", run_id: str, tenant: str) -> dict:
     run = node.store.get(RUNS, run_id.encode())
-    if run is None:
+    if run is None or run["tenant"] != tenant:
         raise NotFound(f"run {run_id} not found", field="run_id")
     return run
 
@@ -65,21 +69,29 @@ async def cancel_run(request: web.Request) -> web.Response:
                 or set(parsed) - {"reason"}:
             raise InvalidInput("the body is optional: {\"reason\": \"...\"}", field="reason")
         reason = parsed.get("reason") or reason
-    result = await node.propose(commands.cancel_run(
+    result = await node.propose(commands.scoped(commands.cancel_run(
         run_id=request.match_info["run_id"], reason=reason[:limits.run_error_chars_max],
-        at_ms=node.now_ms()))
+        at_ms=node.now_ms()), tenant=tenant_of(request), actor=actor_of(request)))
     raise_refusal(result, field="run_id")
-    return json_response(run_view(result["run"]))
+    return json_response(run_view(result["run"], job_secrets(node, result["run"]["job_id"])))
 
 
 async def run_logs(request: web.Request) -> web.Response:
     """Every attempt's output, from whichever node keeps it. `?local=true`
-    answers from this node's store only (what nodes ask each other)."""
+    answers from this node's store only (what nodes ask each other).
+
+    The job's secrets were masked before the output was stored and the errors
+    recorded; both answers mask them again, for a name the job has listed in
+    secret_keys since."""
     node = node_of(request)
     run_id = request.match_info["run_id"]
     if request.query.get("local") == "true":
-        return json_response({"node": node.node_id, "attempts": node.outputs.get(run_id)})
-    run = _run(node, run_id)
+        if not principal(request).is_admin:
+            raise Forbidden("`local=true` is how nodes ask each other; it needs an admin "
+                            "token", field="local")
+        return json_response({"node": node.node_id, "attempts": _local_logs(node, run_id)})
+    run = _run(node, run_id, tenant_of(request))
+    hidden = job_secrets(node, run["job_id"])
     holders = sorted({a["output_node"] for a in run.get("attempts", []) if a.get("output_node")})
     stored: dict[int, dict] = {}
     missing: list[dict] = []
@@ -88,7 +100,7 @@ async def run_logs(request: web.Request) -> web.Response:
         if error is not None:
             missing.append({"node": holder, "error": error})
         for record in found:
-            stored[record["attempt"]] = dict(record, node=holder)
+            stored[record["attempt"]] = dict(redact_output(record, hidden), node=holder)
     attempts = []
     for summary in run.get("attempts", []):
         record = stored.get(summary["attempt"], {})
@@ -96,11 +108,21 @@ async def run_logs(request: web.Request) -> web.Response:
                          "started_at": format_ms(summary["started_ms"]),
                          "finished_at": format_ms(summary["finished_ms"]),
                          "http_status": summary["http_status"],
-                         "exit_code": summary["exit_code"], "error": summary["error"],
+                         "exit_code": summary["exit_code"],
+                         "error": summary["error"] and redact_text(summary["error"], hidden),
                          "output_node": summary.get("output_node"),
                          **{k: record[k] for k in ("stdout", "stderr", "http_body", "published",
                                                    "truncated") if k in record}})
     return json_response({"run_id": run_id, "attempts": attempts, "unavailable": missing})
+
+
+def _local_logs(node: "Node", run_id: str) -> list[dict]:
+    records = node.outputs.get(run_id)
+    if not records:
+        return records
+    run = node.store.get(RUNS, run_id.encode())
+    hidden = job_secrets(node, run["job_id"]) if run is not None else ()
+    return [redact_output(record, hidden) for record in records]
 
 
 async def _logs_from(node: "Node", holder: str, run_id: str) -> tuple[list[dict], str | None]:
@@ -111,7 +133,8 @@ async def _logs_from(node: "Node", holder: str, run_id: str) -> tuple[list[dict]
         return [], f"node {holder} is not registered"
     try:
         timeout = aiohttp.ClientTimeout(total=limits.logs_fetch_timeout_s)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with aiohttp.ClientSession(timeout=timeout,
+                                         headers=node.config.peer_headers()) as session:
             async with session.get(f"{rec['http']}/v1/runs/{run_id}/logs",
                                    params={"local": "true"}) as response:
                 body = await response.json()
@@ -127,7 +150,7 @@ async def topic_messages(request: web.Request) -> web.Response:
     Without `after`, a `group` starts from its committed offset (else 0)."""
     node = node_of(request)
     await maybe_consistent(request)
-    topic = _topic(request)
+    name, topic = _topic(request)
     limit = int_param(request, "limit", 100, limits.topic_read_limit_max)
     wait_s = float_param(request, "wait_s", 0.0, limits.topic_wait_s_max)
     after = _offset_param(request, node, topic)
@@ -148,7 +171,7 @@ async def topic_messages(request: web.Request) -> web.Response:
     messages = [{"offset": m["offset"], "key": m["key"], "message": m["message"],
                  "execution_id": m["execution_id"], "job_id": m["job_id"],
                  "published_at": format_ms(m["published_ms"])} for _, m in rows]
-    return json_response({"topic": topic, "messages": messages,
+    return json_response({"topic": name, "messages": messages,
                           "next_after": messages[-1]["offset"] if messages else after,
                           "first_offset": state["first"], "last_offset": state["next"] - 1})
 
@@ -174,9 +197,9 @@ def _offset_param(request: web.Request, node: "Node", topic: str) -> int:
 async def get_group(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
-    topic, group = _topic(request), _group(request.match_info["group"])
+    (name, topic), group = _topic(request), _group(request.match_info["group"])
     committed = node.store.get(GROUPS, keys.group_key(topic, group))
-    return json_response({"topic": topic, "group": group,
+    return json_response({"topic": name, "group": group,
                           "offset": committed["offset"] if committed else 0,
                           "committed_at": format_ms(committed["committed_ms"]) if committed
                           else None})
@@ -189,7 +212,7 @@ async def commit_group(request: web.Request) -> web.Response:
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise InvalidInput("the body must be {\"offset\": N}, the last offset processed",
                            field="offset")
-    topic, group = _topic(request), _group(request.match_info["group"])
+    (name, topic), group = _topic(request), _group(request.match_info["group"])
     if node.store.get(GROUPS, keys.group_key(topic, group)) is None:
         node.storage.check_room()   # a new group adds state; moving an offset does not
     result = await node.propose(commands.commit_offset(topic=topic, group=group, offset=offset,
@@ -199,7 +222,7 @@ async def commit_group(request: web.Request) -> web.Response:
                            limit=result["limit"])
     if not result["ok"]:
         raise InvalidInput(result["detail"], field="offset")
-    return json_response({"topic": topic, "group": group, "offset": offset})
+    return json_response({"topic": name, "group": group, "offset": offset})
 
 
 # --- workers ---------------------------------------------------------------------------
@@ -302,7 +325,8 @@ async def worker_claim(request: web.Request) -> web.Response:
             or not 0 <= wait_s <= limits.worker_claim_wait_s_max:
         raise InvalidInput(f"`wait_s` must be from 0 to {limits.worker_claim_wait_s_max:g}",
                            field="wait_s", limit="worker_claim_wait_s_max")
-    runs = await node.workers.claim(_worker(request), queue, max_runs, float(wait_s))
+    runs = await node.workers.claim(_worker(request), keys.scoped(tenant_of(request), queue),
+                                    max_runs, float(wait_s))
     return json_response({"runs": runs, "node": node.node_id})
 
 
@@ -311,7 +335,7 @@ async def worker_heartbeat(request: web.Request) -> web.Response:
     worker = _worker(request)
     beats = _list_member(await json_body(request), "runs", limits.run_update_batch_max,
                          "run_update_batch_max", HEARTBEAT_FIELDS)
-    lost = await node.workers.heartbeat(worker, beats)
+    lost = await node.workers.heartbeat(worker, beats, tenant_of(request))
     return json_response({"lost": lost})
 
 
@@ -324,7 +348,7 @@ async def worker_complete(request: web.Request) -> web.Response:
                            RESULT_FIELDS)
     for i, result in enumerate(results):
         _check_result(result, f"results[{i}]")
-    accepted = await node.workers.complete(worker, results)
+    accepted = await node.workers.complete(worker, results, tenant_of(request))
     return json_response({"accepted": accepted})
 
 

@@ -4,7 +4,9 @@ Written here by hand, from the same constants the validators use: enums come
 from core/jobspec.py's tuples and bounds from raftsched.limits, so they cannot
 drift. tests/test_openapi.py keeps the rest equal to the code: the members of
 every request object against the validators' field sets, and the paths and
-methods against the aiohttp router.
+methods against the aiohttp router. Who may call an operation comes from
+api/auth.py's PERMISSIONS: every operation but the public ones takes a bearer
+token and may answer 401 and 403.
 
 Request schemas describe the shape; the validators also check what a schema
 cannot say (a cron expression's syntax, a time zone's existence, a byte length
@@ -18,7 +20,9 @@ import functools
 from typing import Any
 
 from raftsched import limits
+from raftsched.api import auth
 from raftsched.core import jobspec
+from raftsched.core.tenancy import ROLES
 
 Schema = dict[str, Any]
 
@@ -199,7 +203,21 @@ def _job_members() -> dict[str, Schema]:
                                       f"{limits.idempotency_key_bytes_max} bytes of UTF-8"}),
         "metadata": _nullable({"type": "object", "description": "at most "
                                f"{limits.metadata_bytes_max} bytes encoded"}),
+        "secret_keys": _secret_keys(),
+        "priority": _nullable({"type": "string", "enum": list(jobspec.PRIORITIES),
+                               "description": "the order of the tenant's own runs where a "
+                                              "backlog forms; null is normal"}),
     }
+
+
+def _secret_keys() -> Schema:
+    return _nullable({
+        "type": "array", "maxItems": limits.secret_keys_max,
+        "items": {"type": "string", "minLength": 1, "pattern": "^[^=\\r\\n\\u0000]+$",
+                  "description": f"at most {limits.secret_key_bytes_max} bytes of UTF-8"},
+        "description": "header names (any case) or env variable names (exact) whose values "
+                       'reads, logs and alerts show as "***"; Authorization, Cookie and '
+                       "Proxy-Authorization are always secret"})
 
 
 def job_create_schema() -> Schema:
@@ -260,6 +278,34 @@ def _complete_request() -> Schema:
                              "items": result}}, ("results",))
 
 
+def _tenant_name() -> Schema:
+    return {"type": "string", "pattern": f"^{limits.tenant_name_pattern}$"}
+
+
+def _token_request() -> Schema:
+    return _obj({
+        "tenant": dict(_tenant_name(), description="default: the tenant the admin acts for"),
+        "role": {"type": "string", "enum": list(ROLES)},
+        "name": {"type": "string", "description": "at most "
+                 f"{limits.token_name_bytes_max} bytes of UTF-8; default empty"},
+    }, ("role",), examples=[{"tenant": "t1", "role": "writer", "name": "ci"}])
+
+
+# The bound of each quota a PUT takes (1 to this; null: the node flags' default).
+QUOTA_MAXIMA = {"jobs_max": limits.quota_jobs_max_max,
+                "creates_per_s": limits.quota_creates_per_s_max,
+                "runs_concurrent_max": limits.quota_jobs_max_max,
+                "weight": limits.tenant_weight_max}
+
+
+def _quota_request() -> Schema:
+    return _obj({name: _nullable({"type": "integer", "minimum": 1, "maximum": maximum})
+                 for name, maximum in QUOTA_MAXIMA.items()},
+                description="a member left out or null follows the node flags' default "
+                            "(--tenant-jobs-max, ...)",
+                examples=[{"jobs_max": 1000, "creates_per_s": 50}])
+
+
 # --- responses ----------------------------------------------------------------------------
 
 def _job() -> Schema:
@@ -267,15 +313,19 @@ def _job() -> Schema:
         "job_id": _STR, "name": _STR, "status": _STR,
         "schedule": _obj({"cron": _STR, "timezone": _STR, "every": _STR}, closed=False),
         "run_at": _TIME, "next_run_at": _TIME_OR_NULL,
-        "target": {"type": "object"}, "retry": {"type": "object"},
+        "target": {"type": "object", "description": "secret header and env values (see "
+                   '`secret_keys`) show as "***"; a PATCH that sends "***" keeps the value'},
+        "retry": {"type": "object"},
         "alert": {"type": "object"}, "concurrency": {"type": "object"},
         "misfire": {"type": "object"}, "misfires_omitted": _INT,
         "metadata": {"type": "object"}, "history": {"type": "object"},
+        "secret_keys": {"type": "array", "items": _STR},
+        "priority": {"type": "string", "enum": list(jobspec.PRIORITIES)},
         "idempotency_key": _STR_OR_NULL, "shard": _INT, "version": _INT,
         "last_run_id": _STR_OR_NULL, "created_at": _TIME, "updated_at": _TIME,
     }, ("job_id", "name", "status", "next_run_at", "target", "retry", "concurrency",
-        "misfire", "metadata", "idempotency_key", "shard", "version", "last_run_id",
-        "created_at", "updated_at"), closed=False)
+        "misfire", "metadata", "priority", "idempotency_key", "shard", "version",
+        "last_run_id", "created_at", "updated_at"), closed=False)
 
 
 def _run() -> Schema:
@@ -303,6 +353,9 @@ def _problem() -> Schema:
         "limit": {"type": "string", "description": "the bound exceeded, by its name in "
                                                     "raftsched.limits"},
         "reason": {"type": "string", "description": "503: why the cluster cannot commit"},
+        "retry_after_s": {"type": "integer", "minimum": 1, "description":
+                          "429 in a batchCreate result: when to try that job again (a "
+                          "whole answer's 429 says it in Retry-After)"},
     }, ("type", "title", "status", "detail"), closed=False)
 
 
@@ -358,8 +411,43 @@ def _digest() -> Schema:
                 ("node", "digest"), closed=False)
 
 
+def _token_view() -> Schema:
+    return _obj({"token_id": _STR, "tenant": _STR, "role": {"enum": list(ROLES)},
+                 "name": _STR, "created_at": _TIME, "created_by": _STR_OR_NULL},
+                ("token_id", "tenant", "role", "name", "created_at"), closed=False)
+
+
+def _token_created() -> Schema:
+    created = _token_view()
+    created["properties"]["token"] = {
+        "type": "string", "description": "the bearer token: shown here only, the cluster "
+                                         "keeps its SHA-256"}
+    created["required"].append("token")
+    return created
+
+
+def _tenant() -> Schema:
+    quota = _obj({name: _INT_OR_NULL for name in QUOTA_MAXIMA}, closed=False)
+    in_force = _obj({name: _INT for name in QUOTA_MAXIMA}, closed=False)
+    return _obj({"tenant": _STR, "quota": quota, "in_force": in_force,
+                 "jobs": {"type": "integer", "description": "jobs counted against jobs_max"}},
+                ("tenant", "quota", "in_force", "jobs"), closed=False)
+
+
+def _audit_record() -> Schema:
+    return _obj({"seq": _INT, "at": _TIME, "actor": _STR_OR_NULL,
+                 "action": {"type": "string", "description": "token.create, token.revoke, "
+                            "tenant.put, job.create, job.update, job.delete, job.pause, "
+                            "job.resume, job.trigger"},
+                 "tenant": _STR_OR_NULL, "subject": _STR, "detail": {"type": "object"}},
+                ("seq", "at", "actor", "action", "subject"), closed=False)
+
+
 def _components() -> Schema:
-    return {"schemas": {
+    return {"securitySchemes": {"bearer": {
+        "type": "http", "scheme": "bearer",
+        "description": "a token of POST /v1/tokens, or the nodes' bootstrap admin token"}},
+        "schemas": {
         "Problem": _problem(), "Job": _job(), "Run": _run(),
         "JobCreate": job_create_schema(), "JobPatch": job_patch_schema(),
         "Schedule": _schedule(),
@@ -367,6 +455,8 @@ def _components() -> Schema:
         "SchedulePreview": _preview_request(),
         "WorkerClaim": _claim_request(), "WorkerHeartbeat": _heartbeat_request(),
         "WorkerComplete": _complete_request(),
+        "TokenCreate": _token_request(), "Token": _token_view(), "TokenCreated": _token_created(),
+        "TenantQuota": _quota_request(), "Tenant": _tenant(), "AuditRecord": _audit_record(),
     }}
 
 
@@ -374,11 +464,16 @@ def _components() -> Schema:
 
 ERRORS = {
     400: "Bad input: `field` names the member (dotted path), `limit` the bound exceeded",
-    404: "No such job, run or route",
+    401: "No bearer token, or one this cluster does not know (never created, or revoked)",
+    403: "The token's role may not do this, or a token other than an admin's named another "
+         "tenant in `tenant`",
+    404: "No such job, run, token or route (another tenant's ids answer so too)",
     409: "A conflict: the job changed between read and write, the run is finished, the "
          "idempotency key is reserved, or a bound on what exists is reached (`limit`)",
     413: "The body, or a member of it, is over its limit (named in `limit`)",
     415: "The body is declared as something other than JSON",
+    429: "Over a quota of the tenant (`limit` names it: jobs_max, creates_per_s); "
+         "Retry-After says when to try again",
     500: "A bug: the node logged it",
     503: "No leader, no quorum, or not committed in time (`reason` says which); "
          "the outcome of a write is unknown, retry it",
@@ -386,6 +481,22 @@ ERRORS = {
 }
 READ_ERRORS = (400, 404, 500, 503)
 WRITE_ERRORS = (400, 404, 409, 413, 415, 500, 503, 507)
+CREATE_ERRORS = (*WRITE_ERRORS, 429)
+AUTH_ERRORS = (401, 403)
+_SECONDS = {"type": "integer", "minimum": 1}
+ERROR_HEADERS = {
+    401: {"WWW-Authenticate": {"description": 'Bearer realm="raftsched"', "schema": _STR}},
+    429: {"Retry-After": {"description": "seconds", "schema": _SECONDS}},
+    503: {"Retry-After": {"description": "seconds", "schema": _SECONDS}},
+}
+
+
+def _error(status: int) -> Schema:
+    response: Schema = {"description": ERRORS[status], "content": {
+        "application/problem+json": {"schema": _ref("Problem")}}}
+    if status in ERROR_HEADERS:
+        response["headers"] = ERROR_HEADERS[status]
+    return response
 
 
 def _json(schema: Schema, description: str) -> Schema:
@@ -397,8 +508,7 @@ def _op(summary: str, responses: dict[int, Schema], *, params: list[Schema] | No
         errors: tuple[int, ...] = READ_ERRORS) -> Schema:
     operation: Schema = {"summary": summary, "responses": {
         **{str(status): response for status, response in responses.items()},
-        **{str(status): {"description": ERRORS[status], "content": {
-            "application/problem+json": {"schema": _ref("Problem")}}} for status in errors}}}
+        **{str(status): _error(status) for status in errors}}}
     if params:
         operation["parameters"] = params
     if body is not None:
@@ -421,6 +531,9 @@ def _limit(maximum: int) -> Schema:
                      "page size")
 
 
+_TENANT = _in_query("tenant", {"type": "string", "pattern": f"^{limits.tenant_name_pattern}$"},
+                    "admin only: act for this tenant (default: the token's own); another "
+                    "role naming a tenant other than its own is a 403")
 _CONSISTENT = _in_query("consistent", {"type": "string", "enum": ["true", "false"]},
                         "true: answer after this node applied what the leader had committed")
 _JOB_ID = _in_path("job_id", {"type": "string", "pattern": f"^{jobspec.JOB_ID_PATTERN}$"})
@@ -441,7 +554,7 @@ def _job_paths() -> dict[str, Schema]:
             "post": _op("Create a job", {201: _json(_ref("Job"), "Created"),
                                          200: _json(_ref("Job"), "The job created earlier "
                                                     "with this idempotency_key")},
-                        body=_ref("JobCreate"), errors=WRITE_ERRORS),
+                        body=_ref("JobCreate"), errors=CREATE_ERRORS),
             "get": _op("List jobs in id order", {200: _json(jobs, "A page of jobs")}, params=[
                 _limit(limits.list_limit_max), _CONSISTENT,
                 _in_query("cursor", {"type": "string", "pattern": f"^{jobspec.JOB_ID_PATTERN}$"},
@@ -449,7 +562,9 @@ def _job_paths() -> dict[str, Schema]:
         },
         "/v1/jobs:batchCreate": {"post": _op(
             "Create up to 1000 jobs, proposed as entries of at most 250 jobs",
-            {200: _json(_batch_results(), "One result per job, in order")},
+            {200: _json(_batch_results(), "One result per job, in order. A job over a quota "
+                        "of the tenant gets a 429 problem naming the `limit`, with "
+                        "`retry_after_s`; the jobs before it are created")},
             body=_obj({"jobs": {"type": "array", "minItems": 1,
                                 "maxItems": limits.batch_create_jobs_max,
                                 "items": _ref("JobCreate")}}, ("jobs",),
@@ -553,9 +668,8 @@ def _cluster_paths() -> dict[str, Schema]:
     return {
         "/": {"get": _op("A read-only UI", {200: {"description": "HTML", "content": {
             "text/html": {"schema": _STR}}}}, errors=(500,))},
-        "/healthz": {"get": _op("Liveness", {200: _json(
-            _obj({"ok": _BOOL, "node": _STR}, ("ok", "node"), closed=False), "Serving")},
-            errors=(500,))},
+        "/healthz": {"get": _healthz()},
+        "/v1/healthz": {"get": _healthz()},
         "/v1/openapi.json": {"get": _op("This document", {200: _json(
             {"type": "object"}, "OpenAPI 3.1")}, errors=(500,))},
         "/v1/cluster": {"get": _op("Leader and members", {200: _json(_cluster(), "Cluster")},
@@ -572,6 +686,72 @@ def _cluster_paths() -> dict[str, Schema]:
     }
 
 
+def _healthz() -> Schema:
+    return _op("Liveness", {200: _json(_obj({"ok": _BOOL, "node": _STR}, ("ok", "node"),
+                                            closed=False), "Serving")}, errors=(500,))
+
+
+def _admin_paths() -> dict[str, Schema]:
+    tenant = _json(_ref("Tenant"), "The tenant's quotas, those in force, and its job count")
+    tokens = _obj({"tokens": {"type": "array", "items": _ref("Token")}}, ("tokens",),
+                  closed=False)
+    tenants = _obj({"tenants": {"type": "array", "items": _ref("Tenant")}}, ("tenants",),
+                   closed=False)
+    audit = _obj({"records": {"type": "array", "items": _ref("AuditRecord")},
+                  "next_after": _INT}, ("records", "next_after"), closed=False)
+    token_id = _in_path("token_id", {"type": "string", "pattern": "^tok_[0-9a-f]{16}$"})
+    # The route takes any segment, so that a bad name is a 400 naming `tenant`.
+    name = _in_path("tenant", {"type": "string", "pattern": "^[^/]+$", "description":
+                               f"a tenant name, {limits.tenant_name_pattern}"})
+    return {
+        "/v1/tokens": {
+            "post": _op("Create a token", {201: _json(_ref("TokenCreated"), "Created")},
+                        body=_ref("TokenCreate"), errors=(400, 409, 413, 415, 500, 503)),
+            "get": _op("List tokens (never their text or hash)",
+                       {200: _json(tokens, "Tokens")}, params=[_CONSISTENT]),
+        },
+        "/v1/tokens/{token_id}": {"delete": _op(
+            "Revoke a token: every node refuses it once it applied this",
+            {204: {"description": "Revoked"}}, params=[token_id], errors=(404, 500, 503))},
+        "/v1/tenants": {"get": _op("Tenants with a record (quotas set, or jobs created)",
+                                   {200: _json(tenants, "Tenants")}, params=[_CONSISTENT])},
+        "/v1/tenants/{tenant}": {
+            "get": _op("A tenant's quotas", {200: tenant}, params=[name, _CONSISTENT]),
+            "put": _op("Set a tenant's quotas", {200: tenant}, params=[name],
+                       body=_ref("TenantQuota"), errors=(400, 409, 413, 415, 500, 503)),
+        },
+        "/v1/audit": {"get": _op("Audit records after `after`, oldest first",
+                                 {200: _json(audit, "A page of records")}, params=[
+            _in_query("after", {"type": "integer", "minimum": 0,
+                                "maximum": limits.command_int_max - 1},
+                      "a record's seq (0: from the oldest kept)"),
+            _limit(limits.audit_list_limit_max), _CONSISTENT])},
+    }
+
+
+# Routes where the tenant an admin acts for matters beyond the jobs, runs,
+# topics and queues: a token is made for it, and the list shows only its tokens.
+_TENANT_ADMIN_OPERATIONS = {("get", "/v1/tokens"), ("post", "/v1/tokens")}
+
+
+def _secure(paths: dict[str, Schema]) -> None:
+    """Who may call each operation (api/auth.py PERMISSIONS): public ones take
+    no token; the others take a bearer token and may answer 401 and 403."""
+    for path, item in paths.items():
+        for method, operation in item.items():
+            need = auth.PERMISSIONS[(method.upper(), path)]
+            if need == "public":
+                operation["security"] = []
+                continue
+            operation["security"] = [{"bearer": []}]
+            roles = [role for role in ROLES if need in auth.GRANTS[role]]
+            who = "any role" if need == "any" else "role " + " or ".join(roles)
+            operation["description"] = f"Needs permission `{need}`: a token of {who}."
+            operation["responses"].update({str(s): _error(s) for s in AUTH_ERRORS})
+            if need in ("read", "write", "work") or (method, path) in _TENANT_ADMIN_OPERATIONS:
+                operation.setdefault("parameters", []).append(_TENANT)
+
+
 def document() -> Schema:
     """The whole OpenAPI document: a copy, which the caller may change."""
     return copy.deepcopy(_document())
@@ -580,11 +760,16 @@ def document() -> Schema:
 @functools.cache
 def _document() -> Schema:
     """Built once: it depends on nothing at run time."""
+    paths = {**_job_paths(), **_topic_paths(), **_worker_paths(), **_cluster_paths(),
+             **_admin_paths()}
+    _secure(paths)
     return {
         "openapi": "3.1.0",
         "info": {"title": "raftsched", "version": "1",
-                 "description": "A distributed job scheduler. Errors are "
-                                "application/problem+json (RFC 9457). See docs/api.md."},
-        "paths": {**_job_paths(), **_topic_paths(), **_worker_paths(), **_cluster_paths()},
+                 "description": "A distributed job scheduler. Every route but the health "
+                                "checks and the UI takes `Authorization: Bearer <token>` "
+                                "(docs/security.md). Errors are application/problem+json "
+                                "(RFC 9457). See docs/api.md."},
+        "paths": paths,
         "components": _components(),
     }

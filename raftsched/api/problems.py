@@ -15,6 +15,9 @@ TITLES = {
     "unsupported-media-type": "Unsupported media type",
     "unavailable": "Cluster unavailable",
     "insufficient-storage": "Insufficient storage",
+    "unauthorized": "Unauthorized",
+    "forbidden": "Forbidden",
+    "quota-exceeded": "Quota exceeded",
     "method-not-allowed": "Method not allowed",
     "internal": "Internal error",
 }

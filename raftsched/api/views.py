@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from raftsched.core.redact import redact_spec_target, redact_text
 from raftsched.core.timeutil import format_ms, format_ms_offset
 
 
@@ -24,6 +25,7 @@ def format_in_job_zone(spec: dict, ms: int | None) -> str | None:
 
 
 def job_view(job: dict) -> dict:
+    """The job as every read shows it: secret values masked (core/redact.py)."""
     spec = job["spec"]
     return {
         "job_id": job["id"],
@@ -31,7 +33,10 @@ def job_view(job: dict) -> dict:
         "status": job["status"],
         **schedule_view(spec),
         "next_run_at": format_in_job_zone(spec, job["next_ms"]),
-        "target": spec["target"],
+        "target": redact_spec_target(spec),
+        "secret_keys": list(spec.get("secret_keys") or ()),
+        # Jobs stored before priorities existed rank as normal.
+        "priority": spec.get("priority", "normal"),
         "retry": spec["retry"],
         "alert": spec.get("alert", {}),
         "concurrency": spec["concurrency"],
@@ -48,7 +53,10 @@ def job_view(job: dict) -> dict:
     }
 
 
-def run_view(run: dict) -> dict:
+def run_view(run: dict, secrets: tuple[str, ...] = ()) -> dict:
+    """`secrets`: the job's secret_values, masked in the errors. They were
+    masked before the errors were recorded; this masks them again for a name
+    listed in secret_keys since."""
     return {
         "run_id": run["id"],
         "job_id": run["job_id"],
@@ -67,20 +75,25 @@ def run_view(run: dict) -> dict:
         "finished_at": format_ms(run["finished_ms"]),
         "http_status": run["http_status"],
         "exit_code": run.get("exit_code"),
-        "error": run["error"],
+        "error": _masked(run["error"], secrets),
         "reason": run.get("reason"),
         "fencing_token": run.get("token", 0),
-        "attempts": [_attempt_view(a) for a in run.get("attempts", [])],
+        "attempts": [_attempt_view(a, secrets) for a in run.get("attempts", [])],
         "alert": run.get("alert"),
     }
 
 
-def _attempt_view(attempt: dict) -> dict:
+def _masked(error: str | None, secrets: tuple[str, ...]) -> str | None:
+    return error if error is None else redact_text(error, secrets)
+
+
+def _attempt_view(attempt: dict, secrets: tuple[str, ...]) -> dict:
     return {"attempt": attempt["attempt"], "holder": attempt["holder"],
             "started_at": format_ms(attempt["started_ms"]),
             "finished_at": format_ms(attempt["finished_ms"]),
             "http_status": attempt["http_status"], "exit_code": attempt["exit_code"],
-            "error": attempt["error"], "retry_delay_ms": attempt.get("retry_delay_ms")}
+            "error": _masked(attempt["error"], secrets),
+            "retry_delay_ms": attempt.get("retry_delay_ms")}
 
 
 def _history_view(history: dict | None) -> dict:

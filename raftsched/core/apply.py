@@ -26,9 +26,10 @@ from __future__ import annotations
 import traceback
 from typing import Callable
 
-from raftsched.core import commands, keys, lifecycle, retention, runs, topics
-from raftsched.core.tx import (ALERTS, DUE, GROUPS, IDEM, JOBS, LEASES, NODES, READY,
+from raftsched.core import commands, keys, lifecycle, retention, runs, tenancy, topics
+from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOBS, LEASES, NODES, READY,
                                RECORD_VERSION, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS, TABLES,
+                               TENANTS, TOKENS,
                                TOPIC_IDEM, TOPIC_META, TOPICS, AlertPending, DueArmed, NodeRenewed,
                                RunCancelled, RunQueued, ShardsAssigned, TopicAppended, Transition,
                                Tx, View, ViewFailed, WriteRefused, live_job, refuse)
@@ -39,7 +40,7 @@ from raftsched.errors import CommandRefused
 __all__ = ["apply", "apply_entry", "refused_transition", "misfire_decisions", "HANDLERS",
            "DEFAULT_MISFIRE", "ALERTS", "DUE", "GROUPS", "IDEM", "JOBS", "LEASES", "NODES",
            "READY", "RECORD_VERSION", "RUNS", "RUNS_BY_JOB", "RUNS_OPEN", "SHARDS", "TABLES",
-           "TOPIC_IDEM", "TOPIC_META", "TOPICS",
+           "TOPIC_IDEM", "TOPIC_META", "TOPICS", "TOKENS", "TENANTS", "AUDIT",
            "AlertPending", "DueArmed", "NodeRenewed", "RunCancelled", "RunQueued",
            "ShardsAssigned", "TopicAppended", "Transition", "View"]
 
@@ -104,7 +105,10 @@ def _disarm(tx: Tx, job: dict) -> None:
         tx.delete(DUE, keys.due_key(job["shard"], job["next_ms"], job["id"]))
 
 
-def _create_job(tx: Tx, cmd: dict) -> dict:
+def _create_job(tx: Tx, cmd: dict, counter: tenancy.CreateCounter | None = None) -> dict:
+    single = counter is None
+    if counter is None:
+        counter = tenancy.CreateCounter(tx, cmd["tenant"], cmd.get("quota"), cmd["at_ms"])
     idem = cmd["idempotency_key"]
     if idem is not None:
         reserved = tx.get(IDEM, keys.idem_key(cmd["tenant"], idem))
@@ -112,6 +116,9 @@ def _create_job(tx: Tx, cmd: dict) -> dict:
             return _idempotent_answer(tx, idem, reserved)
     if tx.get(JOBS, keys.job_key(cmd["job_id"])) is not None:
         return _refuse("conflict", f"job {cmd['job_id']} exists")
+    refusal = counter.take()
+    if refusal is not None:
+        return refusal
     job = {"v": RECORD_VERSION, "id": cmd["job_id"], "tenant": cmd["tenant"],
            "spec": cmd["spec"], "status": "active", "version": 1, "shard": cmd["shard"],
            "next_ms": cmd["next_ms"], "created_ms": cmd["at_ms"], "updated_ms": cmd["at_ms"],
@@ -121,16 +128,35 @@ def _create_job(tx: Tx, cmd: dict) -> dict:
         tx.put(IDEM, keys.idem_key(cmd["tenant"], idem),
                retention.idem_value(job["id"], cmd["at_ms"]))
     _arm(tx, job)
+    if single:
+        counter.finish()
+        tenancy.audit(tx, cmd, "job.create", cmd["tenant"], job["id"])
     return {"ok": True, "existing": False, "job": job}
 
 
 def _create_jobs(tx: Tx, cmd: dict) -> dict:
     """A batch of creates, each exactly a create_job, in order: an item sees the
     items before it (a key used twice creates one job), and an item that is
-    refused (a reserved key, an id that exists) refuses only itself."""
-    results = [_create_job(tx, {**item, "tenant": cmd["tenant"], "at_ms": cmd["at_ms"]})
+    refused (a reserved key, an id that exists, a quota) refuses only itself.
+    The batch is one audit record naming the jobs it created."""
+    counter = tenancy.CreateCounter(tx, cmd["tenant"], cmd.get("quota"), cmd["at_ms"])
+    results = [_create_job(tx, {**item, "tenant": cmd["tenant"], "at_ms": cmd["at_ms"]},
+                           counter)
                for item in cmd["items"]]
+    counter.finish()
+    created = [r["job"]["id"] for r in results if r.get("ok") and not r.get("existing")]
+    if created:
+        tenancy.audit(tx, cmd, "job.create", cmd["tenant"], created[0], jobs=created)
     return {"ok": True, "results": results}
+
+
+def _scoped_job(tx: Tx, cmd: dict) -> dict | None:
+    """The live job a write names, if it belongs to the tenant the write is for
+    (another tenant's job is answered as not found)."""
+    job = _live_job(tx, cmd["job_id"])
+    if job is None or ("tenant" in cmd and job["tenant"] != cmd["tenant"]):
+        return None
+    return job
 
 
 def _idempotent_answer(tx: Tx, idem: str, reserved: object) -> dict:
@@ -149,7 +175,7 @@ def _idempotent_answer(tx: Tx, idem: str, reserved: object) -> dict:
 
 
 def _update_job(tx: Tx, cmd: dict) -> dict:
-    job = _live_job(tx, cmd["job_id"])
+    job = _scoped_job(tx, cmd)
     if job is None:
         return _refuse("not_found", f"job {cmd['job_id']} not found")
     if job["version"] != cmd["expected_version"]:
@@ -164,11 +190,12 @@ def _update_job(tx: Tx, cmd: dict) -> dict:
         job["status"] = "active"
     tx.put(JOBS, keys.job_key(job["id"]), job)
     _arm(tx, job)
+    tenancy.audit(tx, cmd, "job.update", job["tenant"], job["id"])
     return {"ok": True, "job": job}
 
 
 def _delete_job(tx: Tx, cmd: dict) -> dict:
-    job = _live_job(tx, cmd["job_id"])
+    job = _scoped_job(tx, cmd)
     if job is None:
         return _refuse("not_found", f"job {cmd['job_id']} not found")
     # The idempotency key stays reserved until its TTL (the purger removes it),
@@ -176,11 +203,13 @@ def _delete_job(tx: Tx, cmd: dict) -> dict:
     _disarm(tx, job)
     job.update(status="deleted", next_ms=None, updated_ms=cmd["at_ms"], version=job["version"] + 1)
     tx.put(JOBS, keys.job_key(job["id"]), job)
+    tenancy.release_job(tx, job["tenant"])
+    tenancy.audit(tx, cmd, "job.delete", job["tenant"], job["id"])
     return {"ok": True, "job": job}
 
 
 def _pause_job(tx: Tx, cmd: dict) -> dict:
-    job = _live_job(tx, cmd["job_id"])
+    job = _scoped_job(tx, cmd)
     if job is None:
         return _refuse("not_found", f"job {cmd['job_id']} not found")
     if job["status"] != "active":
@@ -188,11 +217,12 @@ def _pause_job(tx: Tx, cmd: dict) -> dict:
     _disarm(tx, job)
     job.update(status="paused", next_ms=None, updated_ms=cmd["at_ms"], version=job["version"] + 1)
     tx.put(JOBS, keys.job_key(job["id"]), job)
+    tenancy.audit(tx, cmd, "job.pause", job["tenant"], job["id"])
     return {"ok": True, "job": job}
 
 
 def _resume_job(tx: Tx, cmd: dict) -> dict:
-    job = _live_job(tx, cmd["job_id"])
+    job = _scoped_job(tx, cmd)
     if job is None:
         return _refuse("not_found", f"job {cmd['job_id']} not found")
     if job["status"] != "paused":
@@ -203,6 +233,7 @@ def _resume_job(tx: Tx, cmd: dict) -> dict:
         job["status"] = "completed"
     tx.put(JOBS, keys.job_key(job["id"]), job)
     _arm(tx, job)
+    tenancy.audit(tx, cmd, "job.resume", job["tenant"], job["id"])
     return {"ok": True, "job": job}
 
 
@@ -301,13 +332,14 @@ def _assign_shards(tx: Tx, cmd: dict) -> dict:
 
 
 def _trigger_job(tx: Tx, cmd: dict) -> dict:
-    job = _live_job(tx, cmd["job_id"])
+    job = _scoped_job(tx, cmd)
     if job is None:
         return _refuse("not_found", f"job {cmd['job_id']} not found")
     run, created = runs.create_run(tx, job, cmd["scheduled_ms"], cmd["node"], cmd["at_ms"],
                                    "manual")
     job["last_run_id"] = run["id"]
     tx.put(JOBS, keys.job_key(job["id"]), job)
+    tenancy.audit(tx, cmd, "job.trigger", job["tenant"], job["id"], run_id=run["id"])
     return {"ok": True, "run": run, "created": created}
 
 
@@ -354,4 +386,7 @@ HANDLERS: dict[str, Callable[[Tx, dict], dict]] = {
     "register_node": _register_node,
     "renew": _renew,
     "check_digest": _check_digest,
+    "create_token": tenancy.handle_create_token,
+    "revoke_token": tenancy.handle_revoke_token,
+    "put_tenant": tenancy.handle_put_tenant,
 }

@@ -32,7 +32,8 @@ VERSION = 1
 TAGS = frozenset({"create_job", "update_job", "delete_job", "pause_job", "resume_job",
                   "trigger_job", "fire", "assign_shards", "run_updates", "register_node", "renew",
                   "check_digest", "expire_leases", "reassign_runs", "cancel_run", "alert_done",
-                  "publish", "commit_offset", "purge", "create_jobs"})
+                  "publish", "commit_offset", "purge", "create_jobs", "create_token",
+                  "revoke_token", "put_tenant"})
 
 
 def encode(command: dict) -> bytes:
@@ -116,7 +117,23 @@ _JOB_ID = _str(limits.job_id_bytes_max, key=True)
 _RUN_ID = _str(limits.run_id_bytes_max, key=True)
 _NODE_ID = _str(limits.node_id_bytes_max, key=True)
 _HOLDER = _str(limits.holder_bytes_max, key=True)
-_TOPIC = _str(limits.topic_bytes_max, key=True)
+# Topics and worker queues are scoped by tenant in the state: "tenant/name".
+_TOPIC = _str(limits.tenant_bytes_max + 1 + limits.topic_bytes_max, key=True)
+_TENANT = _str(limits.tenant_bytes_max, key=True)
+# Who proposed a change, for the audit table: a token id, "bootstrap" (the
+# admin token the nodes were started with) or "insecure" (no authentication).
+_ACTOR = _opt(_str(limits.key_part_bytes_max))
+# What a job write carries besides its own members: the tenant the caller acts
+# for (apply answers not_found for another tenant's job) and the actor.
+_SCOPE = {"tenant": _may(_TENANT), "actor": _may(_ACTOR)}
+# The quota the proposer found in force for the tenant (its own, or the node
+# flags' default): apply counts against it, so every replica decides alike.
+_CREATE_QUOTA = _may(_record({"jobs_max": _int(1, limits.quota_jobs_max_max),
+                              "creates_per_s": _int(1, limits.quota_creates_per_s_max)}))
+_QUOTA_VALUE = {"jobs_max": _may(_opt(_int(1, limits.quota_jobs_max_max))),
+                "creates_per_s": _may(_opt(_int(1, limits.quota_creates_per_s_max))),
+                "runs_concurrent_max": _may(_opt(_int(1, limits.quota_jobs_max_max))),
+                "weight": _may(_opt(_int(1, limits.tenant_weight_max)))}
 _TEXT = _str(limits.command_text_bytes_max)
 _OPT_TEXT = _opt(_TEXT)
 
@@ -184,6 +201,9 @@ _SPEC = _record({
     "metadata": _json(),
     "history": _may(_record({"max_runs": _may(_int(1, limits.history_max_runs_max)),
                              "max_age_ms": _may(_int(0, limits.command_int_max))})),
+    "priority": _may(_enum("high", "normal", "low")),
+    # Left out by jobs created before secret_keys existed: they have none.
+    "secret_keys": _may(_list(_str(limits.secret_key_bytes_max), limits.secret_keys_max)),
 }, extra=_json())
 
 
@@ -218,13 +238,14 @@ _RUN_UPDATE = _by("event", {
 
 SCHEMAS: dict[str, Check] = {
     "create_job": _command(
-        job_id=_JOB_ID, tenant=_str(limits.tenant_bytes_max, key=True), spec=_SPEC,
+        job_id=_JOB_ID, tenant=_TENANT, spec=_SPEC,
         idempotency_key=_opt(_str(limits.idempotency_key_bytes_max, key=True)),
-        shard=_SHARD, next_ms=_OPT_TIME_MS, at_ms=_TIME_MS),
+        shard=_SHARD, next_ms=_OPT_TIME_MS, at_ms=_TIME_MS, quota=_CREATE_QUOTA,
+        actor=_may(_ACTOR)),
     # A batch of creates: each item is what a create_job carries besides tenant
     # and at_ms, which the batch shares.
     "create_jobs": _command(
-        tenant=_str(limits.tenant_bytes_max, key=True), at_ms=_TIME_MS,
+        tenant=_TENANT, at_ms=_TIME_MS, quota=_CREATE_QUOTA, actor=_may(_ACTOR),
         items=_list(_record({
             "job_id": _JOB_ID, "spec": _SPEC,
             "idempotency_key": _opt(_str(limits.idempotency_key_bytes_max, key=True)),
@@ -232,12 +253,12 @@ SCHEMAS: dict[str, Check] = {
             limits.batch_entry_jobs_max, min_len=1)),
     "update_job": _command(
         job_id=_JOB_ID, spec=_SPEC, expected_version=_int(0, limits.command_int_max),
-        next_ms=_OPT_TIME_MS, at_ms=_TIME_MS),
-    "delete_job": _command(job_id=_JOB_ID, at_ms=_TIME_MS),
-    "pause_job": _command(job_id=_JOB_ID, at_ms=_TIME_MS),
-    "resume_job": _command(job_id=_JOB_ID, next_ms=_OPT_TIME_MS, at_ms=_TIME_MS),
+        next_ms=_OPT_TIME_MS, at_ms=_TIME_MS, **_SCOPE),
+    "delete_job": _command(job_id=_JOB_ID, at_ms=_TIME_MS, **_SCOPE),
+    "pause_job": _command(job_id=_JOB_ID, at_ms=_TIME_MS, **_SCOPE),
+    "resume_job": _command(job_id=_JOB_ID, next_ms=_OPT_TIME_MS, at_ms=_TIME_MS, **_SCOPE),
     "trigger_job": _command(job_id=_JOB_ID, scheduled_ms=_TIME_MS, node=_NODE_ID,
-                            at_ms=_TIME_MS),
+                            at_ms=_TIME_MS, **_SCOPE),
     "fire": _record(_fields(
         shard=_SHARD, token=_TOKEN, upto_ms=_TIME_MS, node=_NODE_ID, at_ms=_TIME_MS,
         items=_list(_FIRE_ITEM, limits.fire_batch_max),
@@ -257,7 +278,7 @@ SCHEMAS: dict[str, Check] = {
     "reassign_runs": _command(
         items=_list(_tuple(_RUN_ID, _NODE_ID, _NODE_ID), limits.reaper_batch_max),
         at_ms=_TIME_MS),
-    "cancel_run": _command(run_id=_RUN_ID, reason=_TEXT, at_ms=_TIME_MS),
+    "cancel_run": _command(run_id=_RUN_ID, reason=_TEXT, at_ms=_TIME_MS, **_SCOPE),
     "alert_done": _command(run_id=_RUN_ID, outcome=_enum("sent", "undeliverable", "no_webhook"),
                            error=_OPT_TEXT, at_ms=_TIME_MS),
     "publish": _command(
@@ -278,6 +299,14 @@ SCHEMAS: dict[str, Check] = {
                    limits.purge_batch_max)),
         where=lambda c: len(c["runs"]) + len(c["jobs"]) + len(c["idem"]) <= limits.purge_batch_max,
         why=f"runs, jobs and idem together must be at most {limits.purge_batch_max}"),
+    "create_token": _command(
+        token_id=_str(limits.key_part_bytes_max, key=True), tenant=_TENANT,
+        role=_enum("admin", "writer", "reader", "worker"),
+        name=_str(limits.token_name_bytes_max), sha256=_str(64), actor=_ACTOR, at_ms=_TIME_MS),
+    "revoke_token": _command(token_id=_str(limits.key_part_bytes_max, key=True), actor=_ACTOR,
+                             at_ms=_TIME_MS, tenant=_may(_TENANT)),
+    "put_tenant": _command(tenant=_TENANT, quota=_record(_QUOTA_VALUE), actor=_ACTOR,
+                           at_ms=_TIME_MS),
 }
 
 
@@ -285,19 +314,40 @@ def _cmd(tag: str, **fields: Any) -> dict:
     return {"v": VERSION, "t": tag, **fields}
 
 
+def scoped(command: dict, *, tenant: str | None, actor: str | None) -> dict:
+    """`command` (a job or run write) on behalf of `tenant`, by `actor`: apply
+    refuses it as not_found when the job or run belongs to another tenant, and
+    records the actor in the audit table."""
+    if tenant is not None:
+        command["tenant"] = tenant
+    if actor is not None:
+        command["actor"] = actor
+    return command
+
+
 def create_job(*, job_id: str, tenant: str, spec: dict, idempotency_key: str | None,
-               shard: int, next_ms: int | None, at_ms: int) -> dict:
-    return _cmd("create_job", job_id=job_id, tenant=tenant, spec=spec,
-                idempotency_key=idempotency_key, shard=shard, next_ms=next_ms, at_ms=at_ms)
+               shard: int, next_ms: int | None, at_ms: int, quota: dict | None = None,
+               actor: str | None = None) -> dict:
+    """`quota`: {jobs_max, creates_per_s} in force for the tenant (None: not counted)."""
+    command = _cmd("create_job", job_id=job_id, tenant=tenant, spec=spec,
+                   idempotency_key=idempotency_key, shard=shard, next_ms=next_ms, at_ms=at_ms,
+                   actor=actor)
+    if quota is not None:
+        command["quota"] = quota
+    return command
 
 
-def create_jobs(*, tenant: str, at_ms: int, items: list[dict]) -> dict:
+def create_jobs(*, tenant: str, at_ms: int, items: list[dict], quota: dict | None = None,
+                actor: str | None = None) -> dict:
     """Many creates in one entry (POST /v1/jobs:batchCreate proposes a batch as
     entries of at most batch_entry_jobs_max). items, in order: {job_id, spec,
     idempotency_key, shard, next_ms} (see create_job_item). Each is applied as
     a create_job of `tenant` at `at_ms`, after the ones before it, so a key
     used twice creates one job."""
-    return _cmd("create_jobs", tenant=tenant, at_ms=at_ms, items=list(items))
+    command = _cmd("create_jobs", tenant=tenant, at_ms=at_ms, items=list(items), actor=actor)
+    if quota is not None:
+        command["quota"] = quota
+    return command
 
 
 def create_job_item(*, job_id: str, spec: dict, idempotency_key: str | None, shard: int,
@@ -409,3 +459,20 @@ def check_digest(*, node: str, at_ms: int) -> dict:
     """Ask every replica to record its state digest as of this entry's index, so
     replicas can be compared at one index while the log keeps moving."""
     return _cmd("check_digest", node=node, at_ms=at_ms)
+
+
+def create_token(*, token_id: str, tenant: str, role: str, name: str, sha256: str,
+                 actor: str | None, at_ms: int) -> dict:
+    """A token of `role` for `tenant`; the state keeps only the SHA-256 of its text."""
+    return _cmd("create_token", token_id=token_id, tenant=tenant, role=role, name=name,
+                sha256=sha256, actor=actor, at_ms=at_ms)
+
+
+def revoke_token(*, token_id: str, actor: str | None, at_ms: int) -> dict:
+    return _cmd("revoke_token", token_id=token_id, actor=actor, at_ms=at_ms)
+
+
+def put_tenant(*, tenant: str, quota: dict, actor: str | None, at_ms: int) -> dict:
+    """Set `tenant`'s quotas: {jobs_max, creates_per_s, runs_concurrent_max, weight},
+    each an integer or None (the node flags' default)."""
+    return _cmd("put_tenant", tenant=tenant, quota=quota, actor=actor, at_ms=at_ms)

@@ -11,15 +11,18 @@ import re
 from urllib.parse import urlsplit
 
 from raftsched import limits
-from raftsched.core import codec
+from raftsched.core import codec, redact
 from raftsched.core.retry import DEFAULT_POLICY
 from raftsched.core.schedule import parse_schedule
 from raftsched.errors import InvalidInput
 
 CREATE_FIELDS = {"name", "schedule", "run_at", "target", "retry", "concurrency", "misfire",
-                 "alert", "idempotency_key", "metadata", "history"}
+                 "alert", "idempotency_key", "metadata", "history", "secret_keys", "priority"}
 PATCH_FIELDS = {"name", "schedule", "run_at", "target", "retry", "concurrency", "misfire",
-                "alert", "history"}
+                "alert", "history", "secret_keys", "priority"}
+# A job's rank among its tenant's runs where a backlog forms (firing, dispatch,
+# worker claims); tenants share by weight first, whatever their jobs' priority.
+PRIORITIES = ("high", "normal", "low")
 MISFIRE_POLICIES = ("fire_once", "skip", "fire_all")
 MISFIRE_FIELDS = {"policy", "misfire_tolerance_s", "catchup_max"}
 TARGET_TYPES = ("http", "command", "publish")
@@ -68,7 +71,9 @@ def validate_create(body: object) -> dict:
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object", field="body")
     _reject_unknown(body, CREATE_FIELDS, "")
-    target = validate_target(body.get("target"))
+    secret_keys = validate_secret_keys(body.get("secret_keys"))
+    # A create has no stored secret for "***" to stand for: it is refused.
+    target = validate_target(redact.restore_secrets(body.get("target"), None, secret_keys))
     name = body.get("name")
     spec = {
         "name": default_name(target) if name is None else validate_name(name),
@@ -80,6 +85,8 @@ def validate_create(body: object) -> dict:
         "alert": validate_alert(body.get("alert")),
         "metadata": validate_metadata(body.get("metadata")),
         "history": validate_history(body.get("history")),
+        "secret_keys": secret_keys,
+        "priority": validate_priority(body.get("priority")),
     }
     key = body.get("idempotency_key")
     if key is not None:
@@ -150,15 +157,61 @@ def validate_patch(body: object, current: dict) -> dict:
         spec["name"] = validate_name(body["name"])
     if "schedule" in body or "run_at" in body:
         spec["schedule"] = parse_schedule(body.get("schedule"), body.get("run_at"))
+    if "secret_keys" in body:
+        spec["secret_keys"] = validate_secret_keys(body["secret_keys"])
     if "target" in body:
-        spec["target"] = validate_target(body["target"])
+        # "***" keeps the stored value of a name that is secret before or after
+        # this change: it is what the caller read, or what it now hides.
+        names = [*(current.get("secret_keys") or ()), *spec.get("secret_keys", ())]
+        spec["target"] = validate_target(redact.restore_secrets(body["target"],
+                                                                current["target"], names))
     validators = {"misfire": validate_misfire, "retry": validate_retry,
                   "concurrency": validate_concurrency, "alert": validate_alert,
-                  "history": validate_history}
+                  "history": validate_history, "priority": validate_priority}
     for name, validate in validators.items():
         if name in body:
             spec[name] = validate(body[name])
     return spec
+
+
+def validate_priority(value: object) -> str:
+    """high, normal or low; null (or left out) is normal."""
+    if value is None:
+        return "normal"
+    if value not in PRIORITIES:
+        raise InvalidInput(f"`priority` must be one of {', '.join(PRIORITIES)}",
+                           field="priority")
+    return value  # type: ignore[return-value]
+
+
+def validate_secret_keys(value: object) -> list[str]:
+    """Names of headers or env variables whose values are secret (core/redact.py):
+    at most secret_keys_max names of 1 to secret_key_bytes_max bytes of UTF-8,
+    without "=", line breaks or NUL (no header or env name holds them). A name
+    the target does not use is kept: it applies once the target uses it.
+    Duplicates are dropped; null is no names."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidInput("`secret_keys` must be a list of header or env variable names",
+                           field="secret_keys")
+    if len(value) > limits.secret_keys_max:
+        raise InvalidInput(f"`secret_keys` holds {len(value)} names; at most "
+                           f"{limits.secret_keys_max}", field="secret_keys",
+                           limit="secret_keys_max")
+    names: list[str] = []
+    for i, name in enumerate(value):
+        field = f"secret_keys[{i}]"
+        if not isinstance(name, str) or not name or any(c in name for c in "=\r\n\x00"):
+            raise InvalidInput(f"`{field}` must be a header or env variable name: a non-empty "
+                               "string without '=' or line breaks", field=field)
+        _check_storable(name, field)
+        if len(name.encode("utf-8")) > limits.secret_key_bytes_max:
+            raise InvalidInput(f"`{field}` is longer than {limits.secret_key_bytes_max} bytes",
+                               field=field, limit="secret_key_bytes_max")
+        if name not in names:
+            names.append(name)
+    return names
 
 
 def validate_name(value: object) -> str:

@@ -87,12 +87,27 @@ def parse_lease_key(key: bytes) -> tuple[int, str]:
     return _U64.unpack_from(key)[0], key[8:].decode()
 
 
-def ready_prefix(queue: str) -> bytes:
-    return queue.encode() + b"\x00"
+# A job's `priority`, as it orders a worker queue (and the dispatcher's queues).
+PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
 
 
-def ready_key(queue: str, queued_ms: int, run: str) -> bytes:
-    return ready_prefix(queue) + _U64.pack(queued_ms) + run.encode()
+def scoped(tenant: str, name: str) -> str:
+    """A topic or worker queue name as the state keys it: tenants' names never
+    meet (neither a tenant nor a topic or queue name holds "/")."""
+    return f"{tenant}/{name}"
+
+
+def ready_prefix(scoped_queue: str) -> bytes:
+    return scoped_queue.encode() + b"\x00"
+
+
+def ready_key(scoped_queue: str, priority_rank: int, queued_ms: int, run: str) -> bytes:
+    """Higher priority first, then oldest first, within a tenant's queue."""
+    return ready_prefix(scoped_queue) + bytes((priority_rank,)) + _U64.pack(queued_ms) + run.encode()
+
+
+def ready_run_id(prefix: bytes, key: bytes) -> str:
+    return key[len(prefix) + 9:].decode()
 
 
 def topic_prefix(topic: str) -> bytes:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raftsched.core import keys
+from raftsched.core import keys, tenancy
 from raftsched.core.lifecycle import TERMINAL
 from raftsched.core.tx import ALERTS, IDEM, JOBS, RUNS, RUNS_BY_JOB, RunsPurged, Tx
 
@@ -119,6 +119,9 @@ def _purge_job(tx: Tx, cmd: dict, job_id: str) -> bool:
     if job.get("runs_count", 0) > 0 or open_runs(job) or job["next_ms"] is not None:
         return False
     tx.delete(JOBS, keys.job_key(job_id))
+    if job["status"] != "deleted":
+        # A completed job counted towards its tenant's jobs_max until now.
+        tenancy.release_job(tx, job["tenant"])
     return True
 
 

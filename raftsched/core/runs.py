@@ -71,7 +71,8 @@ def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str, at_ms: int, trig
            "trigger": trigger, "token": token, "created_ms": at_ms, "queued_ms": None,
            "started_ms": None, "finished_ms": None, "holder": None, "lease_ms": None,
            "retry_due_ms": None, "http_status": None, "exit_code": None, "error": None,
-           "reason": reason, "attempts": [], "alert": None}
+           "reason": reason, "attempts": [], "alert": None,
+           "priority": job["spec"].get("priority", "normal")}
     if state == QUEUED:
         state, run["reason"] = _admit(tx, job, run, at_ms)
     tx.put(RUNS_BY_JOB, by_job, run["id"])
@@ -120,7 +121,7 @@ def _enqueue(tx: Tx, run: dict, node: str | None, at_ms: int) -> None:
     run["queued_ms"] = at_ms
     if run.get("queue"):
         run["node"] = None
-        tx.put(READY, keys.ready_key(run["queue"], at_ms, run["id"]), 1)
+        tx.put(READY, _ready_key(run, at_ms), 1)
     else:
         assert node is not None, run["id"]
         run["node"] = node
@@ -128,9 +129,14 @@ def _enqueue(tx: Tx, run: dict, node: str | None, at_ms: int) -> None:
     tx.effects.append(RunQueued(run=run))
 
 
+def _ready_key(run: dict, queued_ms: int) -> bytes:
+    rank = keys.PRIORITY_RANK[run.get("priority", "normal")]
+    return keys.ready_key(keys.scoped(run["tenant"], run["queue"]), rank, queued_ms, run["id"])
+
+
 def _dequeue(tx: Tx, run: dict) -> None:
     if run.get("queue"):
-        tx.delete(READY, keys.ready_key(run["queue"], run["queued_ms"], run["id"]))
+        tx.delete(READY, _ready_key(run, run["queued_ms"]))
     elif run["node"] is not None:
         tx.delete(RUNS_OPEN, keys.open_run_key(run["node"], run["id"]))
 
@@ -335,7 +341,7 @@ def handle_reassign_runs(tx: Tx, cmd: dict) -> dict:
 
 def handle_cancel_run(tx: Tx, cmd: dict) -> dict:
     run = get_run(tx, cmd["run_id"])
-    if run is None:
+    if run is None or ("tenant" in cmd and run["tenant"] != cmd["tenant"]):
         return {"ok": False, "error": "not_found", "detail": f"run {cmd['run_id']} not found"}
     if not lifecycle.allows(run["state"], "cancel"):
         return {"ok": False, "error": "conflict",

@@ -28,10 +28,13 @@ TOPICS = "topics"            # topic | offset -> message
 TOPIC_META = "topic_meta"    # topic -> first and next offset
 TOPIC_IDEM = "topic_idem"    # topic | execution_id -> offset (a retried publish appends once)
 GROUPS = "groups"            # topic | group -> committed offset
-COUNTERS = "counters"        # name -> cluster-wide count apply keeps (topics)
+COUNTERS = "counters"        # name -> cluster-wide count apply keeps (topics, tokens, ...)
+TOKENS = "tokens"            # token_id -> tenant, role, name, sha256 of the token
+TENANTS = "tenants"          # tenant -> quotas, jobs counted, the create-rate bucket
+AUDIT = "audit"              # seq -> who did what (bounded by audit_entries_max)
 # Every replicated table, in digest order.
 TABLES = (JOBS, DUE, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS, IDEM, NODES, LEASES, READY, ALERTS,
-          TOPICS, TOPIC_META, TOPIC_IDEM, GROUPS, COUNTERS)
+          TOPICS, TOPIC_META, TOPIC_IDEM, GROUPS, COUNTERS, TOKENS, TENANTS, AUDIT)
 
 RECORD_VERSION = 1
 

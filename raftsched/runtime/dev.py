@@ -1,5 +1,7 @@
 """`raftsched dev`: start and supervise a local cluster of `raftsched node`
-processes on 127.0.0.1, with a generated Raft secret kept in the data folder.
+processes on 127.0.0.1, with a generated Raft secret and bootstrap admin token
+kept in the data folder (raft-secret, admin-token; mode 600).
+Its nodes may call targets on loopback (--allow-target-cidr 127.0.0.0/8).
 
 A node that exits unexpectedly is restarted (with a growing delay); Ctrl-C or
 SIGTERM stops every node with SIGTERM, then SIGKILL after a grace period.
@@ -14,16 +16,20 @@ import subprocess
 import sys
 import time
 
+# Loopback targets (a service under development, a test sink) are what a
+# local cluster is for; nodes refuse them unless allowed (executors/netguard.py).
+dev_allowed_target_cidr = "127.0.0.0/8"
 # How long a node may take to stop cleanly before it is killed.
 stop_grace_s = 10.0
 restart_delay_s_max = 10.0
 
 
-def load_or_create_secret(data_dir: str) -> str:
-    path = os.path.join(data_dir, "raft-secret")
+def load_or_create_token(path: str) -> str:
+    """The random secret kept in `path`, made (256 bits, mode 600) on first use."""
     if os.path.exists(path):
         with open(path) as fh:
             return fh.read().strip()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     secret = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -31,19 +37,30 @@ def load_or_create_secret(data_dir: str) -> str:
     return secret
 
 
-def node_argv(i: int, nodes: int, data_dir: str, http_base: int, raft_base: int) -> list[str]:
+def load_or_create_secret(data_dir: str) -> str:
+    return load_or_create_token(os.path.join(data_dir, "raft-secret"))
+
+
+def node_argv(i: int, nodes: int, data_dir: str, http_base: int, raft_base: int,
+              allow_commands: bool = False) -> list[str]:
     raft = [f"127.0.0.1:{raft_base + k}" for k in range(nodes)]
     return [sys.executable, "-m", "raftsched", "node", "--id", f"n{i + 1}",
             "--http", f"127.0.0.1:{http_base + i}", "--raft", raft[i],
             "--peers", ",".join(r for k, r in enumerate(raft) if k != i),
-            "--data", os.path.join(data_dir, f"n{i + 1}")]
+            "--data", os.path.join(data_dir, f"n{i + 1}"),
+            "--allow-target-cidr", dev_allowed_target_cidr,
+            *(["--allow-commands"] if allow_commands else [])]
 
 
-def run_dev(nodes: int, data_dir: str, http_base: int, raft_base: int) -> int:
+def run_dev(nodes: int, data_dir: str, http_base: int, raft_base: int, *,
+            allow_commands: bool = False) -> int:
     data_dir = os.path.abspath(data_dir)
     os.makedirs(data_dir, exist_ok=True)
-    env = dict(os.environ, RAFTSCHED_RAFT_SECRET=load_or_create_secret(data_dir))
-    argvs = [node_argv(i, nodes, data_dir, http_base, raft_base) for i in range(nodes)]
+    token = load_or_create_token(os.path.join(data_dir, "admin-token"))
+    env = dict(os.environ, RAFTSCHED_RAFT_SECRET=load_or_create_secret(data_dir),
+               RAFTSCHED_ADMIN_TOKEN=token)
+    argvs = [node_argv(i, nodes, data_dir, http_base, raft_base, allow_commands)
+             for i in range(nodes)]
     procs: list[subprocess.Popen | None] = [None] * nodes
     restarts = [0] * nodes
     next_start = [0.0] * nodes
@@ -61,8 +78,16 @@ def run_dev(nodes: int, data_dir: str, http_base: int, raft_base: int) -> int:
     for i in range(nodes):
         url = f"http://127.0.0.1:{http_base + i}"
         print(f"  n{i + 1}: API {url}/v1/  UI {url}/", flush=True)
-    print("  try: curl -s http://127.0.0.1:%d/v1/cluster   (Ctrl-C stops every node)" % http_base,
-          flush=True)
+    print(f"  HTTP targets and alert webhooks may call {dev_allowed_target_cidr} (loopback), "
+          f"which nodes refuse unless allowed (--allow-target-cidr)", flush=True)
+    print("  commands on the default queue run on the nodes (--allow-commands)" if allow_commands
+          else "  commands need a target.queue served by `raftsched worker` (pass "
+               "--allow-commands to run them on the nodes)", flush=True)
+    print(f"  the admin token is kept in {os.path.join(data_dir, 'admin-token')}; every API "
+          f"call needs it (the CLI reads RAFTSCHED_TOKEN):", flush=True)
+    print(f"RAFTSCHED_TOKEN={token}", flush=True)
+    print(f'  try: curl -s -H "Authorization: Bearer $RAFTSCHED_TOKEN" '
+          f'http://127.0.0.1:{http_base}/v1/cluster   (Ctrl-C stops every node)', flush=True)
     while not stopping:
         for i, proc in enumerate(procs):
             if proc is not None and proc.poll() is not None:

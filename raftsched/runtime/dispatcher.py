@@ -2,7 +2,8 @@
 
 Runs arrive as RunQueued effects from apply (on the loop thread): HTTP and
 publish targets, and commands on the default queue (the node's embedded
-worker). For each run, up to `runs_inflight_max` at a time:
+worker, which runs them only under --allow-commands: without it, such a run
+fails at once, not retried). For each run, up to `runs_inflight_max` at a time:
 
   1. if its target host's circuit breaker is open, wait for the cool-off
      (the run stays queued: no attempt is spent on a host that is down);
@@ -23,6 +24,7 @@ leaving them to the reaper.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from typing import TYPE_CHECKING
@@ -31,8 +33,10 @@ from urllib.parse import urlsplit
 from raftsched import limits
 from raftsched.core import commands, keys, retry
 from raftsched.core.apply import JOBS, RUNS, RUNS_OPEN
+from raftsched.core.redact import redact_output, redact_text, secret_values
 from raftsched.errors import Unavailable
 from raftsched.executors.base import Attempt, Outcome
+from raftsched.runtime.fair import FairQueue
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
@@ -57,16 +61,39 @@ def finish_update(node: "Node", run: dict, holder: str, outcome: Outcome,
             "error": outcome.error, "output_node": node.node_id if outcome.output else None}
 
 
+def masked_outcome(job: dict | None, outcome: Outcome) -> Outcome:
+    """The outcome with the job's secrets masked in its output and error
+    (core/redact.py), before the output is stored and the error replicated:
+    a secret a target or command echoed never reaches a disk or another node."""
+    values = secret_values(job["spec"]) if job is not None else ()
+    if not values:
+        return outcome
+    return dataclasses.replace(
+        outcome, output=outcome.output and redact_output(outcome.output, values),
+        error=outcome.error and redact_text(outcome.error, values))
+
+
 def breaker_ok(outcome: Outcome) -> bool:
-    """Did the host answer sanely? A 4xx other than 429 is the request's fault."""
+    """Did the host answer sanely? A 3xx or a 4xx other than 429 is the
+    request's fault, as is an address the node refused to call (the host was
+    never reached)."""
     status = outcome.http_status
-    return outcome.ok or (status is not None and 400 <= status < 500 and status != 429)
+    if outcome.ok or (status is None and not outcome.retryable):
+        return True
+    return status is not None and 300 <= status < 500 and status != 429
 
 
 class Dispatcher:
     def __init__(self, node: "Node") -> None:
         self._node = node
-        self._queue: asyncio.Queue[dict] = asyncio.Queue(maxsize=limits.dispatch_queue_max)
+        # Runs waiting for a slot: fair between tenants by weight, priority
+        # within one, each tenant held to its runs_concurrent_max (runtime/fair.py).
+        self._queue: FairQueue[dict] = FairQueue(
+            tenant_of=lambda run: run["tenant"],
+            priority_of=lambda run: run.get("priority", "normal"),
+            weight_of=lambda tenant: node.quota_of(tenant)["weight"],
+            cap_of=lambda tenant: node.quota_of(tenant)["runs_concurrent_max"],
+            maxsize=limits.dispatch_queue_max)
         # Runs taken and not yet settled: starting, executing, or finished with
         # the finish not yet committed. A rescan skips them.
         self._active: set[str] = set()
@@ -104,6 +131,10 @@ class Dispatcher:
     def running(self) -> int:
         return len(self._running)
 
+    def queue_depths(self) -> dict[str, int]:
+        """Runs waiting for a slot here, by tenant."""
+        return self._queue.depths()
+
     # --- the loops --------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -119,6 +150,7 @@ class Dispatcher:
             except asyncio.TimeoutError:
                 continue
             if run["id"] in self._active or self._maybe_park(run):
+                self._queue.done(run["tenant"])
                 continue
             await self._slots.acquire()
             self._active.add(run["id"])
@@ -189,7 +221,8 @@ class Dispatcher:
         outcome = Outcome(ok=False, error=f"node {node.node_id} restarted during the attempt")
         self._active.add(run["id"])
         future = node.reporter.send(finish_update(node, run, node.node_id, outcome,
-                                                  retry.policy_of(job["spec"].get("retry"))))
+                                                  retry.policy_of(job["spec"].get("retry"))),
+                                    run["tenant"])
         future.add_done_callback(lambda _: self._active.discard(run["id"]))
 
     # --- one attempt ------------------------------------------------------------------
@@ -201,7 +234,7 @@ class Dispatcher:
             started = await node.reporter.send({
                 "run_id": run["id"], "event": "start", "holder": node.node_id,
                 "attempt": run["attempt"], "at_ms": node.now_ms(),
-                "lease_ms": node.now_ms() + node.config.run_lease_ms})
+                "lease_ms": node.now_ms() + node.config.run_lease_ms}, run["tenant"])
             if not started:
                 return   # cancelled, reassigned or already started: not ours to run
             task = asyncio.current_task()
@@ -224,6 +257,7 @@ class Dispatcher:
             raise
         finally:
             self._slots.release()
+            self._queue.done(run["tenant"])
             if settled_here:
                 self._active.discard(run["id"])
 
@@ -240,6 +274,13 @@ class Dispatcher:
             node.breaker.record(urlsplit(target["url"]).netloc, breaker_ok(outcome))
             return outcome
         if target["type"] == "command":
+            if not node.config.allow_commands:
+                # Accepted by a node with --allow-commands, fired here: a retry
+                # would most likely come back to this node, so the run fails.
+                return Outcome(ok=False, retryable=False,
+                               error=f"commands do not run on node {node.node_id} (started "
+                                     "without --allow-commands); give the job a target.queue "
+                                     "served by `raftsched worker`")
             codes = retry.policy_of(job["spec"].get("retry"))["non_retryable_exit_codes"]
             return await node.command_executor.run(
                 attempt, dict(target, non_retryable_exit_codes=codes), deadline_ms)
@@ -255,7 +296,8 @@ class Dispatcher:
                                            f"({full[0]}): {full[1]}")
         try:
             result = await node.propose(commands.publish(
-                topic=target["topic"], key=target.get("key"), message=target["message"],
+                topic=keys.scoped(job["tenant"], target["topic"]), key=target.get("key"),
+                message=target["message"],
                 execution_id=run["execution_id"], job_id=job["id"], at_ms=node.now_ms()))
         except Unavailable as exc:
             return Outcome(ok=False, error=f"publish not committed: {exc.detail}")
@@ -270,13 +312,15 @@ class Dispatcher:
 
     def _report(self, job: dict | None, run: dict, outcome: Outcome) -> None:
         node = self._node
+        outcome = masked_outcome(job, outcome)
         if outcome.output:
             node.outputs.put(run["id"], run["attempt"],
                              dict(outcome.output, holder=node.node_id,
                                   http_status=outcome.http_status, exit_code=outcome.exit_code),
                              now_ms=node.now_ms())
         policy = retry.policy_of(job["spec"].get("retry") if job else None)
-        future = node.reporter.send(finish_update(node, run, node.node_id, outcome, policy))
+        future = node.reporter.send(finish_update(node, run, node.node_id, outcome, policy),
+                                    run["tenant"])
         future.add_done_callback(lambda _: self._active.discard(run["id"]))
 
     async def close(self) -> None:

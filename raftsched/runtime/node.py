@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import logging
 import os
 import queue
@@ -24,14 +25,15 @@ import aiohttp
 from aiohttp import web
 
 from raftsched import limits
-from raftsched.core import commands
+from raftsched.core import commands, keys
 from raftsched.core.tx import RunsPurged
-from raftsched.core.apply import (NODES, AlertPending, DueArmed, NodeRenewed, RunCancelled,
+from raftsched.core.apply import (NODES, TENANTS, AlertPending, DueArmed, NodeRenewed, RunCancelled,
                                   RunQueued, ShardsAssigned, TopicAppended, apply_entry)
 from raftsched.errors import InvariantBroken, Unavailable
 from raftsched.executors.breaker import Breaker
 from raftsched.executors.command import CommandExecutor
 from raftsched.executors.http import HttpExecutor
+from raftsched.executors.netguard import policy_for
 from raftsched.replication.raft import Replicator, log_compaction_entries_default
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
@@ -94,6 +96,36 @@ class NodeConfig:
     history_max_age_s: float = limits.history_max_age_s_default
     finished_job_retention_s: float = limits.finished_job_retention_s_default
     idempotency_ttl_s: float = limits.idempotency_ttl_s_default
+    # --allow-target-cidr: ranges HTTP targets and alert webhooks may reach
+    # although they are not public (executors/netguard.py); () allows none.
+    allow_target_cidrs: tuple[str, ...] = ()
+    # --allow-commands: this node runs command targets of the default queue
+    # (its embedded worker). Off, such jobs are refused at create and update
+    # (api/policy.py), and a run handed to this node anyway fails, not retried.
+    allow_commands: bool = False
+    # The bootstrap admin token (docs/security.md); None only with insecure_no_auth.
+    admin_token: str | None = None
+    insecure_no_auth: bool = False
+    # Quotas of a tenant that has none of its own (PUT /v1/tenants/{tenant}).
+    tenant_jobs_max: int = limits.tenant_jobs_max_default
+    tenant_creates_per_s: int = limits.tenant_creates_per_s_default
+    tenant_runs_concurrent_max: int = limits.tenant_runs_concurrent_max_default
+    tenant_weight: int = limits.tenant_weight_default
+
+    @property
+    def admin_token_sha256(self) -> str | None:
+        if self.admin_token is None:
+            return None
+        return hashlib.sha256(self.admin_token.encode()).hexdigest()
+
+    def peer_headers(self) -> dict[str, str]:
+        """What a node sends when it calls another node's API."""
+        return {"Authorization": f"Bearer {self.admin_token}"} if self.admin_token else {}
+
+    def quota_defaults(self) -> dict[str, int]:
+        return {"jobs_max": self.tenant_jobs_max, "creates_per_s": self.tenant_creates_per_s,
+                "runs_concurrent_max": self.tenant_runs_concurrent_max,
+                "weight": self.tenant_weight}
 
     @property
     def http_url(self) -> str:
@@ -110,7 +142,7 @@ class Node:
                                durable_commits=config.fsync == "always")
         self.storage = StorageGuard(self)
         self.outputs = OutputStore(os.path.join(config.data_dir, "output"))
-        self.http_executor = HttpExecutor()
+        self.http_executor = HttpExecutor(policy_for(config.allow_target_cidrs))
         self.command_executor = CommandExecutor()
         self.breaker = Breaker(window=limits.breaker_window,
                                failure_ratio=limits.breaker_failure_ratio,
@@ -129,6 +161,7 @@ class Node:
         self.supervisor = Supervisor(f"node {config.node_id}", exit_code=EXIT_INVARIANT)
         self._runner: web.AppRunner | None = None
         self.started_ms = self.now_ms()
+        self._quotas: dict[str, tuple[float, dict[str, int]]] = {}
         # index -> state digest recorded when a check_digest entry was applied
         # here (DIGEST_PENDING while the digest thread computes it). Written by
         # the Raft and digest threads, read by the loop: under _digests_lock.
@@ -137,6 +170,26 @@ class Node:
         self._digest_queue: queue.Queue = queue.Queue(maxsize=digests_computing_max)
         threading.Thread(target=self._digest_worker, name="raftsched-digest",
                          daemon=True).start()
+
+    def quota_of(self, tenant: str) -> dict[str, int]:
+        """The quotas in force for `tenant`: its own where an admin set them,
+        else the node flags' defaults. Cached for a second: the dispatcher and
+        the trigger ask per run."""
+        now = time.monotonic()
+        cached = self._quotas.get(tenant)
+        if cached is not None and now - cached[0] < 1.0:
+            return cached[1]
+        quota = self.config.quota_defaults()
+        record = self.store.get(TENANTS, tenant.encode())
+        if record is not None:
+            quota.update({k: v for k, v in record["quota"].items() if v is not None})
+        if len(self._quotas) > limits.tenants_max:
+            self._quotas.clear()
+        self._quotas[tenant] = (now, quota)
+        return quota
+
+    def forget_quota(self, tenant: str) -> None:
+        self._quotas.pop(tenant, None)
 
     @staticmethod
     def now_ms() -> int:
@@ -310,7 +363,7 @@ class Node:
         for effect in effects:
             if isinstance(effect, RunQueued):
                 if effect.run.get("queue"):
-                    self.workers.queued(effect.run["queue"])
+                    self.workers.queued(keys.scoped(effect.run["tenant"], effect.run["queue"]))
                 elif effect.run["node"] == self.node_id:
                     self.dispatcher.submit(effect.run)
             elif isinstance(effect, RunCancelled):
@@ -365,7 +418,8 @@ class Node:
                               reason="no_leader")
         try:
             timeout = aiohttp.ClientTimeout(total=timeout_s)
-            async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with aiohttp.ClientSession(timeout=timeout,
+                                             headers=self.config.peer_headers()) as session:
                 async with session.get(leader["http"] + "/v1/node") as response:
                     body = await response.json()
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:

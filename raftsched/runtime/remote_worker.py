@@ -30,6 +30,7 @@ import aiohttp
 from raftsched import limits
 from raftsched.executors.base import Attempt, Outcome
 from raftsched.executors.command import CommandExecutor
+from raftsched.runtime.procguard import deny_same_user_inspection
 from raftsched.runtime.supervise import Supervisor
 
 log = logging.getLogger("raftsched.worker")
@@ -47,7 +48,7 @@ class NoNodeAnswered(Exception):
 class RemoteWorker:
     def __init__(self, urls: list[str], queue: str, concurrency: int, worker_id: str,
                  executor: CommandExecutor | None = None,
-                 supervisor: Supervisor | None = None) -> None:
+                 supervisor: Supervisor | None = None, token: str | None = None) -> None:
         assert urls
         assert concurrency >= 1
         self._urls = [u.rstrip("/") for u in urls]
@@ -61,6 +62,8 @@ class RemoteWorker:
         self._results_ready = asyncio.Event()
         self._heartbeat_s = limits.run_heartbeat_ms_default / 1000
         self._session: aiohttp.ClientSession | None = None
+        # A worker token of the queue's tenant (or an admin's): sent on every call.
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.completed_total = 0
         self.supervisor = supervisor or Supervisor(f"worker {worker_id}")
 
@@ -87,7 +90,7 @@ class RemoteWorker:
         """Serve until cancelled. Each loop restarts when it fails, and the
         process exits when one cannot go on (runtime/supervise.py); stopping
         cancels the loops and the running commands (their groups are killed)."""
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(headers=self._headers) as session:
             self._session = session
             self.supervisor.start("claim", self._claim_loop)
             self.supervisor.start("heartbeat", self._heartbeat_loop)
@@ -205,6 +208,9 @@ def _now_ms() -> int:
 def run_worker_cli(args: Any) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s worker %(levelname)s %(name)s: %(message)s")
+    # The commands run as this user: keep them out of this process's
+    # /proc/PID/environ (its token) and memory (runtime/procguard.py).
+    deny_same_user_inspection()
     urls = [u.strip() for u in args.cluster.split(",") if u.strip()]
     if not urls:
         print("raftsched worker: --cluster needs at least one node URL", file=sys.stderr)
@@ -217,7 +223,12 @@ def run_worker_cli(args: Any) -> int:
         print("raftsched worker: --concurrency must be at least 1", file=sys.stderr)
         return 2
     worker_id = args.id or f"{socket.gethostname()}-{os.getpid()}"
-    worker = RemoteWorker(urls, args.queue, args.concurrency, worker_id)
+    # Read once and removed, so no command this worker runs could inherit it.
+    token = args.token or os.environ.pop("RAFTSCHED_TOKEN", None) or None
+    if token is None:
+        log.warning("no token (--token or RAFTSCHED_TOKEN): the nodes will refuse this "
+                    "worker unless they run with --insecure-no-auth")
+    worker = RemoteWorker(urls, args.queue, args.concurrency, worker_id, token=token)
     log.info("worker %s serving queue %s with %d slots for %s", worker_id, args.queue,
              args.concurrency, ", ".join(urls))
 

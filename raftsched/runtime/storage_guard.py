@@ -102,7 +102,8 @@ class StorageGuard:
         if not peers:
             return
         timeout = aiohttp.ClientTimeout(total=_PEER_TIMEOUT_S)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with aiohttp.ClientSession(timeout=timeout,
+                                         headers=self._node.config.peer_headers()) as session:
             await asyncio.gather(*(self._ask(session, rec) for rec in peers))
 
     async def _ask(self, session: aiohttp.ClientSession, rec: dict) -> None:

@@ -23,7 +23,7 @@ from raftsched.core import keys, retry
 from raftsched.core.apply import JOBS, READY, RUNS
 from raftsched.core.timeutil import format_ms
 from raftsched.executors.base import Outcome
-from raftsched.runtime.dispatcher import finish_update
+from raftsched.runtime.dispatcher import finish_update, masked_outcome
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
@@ -40,12 +40,15 @@ class WorkerService:
         self.claimed_total = 0
 
     def queued(self, queue: str) -> None:
-        """Loop thread, from apply's RunQueued for a worker queue: wake its claimers."""
+        """Loop thread, from apply's RunQueued for a worker queue (scoped by
+        tenant, keys.scoped): wake its claimers."""
         event = self._queued.get(queue)
         if event is not None:
             event.set()
 
     async def claim(self, worker_id: str, queue: str, max_runs: int, wait_s: float) -> list[dict]:
+        """`queue` is scoped by the worker's tenant (keys.scoped): a worker
+        claims only its tenant's runs, high priority first, then oldest."""
         deadline = time.monotonic() + wait_s
         while True:
             event = self._queued.setdefault(queue, asyncio.Event())
@@ -67,12 +70,13 @@ class WorkerService:
         # Workers racing for the head of the queue would mostly collide: each
         # picks a random few of the oldest.
         picked = random.sample(rows, min(max_runs, len(rows)))
-        runs = [node.store.get(RUNS, key[len(prefix) + 8:]) for key, _ in picked]
+        runs = [node.store.get(RUNS, keys.ready_run_id(prefix, key).encode()) for key, _ in picked]
         runs = [r for r in runs if r is not None and r["state"] == "queued"]
         lease_ms = node.now_ms() + node.config.run_lease_ms
         futures = [node.reporter.send({"run_id": r["id"], "event": "start",
                                        "holder": holder_of(worker_id), "attempt": r["attempt"],
-                                       "at_ms": node.now_ms(), "lease_ms": lease_ms})
+                                       "at_ms": node.now_ms(), "lease_ms": lease_ms},
+                                      r["tenant"])
                    for r in runs]
         granted = []
         for run, future in zip(runs, futures):
@@ -91,21 +95,35 @@ class WorkerService:
                 "heartbeat_ms": self._node.config.run_heartbeat_ms,
                 "target": dict(job["spec"]["target"], non_retryable_exit_codes=codes)}
 
-    async def heartbeat(self, worker_id: str, beats: list[dict]) -> list[str]:
-        """Extend the leases; return the run ids whose lease is gone (stop them)."""
+    def _run_of(self, run_id: str, tenant: str | None) -> dict | None:
+        """The run, if it belongs to `tenant` (None: any, for an admin)."""
+        run = self._node.store.get(RUNS, run_id.encode())
+        if run is None or (tenant is not None and run["tenant"] != tenant):
+            return None
+        return run
+
+    async def heartbeat(self, worker_id: str, beats: list[dict],
+                        tenant: str | None = None) -> list[str]:
+        """Extend the leases; return the run ids whose lease is gone (stop them).
+        Another tenant's run is answered as lost, without a report."""
         node = self._node
         lease_ms = node.now_ms() + node.config.run_lease_ms
-        futures = [(b["run_id"], node.reporter.send({
-            "run_id": b["run_id"], "event": "heartbeat", "holder": holder_of(worker_id),
-            "attempt": b["attempt"], "at_ms": node.now_ms(), "lease_ms": lease_ms}))
-            for b in beats]
-        return [run_id for run_id, future in futures if not await future]
+        lost, futures = [], []
+        for b in beats:
+            if self._run_of(b["run_id"], tenant) is None:
+                lost.append(b["run_id"])
+                continue
+            futures.append((b["run_id"], node.reporter.send({
+                "run_id": b["run_id"], "event": "heartbeat", "holder": holder_of(worker_id),
+                "attempt": b["attempt"], "at_ms": node.now_ms(), "lease_ms": lease_ms})))
+        return lost + [run_id for run_id, future in futures if not await future]
 
-    async def complete(self, worker_id: str, results: list[dict]) -> list[bool]:
+    async def complete(self, worker_id: str, results: list[dict],
+                       tenant: str | None = None) -> list[bool]:
         node = self._node
         futures = []
         for result in results:
-            run = node.store.get(RUNS, result["run_id"].encode())
+            run = self._run_of(result["run_id"], tenant)
             if run is None:
                 futures.append(None)
                 continue
@@ -113,11 +131,12 @@ class WorkerService:
             outcome = Outcome(ok=result["ok"], exit_code=result.get("exit_code"),
                               error=result.get("error"), retryable=result.get("retryable", True),
                               output=result.get("output"))
+            job = node.store.get(JOBS, keys.job_key(run["job_id"]))
+            outcome = masked_outcome(job, outcome)
             if outcome.output:
                 node.outputs.put(run["id"], run["attempt"],
                                  dict(outcome.output, holder=holder_of(worker_id),
                                       exit_code=outcome.exit_code), now_ms=node.now_ms())
-            job = node.store.get(JOBS, keys.job_key(run["job_id"]))
             futures.append(node.reporter.send(finish_update(
                 node, run, holder_of(worker_id), outcome,
                 retry.policy_of(job["spec"].get("retry")))))

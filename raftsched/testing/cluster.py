@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raftsched.testing.http import call, wait_until
+from raftsched.testing.http import ADMIN_TOKEN, call, wait_until
 from raftsched.testing.netproxy import LinkProxy
 
 
@@ -45,7 +45,14 @@ def free_ports(count: int) -> list[int]:
 class LocalCluster:
     def __init__(self, base_dir: str | Path, nodes: int = 3, *,
                  extra_env: dict[str, str] | None = None,
-                 node_args: list[str] | None = None, partitionable: bool = False) -> None:
+                 node_args: list[str] | None = None, partitionable: bool = False,
+                 allow_loopback_targets: bool = True, allow_commands: bool = True) -> None:
+        """`allow_loopback_targets`: give every node --allow-target-cidr
+        127.0.0.0/8, as tests call their sinks on 127.0.0.1 (nodes refuse
+        loopback targets by default); False to test that refusal.
+        `allow_commands`: give every node --allow-commands, as tests run
+        commands on the default queue; False (or setting the attribute before
+        a restart) to test the nodes' refusal."""
         self.base = Path(base_dir)
         self.base.mkdir(parents=True, exist_ok=True)
         self.ids = [f"n{i + 1}" for i in range(nodes)]
@@ -62,9 +69,14 @@ class LocalCluster:
             low = min(a, b, key=lambda n: self.raft_addrs[n])
             host, _, rport = self.raft_addrs[low].rpartition(":")
             self.links[frozenset((a, b))] = LinkProxy(port, (host, int(rport)), f"{a}-{b}")
+        # Every node gets the same bootstrap admin token, the one
+        # testing.http.call() sends by default.
         self.env = dict(os.environ, RAFTSCHED_RAFT_SECRET=secrets.token_urlsafe(24),
+                        RAFTSCHED_ADMIN_TOKEN=ADMIN_TOKEN, RAFTSCHED_TOKEN=ADMIN_TOKEN,
                         **(extra_env or {}))
         self.node_args = list(node_args or [])
+        self.allow_loopback_targets = allow_loopback_targets
+        self.allow_commands = allow_commands
         self.paused: set[str] = set()
         self.kills: list[tuple[str, float]] = []   # (node, time.time()) of every SIGKILL
         self.procs: dict[str, subprocess.Popen] = {}
@@ -80,7 +92,10 @@ class LocalCluster:
             for other, addr in self.raft_addrs.items() if other != nid)
         return [sys.executable, "-m", "raftsched", "node", "--id", nid,
                 "--http", f"127.0.0.1:{self.http_ports[nid]}", "--raft", self.raft_addrs[nid],
-                "--peers", peers, "--data", str(self.base / nid), *self.node_args]
+                "--peers", peers, "--data", str(self.base / nid),
+                *(["--allow-target-cidr", "127.0.0.0/8"] if self.allow_loopback_targets else []),
+                *(["--allow-commands"] if self.allow_commands else []),
+                *self.node_args]
 
     def start(self, nid: str | None = None) -> None:
         for node in [nid] if nid else self.ids:

@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import json
+import secrets
 import time
 import urllib.error
 import urllib.request
 from typing import Any, Callable
+
+
+# The bootstrap admin token LocalCluster gives its nodes (RAFTSCHED_ADMIN_TOKEN);
+# call() sends it unless told otherwise, so a test reads as an admin of the
+# `default` tenant unless it asks for another token (or none: token=None).
+ADMIN_TOKEN = "rsadmin_" + secrets.token_hex(16)
+_ADMIN = object()
+
+
+def auth_headers(token: str | None = ADMIN_TOKEN) -> dict[str, str]:
+    """Headers for a client other than call() (aiohttp, schemathesis)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 class Response:
@@ -20,10 +33,13 @@ class Response:
 
 
 def call(method: str, url: str, body: Any = None, *, timeout_s: float = 10.0,
-         raw: bytes | None = None) -> Response:
+         raw: bytes | None = None, token: Any = _ADMIN,
+         headers: dict[str, str] | None = None) -> Response:
+    """`token`: the bearer token to send (default ADMIN_TOKEN; None sends none)."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    sent = {"Content-Type": "application/json",
+            **auth_headers(ADMIN_TOKEN if token is _ADMIN else token), **(headers or {})}
+    req = urllib.request.Request(url, data=data, method=method, headers=sent)
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as resp:
             payload = resp.read()

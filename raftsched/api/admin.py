@@ -1,0 +1,149 @@
+"""Admin routes: tokens, tenants and their quotas, and the audit table."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from raftsched import limits
+from raftsched.api.auth import actor_of, new_token, principal, token_sha256, validate_tenant
+from raftsched.api.common import (int_param, json_body, json_response, maybe_consistent,
+                                  node_of, raise_refusal)
+from raftsched.core import commands, keys
+from raftsched.core.tenancy import QUOTA_NAMES, ROLES
+from raftsched.core.timeutil import format_ms
+from raftsched.core.tx import AUDIT, TENANTS, TOKENS
+from raftsched.errors import InvalidInput
+
+TOKEN_ID = "{token_id:tok_[0-9a-f]{16}}"
+TENANT = "{tenant:[^/]+}"
+TOKEN_FIELDS = {"tenant", "role", "name"}
+_QUOTA_BOUNDS = {"jobs_max": (limits.quota_jobs_max_max, "quota_jobs_max_max"),
+                 "creates_per_s": (limits.quota_creates_per_s_max, "quota_creates_per_s_max"),
+                 "runs_concurrent_max": (limits.quota_jobs_max_max, "quota_jobs_max_max"),
+                 "weight": (limits.tenant_weight_max, "tenant_weight_max")}
+
+
+def _object(body: object, allowed: set[str]) -> dict:
+    if not isinstance(body, dict):
+        raise InvalidInput("the request body must be a JSON object", field="body")
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise InvalidInput(f"unknown field {unknown[0]!r}", field=unknown[0])
+    return body
+
+
+def token_view(record: dict) -> dict:
+    return {"token_id": record["id"], "tenant": record["tenant"], "role": record["role"],
+            "name": record["name"], "created_at": format_ms(record["created_ms"]),
+            "created_by": record["created_by"]}
+
+
+# --- tokens -----------------------------------------------------------------------------
+
+async def create_token(request: web.Request) -> web.Response:
+    node = node_of(request)
+    body = _object(await json_body(request), TOKEN_FIELDS)
+    tenant = validate_tenant(body.get("tenant", principal(request).tenant))
+    role = body.get("role")
+    if role not in ROLES:
+        raise InvalidInput(f"`role` must be one of {', '.join(ROLES)}", field="role")
+    name = body.get("name", "")
+    if not isinstance(name, str) or len(name.encode()) > limits.token_name_bytes_max:
+        raise InvalidInput(f"`name` is a string of at most {limits.token_name_bytes_max} bytes",
+                           field="name", limit="token_name_bytes_max")
+    token_id, text = new_token()
+    result = await node.propose(commands.create_token(
+        token_id=token_id, tenant=tenant, role=role, name=name, sha256=token_sha256(text),
+        actor=actor_of(request), at_ms=node.now_ms()))
+    raise_refusal(result, field="token")
+    # The only time the token's text is shown: the state keeps its hash.
+    return json_response(dict(token_view(result["token"]), token=text), status=201)
+
+
+async def list_tokens(request: web.Request) -> web.Response:
+    node = node_of(request)
+    await maybe_consistent(request)
+    only = request.query.get("tenant")
+    tokens = [token_view(rec) for _, rec in node.store.scan(TOKENS, limit=limits.tokens_max)
+              if only is None or rec["tenant"] == only]
+    return json_response({"tokens": tokens})
+
+
+async def revoke_token(request: web.Request) -> web.Response:
+    node = node_of(request)
+    result = await node.propose(commands.revoke_token(
+        token_id=request.match_info["token_id"], actor=actor_of(request), at_ms=node.now_ms()))
+    raise_refusal(result, field="token_id")
+    return web.Response(status=204)
+
+
+# --- tenants ----------------------------------------------------------------------------
+
+def tenant_view(node: object, name: str, record: dict | None) -> dict:
+    own = (record or {}).get("quota") or {}
+    return {"tenant": name, "quota": {q: own.get(q) for q in QUOTA_NAMES},
+            "in_force": node.quota_of(name),  # type: ignore[attr-defined]
+            "jobs": (record or {}).get("jobs", 0)}
+
+
+async def put_tenant(request: web.Request) -> web.Response:
+    node = node_of(request)
+    tenant = validate_tenant(request.match_info["tenant"])
+    body = _object(await json_body(request), set(QUOTA_NAMES))
+    quota: dict[str, int | None] = {}
+    for name in QUOTA_NAMES:
+        value = body.get(name)
+        maximum, limit = _QUOTA_BOUNDS[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 1 <= value <= maximum):
+            raise InvalidInput(f"`{name}` is null (the node default) or an integer from 1 to "
+                               f"{maximum}", field=name, limit=limit)
+        quota[name] = value
+    result = await node.propose(commands.put_tenant(tenant=tenant, quota=quota,
+                                                    actor=actor_of(request),
+                                                    at_ms=node.now_ms()))
+    raise_refusal(result, field="tenant")
+    node.forget_quota(tenant)
+    return json_response(tenant_view(node, tenant, result["tenant"]))
+
+
+async def get_tenant(request: web.Request) -> web.Response:
+    node = node_of(request)
+    await maybe_consistent(request)
+    tenant = validate_tenant(request.match_info["tenant"])
+    return json_response(tenant_view(node, tenant, node.store.get(TENANTS, tenant.encode())))
+
+
+async def list_tenants(request: web.Request) -> web.Response:
+    node = node_of(request)
+    await maybe_consistent(request)
+    rows = node.store.scan(TENANTS, limit=limits.tenants_max)
+    return json_response({"tenants": [tenant_view(node, key.decode(), rec) for key, rec in rows]})
+
+
+# --- audit ------------------------------------------------------------------------------
+
+async def list_audit(request: web.Request) -> web.Response:
+    """Records after seq `after` (0: from the oldest kept), oldest first."""
+    node = node_of(request)
+    await maybe_consistent(request)
+    limit = int_param(request, "limit", limits.list_limit_default, limits.audit_list_limit_max)
+    after = request.query.get("after", "0")
+    if len(after) > 19 or not after.isdigit() or int(after) >= limits.command_int_max:
+        raise InvalidInput("`after` is a record's seq, an integer of 0 or more", field="after")
+    rows = node.store.scan(AUDIT, start=keys.u64(int(after) + 1), limit=limit)
+    records = [{"seq": r["seq"], "at": format_ms(r["at_ms"]), "actor": r["actor"],
+                "action": r["action"], "tenant": r["tenant"], "subject": r["subject"],
+                "detail": r["detail"]} for _, r in rows]
+    return json_response({"records": records,
+                          "next_after": records[-1]["seq"] if records else int(after)})
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_post("/v1/tokens", create_token)
+    router.add_get("/v1/tokens", list_tokens)
+    router.add_delete(f"/v1/tokens/{TOKEN_ID}", revoke_token)
+    router.add_get("/v1/tenants", list_tenants)
+    router.add_get(f"/v1/tenants/{TENANT}", get_tenant)
+    router.add_put(f"/v1/tenants/{TENANT}", put_tenant)
+    router.add_get("/v1/audit", list_audit)

@@ -1,0 +1,178 @@
+"""Tokens, tenants and their quotas, and the audit table, in apply.
+
+Tokens: the state keeps a token's tenant, role and name, and the SHA-256 of
+its text, never the text (a token is 256 random bits, so a plain hash is
+enough: there is nothing to guess). Revoking deletes the record; every node
+stops accepting the token when it applies the revocation.
+
+Tenants: a record per tenant holds the quotas an admin set (None: the node
+flags' default) and what apply counts against them: the jobs that are not
+deleted, and a token bucket for the create rate. The bucket is refilled from
+the commands' `at_ms`, never backwards, so every replica counts alike and the
+rate holds for the whole cluster, not per node. The quota in force comes with
+each create (the proposer read it), since the flags' defaults are not state.
+
+Audit: who created and revoked tokens, changed quotas, and created, changed,
+paused, resumed, triggered or deleted jobs, with the token id; the oldest
+records are dropped past `audit_entries_max`.
+"""
+
+from __future__ import annotations
+
+from raftsched import limits
+from raftsched.core import keys
+from raftsched.core.tx import AUDIT, COUNTERS, TENANTS, TOKENS, Tx
+
+ROLES = ("admin", "writer", "reader", "worker")
+QUOTA_NAMES = ("jobs_max", "creates_per_s", "runs_concurrent_max", "weight")
+_TOKENS_COUNTER = b"tokens"
+_TENANTS_COUNTER = b"tenants"
+_AUDIT_COUNTER = b"audit"
+
+
+def _count(tx: Tx, name: bytes) -> int:
+    counter = tx.get(COUNTERS, name)
+    return counter["count"] if counter else 0
+
+
+def _set_count(tx: Tx, name: bytes, count: int) -> None:
+    tx.put(COUNTERS, name, {"v": 1, "count": count})
+
+
+# --- tenants ------------------------------------------------------------------------------
+
+def tenant_record(tx: Tx, tenant: str) -> dict | None:
+    return tx.get(TENANTS, tenant.encode())
+
+
+def _new_tenant(tx: Tx, tenant: str, at_ms: int) -> dict | None:
+    """A record for a tenant seen for the first time, or None past tenants_max."""
+    count = _count(tx, _TENANTS_COUNTER)
+    if count >= limits.tenants_max:
+        return None
+    _set_count(tx, _TENANTS_COUNTER, count + 1)
+    return {"v": 1, "name": tenant, "quota": {q: None for q in QUOTA_NAMES}, "jobs": 0,
+            "bucket_milli": None, "bucket_ms": 0, "created_ms": at_ms}
+
+
+def _quota_refusal(limit: str, detail: str, retry_after_s: int) -> dict:
+    return {"ok": False, "error": "quota", "limit": limit, "detail": detail,
+            "retry_after_s": retry_after_s}
+
+
+class CreateCounter:
+    """Counts one command's creates against a tenant's quota, and writes the
+    tenant record once at the end (a batch of 250 creates writes it once)."""
+
+    def __init__(self, tx: Tx, tenant: str, quota: dict | None, at_ms: int) -> None:
+        self._tx, self._tenant, self._quota, self._at_ms = tx, tenant, quota, at_ms
+        self._record = tenant_record(tx, tenant)
+        self._refill_done = False
+
+    def take(self) -> dict | None:
+        """Count one create; a refusal (the result to answer) when over a quota."""
+        if self._record is None:
+            self._record = _new_tenant(self._tx, self._tenant, self._at_ms)
+            if self._record is None:
+                return _quota_refusal("tenants_max", f"the cluster holds {limits.tenants_max} "
+                                      f"tenants (tenants_max)", 60)
+        rec, quota = self._record, self._quota
+        if quota is not None:
+            if rec["jobs"] >= quota["jobs_max"]:
+                return _quota_refusal("jobs_max", f"tenant {self._tenant} has {rec['jobs']} "
+                                      f"jobs, its jobs_max; delete some first", 60)
+            refusal = self._take_token(rec, quota["creates_per_s"])
+            if refusal is not None:
+                return refusal
+        rec["jobs"] += 1
+        return None
+
+    def _take_token(self, rec: dict, rate_per_s: int) -> dict | None:
+        """The bucket, in thousandths of a create: it refills `rate_per_s` per
+        second of at_ms and holds tenant_create_burst_s seconds' worth."""
+        capacity = max(1000, int(rate_per_s * limits.tenant_create_burst_s * 1000))
+        if not self._refill_done:
+            self._refill_done = True
+            if rec["bucket_milli"] is None:
+                rec["bucket_milli"], rec["bucket_ms"] = capacity, self._at_ms
+            elif self._at_ms > rec["bucket_ms"]:
+                gained = (self._at_ms - rec["bucket_ms"]) * rate_per_s
+                rec["bucket_milli"] = min(capacity, rec["bucket_milli"] + gained)
+                rec["bucket_ms"] = self._at_ms
+            rec["bucket_milli"] = min(rec["bucket_milli"], capacity)
+        if rec["bucket_milli"] < 1000:
+            wait_ms = -(-(1000 - rec["bucket_milli"]) // rate_per_s)
+            return _quota_refusal("creates_per_s", f"tenant {self._tenant} creates more than "
+                                  f"{rate_per_s} jobs a second (creates_per_s)",
+                                  max(1, -(-wait_ms // 1000)))
+        rec["bucket_milli"] -= 1000
+        return None
+
+    def finish(self) -> None:
+        if self._record is not None:
+            self._tx.put(TENANTS, self._tenant.encode(), self._record)
+
+
+def release_job(tx: Tx, tenant: str) -> None:
+    """A job stopped counting towards its tenant's jobs_max (deleted, or purged)."""
+    rec = tenant_record(tx, tenant)
+    if rec is not None and rec["jobs"] > 0:
+        rec["jobs"] -= 1
+        tx.put(TENANTS, tenant.encode(), rec)
+
+
+def handle_put_tenant(tx: Tx, cmd: dict) -> dict:
+    tenant = cmd["tenant"]
+    rec = tenant_record(tx, tenant) or _new_tenant(tx, tenant, cmd["at_ms"])
+    if rec is None:
+        return {"ok": False, "error": "limit", "limit": "tenants_max", "field": "tenant",
+                "detail": f"the cluster holds {limits.tenants_max} tenants (tenants_max)"}
+    rec["quota"] = {q: cmd["quota"].get(q) for q in QUOTA_NAMES}
+    tx.put(TENANTS, tenant.encode(), rec)
+    audit(tx, cmd, "tenant.put", tenant, tenant, quota=rec["quota"])
+    return {"ok": True, "tenant": rec}
+
+
+# --- tokens -------------------------------------------------------------------------------
+
+def handle_create_token(tx: Tx, cmd: dict) -> dict:
+    key = cmd["token_id"].encode()
+    if tx.get(TOKENS, key) is not None:
+        return {"ok": False, "error": "conflict", "detail": f"token {cmd['token_id']} exists"}
+    count = _count(tx, _TOKENS_COUNTER)
+    if count >= limits.tokens_max:
+        return {"ok": False, "error": "limit", "limit": "tokens_max", "field": "token",
+                "detail": f"the cluster holds {count} tokens (tokens_max); revoke some"}
+    record = {"v": 1, "id": cmd["token_id"], "tenant": cmd["tenant"], "role": cmd["role"],
+              "name": cmd["name"], "sha256": cmd["sha256"], "created_ms": cmd["at_ms"],
+              "created_by": cmd["actor"]}
+    tx.put(TOKENS, key, record)
+    _set_count(tx, _TOKENS_COUNTER, count + 1)
+    audit(tx, cmd, "token.create", cmd["tenant"], cmd["token_id"], role=cmd["role"],
+          name=cmd["name"])
+    return {"ok": True, "token": record}
+
+
+def handle_revoke_token(tx: Tx, cmd: dict) -> dict:
+    key = cmd["token_id"].encode()
+    record = tx.get(TOKENS, key)
+    if record is None:
+        return {"ok": False, "error": "not_found", "detail": f"token {cmd['token_id']} not found"}
+    tx.delete(TOKENS, key)
+    _set_count(tx, _TOKENS_COUNTER, max(0, _count(tx, _TOKENS_COUNTER) - 1))
+    audit(tx, cmd, "token.revoke", record["tenant"], cmd["token_id"])
+    return {"ok": True, "token": record}
+
+
+# --- audit --------------------------------------------------------------------------------
+
+def audit(tx: Tx, cmd: dict, action: str, tenant: str | None, subject: str,
+          **detail: object) -> None:
+    """Append one audit record (seq 1, 2, ...) and drop the one that falls out."""
+    seq = _count(tx, _AUDIT_COUNTER) + 1
+    _set_count(tx, _AUDIT_COUNTER, seq)
+    tx.put(AUDIT, keys.u64(seq), {"v": 1, "seq": seq, "at_ms": cmd["at_ms"],
+                                  "actor": cmd.get("actor"), "action": action,
+                                  "tenant": tenant, "subject": subject, "detail": detail})
+    if seq > limits.audit_entries_max:
+        tx.delete(AUDIT, keys.u64(seq - limits.audit_entries_max))
