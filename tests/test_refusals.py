@@ -16,6 +16,7 @@ from raftsched.core.tx import ViewFailed
 from raftsched.errors import CommandRefused
 from raftsched.runtime.node import Node
 from raftsched.runtime.reporter import Reporter
+from raftsched.runtime.supervise import Supervisor
 from raftsched.runtime.trigger import TriggerLoop
 from raftsched.storage.base import digest
 from raftsched.storage.lmdb_store import LmdbStore
@@ -156,7 +157,7 @@ async def test_the_reporter_resolves_a_refused_batch_false_and_goes_on():
     async def propose(command):
         proposed.append(command)
         return REFUSAL if len(proposed) == 1 else {"ok": True, "accepted": [True]}
-    reporter = Reporter(types.SimpleNamespace(propose=propose))
+    reporter = Reporter(types.SimpleNamespace(propose=propose, supervisor=Supervisor("test")))
     task = asyncio.ensure_future(reporter.run())
     try:
         beat = {"run_id": "run_x", "event": "heartbeat", "holder": "n1", "attempt": 1,

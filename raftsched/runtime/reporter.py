@@ -1,8 +1,9 @@
 """Batch run reports (start, heartbeat, finish) into `run_updates` commands.
 
-One Raft entry per `run_update_period_ms` carries up to `run_update_batch_max`
-reports, from this node's dispatcher and from the workers that talk to this
-node. Each report gets a future that resolves to whether apply accepted it
+Every `run_update_period_ms`, Raft entries of up to `run_update_batch_max`
+reports are proposed, up to `run_update_inflight_reports_max` reports at once, from this
+node's dispatcher and from the workers that talk to this node; while several
+tenants' reports wait, a batch holds a fair share of each (runtime/fair.py). Each report gets a future that resolves to whether apply accepted it
 (a start or heartbeat is refused when the run was cancelled, reassigned, or
 its lease expired and it moved on). While there is no quorum, reports wait
 and are sent again; a start whose caller has given up (its future cancelled)
@@ -29,11 +30,18 @@ log = logging.getLogger("raftsched.report")
 class Reporter:
     def __init__(self, node: "Node") -> None:
         self._node = node
-        self._pending: collections.deque[tuple[dict, asyncio.Future]] = collections.deque()
+        # Reports waiting, by tenant ("" where the caller did not say): a batch
+        # takes them by deficit round robin when several tenants wait, so one
+        # tenant's thousands of starts do not fill the entries ahead of
+        # another's few (runtime/fair.py).
+        self._pending: dict[str, collections.deque[tuple[dict, asyncio.Future]]] = {}
+        self._count = 0
         self._flush = asyncio.Event()
+        self._inflight: set[asyncio.Task] = set()
+        self._inflight_reports = 0
         self.dropped_total = 0
 
-    def send(self, update: dict) -> asyncio.Future:
+    def send(self, update: dict, tenant: str = "") -> asyncio.Future:
         """Queue one report; the future resolves to True (applied) or False (refused)."""
         future = asyncio.get_running_loop().create_future()
         try:
@@ -44,7 +52,7 @@ class Reporter:
             log.error("run report not sent: %s", exc.detail)
             future.set_result(False)
             return future
-        if len(self._pending) >= limits.run_update_pending_max:
+        if self._count >= limits.run_update_pending_max:
             # A dropped finish leaves the lease to expire: the run is retried,
             # not lost. Said loudly because it means the log is far behind.
             self.dropped_total += 1
@@ -52,63 +60,106 @@ class Reporter:
                       limits.run_update_pending_max, update["event"], update["run_id"])
             future.set_result(False)
             return future
-        self._pending.append((update, future))
+        self._pending.setdefault(tenant, collections.deque()).append((update, future))
+        self._count += 1
         self._flush.set()
         return future
 
     async def run(self) -> None:
-        backoff_s = limits.run_update_period_ms / 1000
+        """Batches are proposed while fewer than run_update_inflight_reports_max
+        reports are in flight; pysyncobj keeps their order. The bound keeps a
+        report that arrives behind a backlog from waiting for thousands of
+        others in the log. A start and the finish of the same attempt never
+        share the pipeline: the finish is sent once the start was answered."""
         while True:
             await self._flush.wait()
             await asyncio.sleep(limits.run_update_period_ms / 1000)
-            batch = self._take_batch()
-            if not batch:
-                continue
-            try:
-                result = await self._node.propose(
-                    commands.run_updates(updates=[update for update, _ in batch]))
-            except Unavailable as exc:
-                log.warning("%d run reports not committed (%s); retrying", len(batch),
-                            exc.detail)
-                self._pending.extendleft(reversed(batch))
-                self._flush.set()
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 2.0)
-                continue
-            except Exception:
-                # The supervisor logs it and restarts this loop; nobody may wait
-                # for these reports forever meanwhile: a start refused is not
-                # run, a finish lost is retried after its lease expires.
-                self._refuse(batch)
-                raise
-            backoff_s = limits.run_update_period_ms / 1000
-            accepted = result.get("accepted")
-            if not isinstance(accepted, list):
-                # The batch was refused whole (the node logged why): no report
-                # in it was applied.
-                log.error("%d run reports refused (%s): %s", len(batch), result.get("error"),
-                          result.get("detail"))
-                accepted = [False] * len(batch)
-            for (_, future), ok in zip(batch, accepted):
-                if not future.done():
-                    future.set_result(ok)
+            while self._count and self._inflight_reports < limits.run_update_inflight_reports_max:
+                batch = self._take_batch(limits.run_update_inflight_reports_max
+                                         - self._inflight_reports)
+                if not batch:
+                    break
+                self._inflight_reports += len(batch)
+                task = self._node.supervisor.spawn("reporter.send", self._send_batch(batch))
+                self._inflight.add(task)
+                task.add_done_callback(self._inflight.discard)
+            if not self._count:
+                self._flush.clear()
+            if self._count and self._inflight:
+                await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)
+
+    async def _send_batch(self, batch: list[tuple[str, dict, asyncio.Future]]) -> None:
+        try:
+            await self._propose_batch(batch)
+        finally:
+            self._inflight_reports -= len(batch)
+
+    async def _propose_batch(self, batch: list[tuple[str, dict, asyncio.Future]]) -> None:
+        try:
+            result = await self._node.propose(
+                commands.run_updates(updates=[update for _, update, _ in batch]))
+        except Unavailable as exc:
+            log.warning("%d run reports not committed (%s); retrying", len(batch), exc.detail)
+            self._requeue(batch)
+            # Holding the pipeline place a while: no quorum now, no use hurrying.
+            await asyncio.sleep(limits.run_update_retry_s)
+            return
+        except BaseException:
+            # The supervisor logs it; nobody may wait for these reports forever
+            # meanwhile: a start refused is not run, a finish lost is retried
+            # after its lease expires.
+            self._refuse(batch)
+            raise
+        accepted = result.get("accepted")
+        if not isinstance(accepted, list):
+            # The batch was refused whole (the node logged why): no report
+            # in it was applied.
+            log.error("%d run reports refused (%s): %s", len(batch), result.get("error"),
+                      result.get("detail"))
+            accepted = [False] * len(batch)
+        for (_, _, future), ok in zip(batch, accepted):
+            if not future.done():
+                future.set_result(ok)
+
+    def _requeue(self, batch: list[tuple[str, dict, asyncio.Future]]) -> None:
+        for tenant, update, future in reversed(batch):
+            self._pending.setdefault(tenant, collections.deque()).appendleft((update, future))
+            self._count += 1
+        self._flush.set()
 
     @staticmethod
-    def _refuse(batch: list[tuple[dict, asyncio.Future]]) -> None:
-        for _, future in batch:
+    def _refuse(batch: list[tuple[str, dict, asyncio.Future]]) -> None:
+        for _, _, future in batch:
             if not future.done():
                 future.set_result(False)
 
-    def _take_batch(self) -> list[tuple[dict, asyncio.Future]]:
-        batch = []
-        while self._pending and len(batch) < limits.run_update_batch_max:
-            update, future = self._pending.popleft()
-            if future.cancelled() and update["event"] != "finish":
-                continue   # nobody waits for this start or heartbeat any more
-            batch.append((update, future))
-        if not self._pending:
-            self._flush.clear()
+    def _take_batch(self, room: int) -> list[tuple[str, dict, asyncio.Future]]:
+        """Up to `room` and run_update_batch_max reports of one tenant; when
+        several wait, up to run_update_fair_batch_max, a quantum (by weight) of
+        each in turn."""
+        tenants = [t for t, q in self._pending.items() if q]
+        several = len(tenants) > 1
+        size = min(room, limits.run_update_fair_batch_max if several
+                   else limits.run_update_batch_max)
+        batch: list[tuple[str, dict, asyncio.Future]] = []
+        while tenants and len(batch) < size:
+            for tenant in list(tenants):
+                queue = self._pending[tenant]
+                share = limits.fair_quantum * max(1, self._weight(tenant)) if several else size
+                while queue and share > 0 and len(batch) < size:
+                    update, future = queue.popleft()
+                    self._count -= 1
+                    if future.cancelled() and update["event"] != "finish":
+                        continue   # nobody waits for this start or heartbeat any more
+                    batch.append((tenant, update, future))
+                    share -= 1
+                if not queue:
+                    tenants.remove(tenant)
+                    del self._pending[tenant]
         return batch
 
+    def _weight(self, tenant: str) -> int:
+        return self._node.quota_of(tenant)["weight"] if tenant else 1
+
     def pending(self) -> int:
-        return len(self._pending)
+        return self._count

@@ -5,7 +5,10 @@ LMDB when it gains a shard and after each fire; lowered by apply's DueArmed
 effects when a job is created or re-armed; resynced every
 `due_resync_period_s` as a safety net). It sleeps until the earliest of them,
 then proposes one `fire` command per due shard, carrying the shard's fencing
-token: one Raft entry fires up to `fire_batch_max` runs.
+token: one Raft entry fires up to `fire_batch_max` runs. When a pass holds
+items of more than one tenant or priority, it proposes them in fair order
+(deficit round robin by tenant weight, then priority and due time:
+runtime/fair.py), at most `fire_fair_inflight_items_max` in flight.
 
 For each due entry the proposer computes what apply may not: the occurrences
 the fire covers (only the due one when on time; the missed ones after an
@@ -23,10 +26,11 @@ from typing import TYPE_CHECKING
 
 from raftsched import limits
 from raftsched.core import commands
-from raftsched.core.apply import DEFAULT_MISFIRE, DUE, JOBS, SHARDS
-from raftsched.core.keys import KIND_RETRY, job_key, parse_due_key, shard_prefix
+from raftsched.core.apply import DEFAULT_MISFIRE, DUE, JOBS, RUNS, SHARDS
+from raftsched.core.keys import KIND_RETRY, PRIORITY_RANK, job_key, parse_due_key, shard_prefix
 from raftsched.core.schedule import covered_occurrences
 from raftsched.errors import Unavailable
+from raftsched.runtime.fair import drr_order
 from raftsched.storage.base import due_entries
 
 if TYPE_CHECKING:
@@ -46,7 +50,8 @@ class TriggerLoop:
         self._planned_wake_ms = 0
         self._owned: dict[int, int] = {}          # shard -> fencing token
         self._next_due: dict[int, int | None] = {}  # shard -> earliest due_ms
-        self._inflight: set[int] = set()
+        self._inflight: dict[int, int] = {}      # shard -> fires not yet answered
+        self._inflight_items = 0                  # items and retries in those fires
         self._resynced_at = 0.0
         self.fired_total = 0
         self.stale_items_total = 0
@@ -109,41 +114,90 @@ class TriggerLoop:
         return parse_due_key(first[0][0])[1] if first else None
 
     def maybe_fire_due(self) -> int | None:
-        """Propose a fire for every owned shard that is due; return the earliest
+        """Propose fires for every owned shard that is due; return the earliest
         future due instant (or None)."""
         now = self._node.now_ms()
         earliest: int | None = None
+        due: list[int] = []
         for shard, due_ms in self._next_due.items():
             if due_ms is None or shard in self._inflight:
                 continue
             if due_ms <= now:
-                self._propose(shard, now)
+                due.append(shard)
             elif earliest is None or due_ms < earliest:
                 earliest = due_ms
+        if due:
+            self._propose_pass(due, now)
         return earliest
 
-    def _propose(self, shard: int, now: int) -> None:
+    def _propose_pass(self, shards: list[int], now: int) -> None:
+        """One fire per due shard; or, when the pass holds more than one tenant
+        or priority, its items in fair order (runtime/fair.py), at most
+        fire_fair_inflight_items_max of them in flight: fires of the first
+        items are proposed first and the rest wait for the next pass, which
+        orders what is due again. A light tenant's items then commit in the
+        first entries, and the log never holds a heavy tenant's whole backlog
+        ahead of the others' starts and finishes."""
+        collected = {shard: self._collect(shard, now) for shard in shards}
+        classes = {(tenant, rank) for entries in collected.values()
+                   for _, tenant, rank, _ in entries}
+        if len(classes) <= 1:
+            for shard, entries in collected.items():
+                self._propose(shard, now, entries)
+            return
+        queues: dict[str, list[tuple[int, tuple]]] = {}
+        for shard, entries in collected.items():
+            for entry in entries:
+                queues.setdefault(entry[1], []).append((shard, entry))
+        for items in queues.values():
+            items.sort(key=lambda item: (item[1][2], item[1][3]))   # priority, then due time
+        order = drr_order(queues, lambda tenant: self._node.quota_of(tenant)["weight"])
+        budget = max(0, limits.fire_fair_inflight_items_max - self._inflight_items)
+        by_shard: dict[int, list[tuple]] = {}   # in the order of each shard's first item
+        for shard, entry in order[:budget]:
+            by_shard.setdefault(shard, []).append(entry)
+        for shard, entries in by_shard.items():
+            self._propose(shard, now, entries)
+        for shard in shards:
+            if not collected[shard]:
+                self._propose(shard, now, [])   # nothing due after all: re-read its next
+        # The rest waits for a fire to be answered, which wakes the loop.
+
+    def _collect(self, shard: int, now: int) -> list[tuple]:
+        """The shard's due items: (item, tenant, priority rank, due_ms), where
+        item is ("job", fire item) or ("retry", (run_id, due_ms))."""
         node = self._node
-        items, retries = [], []
+        entries: list[tuple] = []
         for due_ms, kind, ident in due_entries(node.store, shard, now, limits.fire_batch_max):
             if kind == KIND_RETRY:
-                retries.append((ident, due_ms))
+                run = node.store.get(RUNS, ident.encode())
+                tenant = run["tenant"] if run else "default"
+                rank = PRIORITY_RANK.get(run.get("priority", "normal"), 1) if run else 1
+                entries.append((("retry", (ident, due_ms)), tenant, rank, due_ms))
                 continue
-            job_id = ident
-            job = node.store.get(JOBS, job_key(job_id))
+            job = node.store.get(JOBS, job_key(ident))
             if job is None or job["next_ms"] != due_ms:
                 continue  # apply would refuse it as stale anyway
             policy = job["spec"].get("misfire", DEFAULT_MISFIRE)
             occurrences, omitted, next_ms = covered_occurrences(
                 job["spec"]["schedule"], due_ms, now, policy["catchup_max"])
-            items.append((job_id, due_ms, next_ms, occurrences, omitted))
+            rank = PRIORITY_RANK.get(job["spec"].get("priority", "normal"), 1)
+            entries.append((("job", (ident, due_ms, next_ms, occurrences, omitted)),
+                            job["tenant"], rank, due_ms))
+        return entries
+
+    def _propose(self, shard: int, now: int, entries: list[tuple]) -> None:
+        items = [payload for (kind, payload), *_ in entries if kind == "job"]
+        retries = [payload for (kind, payload), *_ in entries if kind == "retry"]
         if not items and not retries:
-            self._next_due[shard] = self._earliest(shard)
+            if not self._inflight.get(shard):
+                self._next_due[shard] = self._earliest(shard)
             return
         cmd = commands.fire(shard=shard, token=self._owned[shard], upto_ms=now,
-                            node=node.node_id, at_ms=now, items=items, retries=retries)
-        self._inflight.add(shard)
-        node.supervisor.spawn("trigger.send", self._send(shard, cmd))
+                            node=self._node.node_id, at_ms=now, items=items, retries=retries)
+        self._inflight[shard] = self._inflight.get(shard, 0) + 1
+        self._inflight_items += len(items) + len(retries)
+        self._node.supervisor.spawn("trigger.send", self._send(shard, cmd))
 
     async def _send(self, shard: int, cmd: dict) -> None:
         try:
@@ -164,7 +218,11 @@ class TriggerLoop:
             log.warning("fire of shard %d (%d items, %d retries) not committed: %s", shard,
                         len(cmd["items"]), len(cmd["retries"]), exc.detail)
         finally:
-            self._inflight.discard(shard)
-            if shard in self._owned:
+            self._inflight_items = max(0, self._inflight_items - len(cmd["items"])
+                                       - len(cmd["retries"]))
+            left = self._inflight.pop(shard, 1) - 1
+            if left > 0:
+                self._inflight[shard] = left
+            elif shard in self._owned:
                 self._next_due[shard] = self._earliest(shard)
             self._wake.set()
