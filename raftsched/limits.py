@@ -163,13 +163,13 @@ dispatch_queue_max = 100_000
 # Run state changes per `run_updates` command, and how often the batch is sent.
 run_update_batch_max = 1000
 run_update_period_ms = 20
-# Reports a node has proposed and not yet seen answered, in as many batches as
-# they fill: a report that arrives behind a backlog waits for at most these in
-# the log (from this node), not for the whole backlog.
-run_update_inflight_reports_max = 512
+# Reports of one tenant a node has proposed and not yet seen answered, in as
+# many batches as they fill: another tenant's report never waits for this bound,
+# and finds at most these ahead of it in the log (from this node).
+run_update_inflight_reports_max = 256
 # A batch's size while several tenants' reports wait: small enough that a light
 # tenant's few starts commit without waiting for a heavy one's hundreds.
-run_update_fair_batch_max = 128
+run_update_fair_batch_max = 64
 # How long a batch that did not commit (no quorum) waits before it goes again.
 run_update_retry_s = 0.5
 # Run state changes waiting to be proposed while there is no leader.
@@ -334,7 +334,9 @@ audit_list_limit_max = 1000
 tenant_jobs_max_default = 10_000_000
 tenant_creates_per_s_default = 100_000
 tenant_create_burst_s = 1.0
-tenant_runs_concurrent_max_default = runs_inflight_max
+# Half a node's slots by default: one tenant's backlog leaves the other half free
+# for the others.
+tenant_runs_concurrent_max_default = runs_inflight_max // 2
 tenant_weight_default = 1
 tenant_weight_max = 1000
 quota_jobs_max_max = 10 ** 12
@@ -342,8 +344,8 @@ quota_creates_per_s_max = 10 ** 9
 # Deficit round robin between tenants (trigger, dispatcher): items a tenant of
 # weight 1 takes per round. Larger rounds cost fairness, smaller cost CPU.
 fair_quantum = 64
-# When due items of several tenants (or priorities) wait, a node's trigger keeps at
-# most this many in fires not yet committed, proposed in fair order: a light
-# tenant's jobs go in the first entries, and the log never holds a heavy
-# tenant's whole backlog ahead of the light one's starts and finishes.
-fire_fair_inflight_items_max = 256
+# A node's trigger keeps at most this many of one tenant's due items in fires not
+# yet committed (proposed in fair order when several tenants wait): the log never
+# holds a heavy tenant's whole backlog ahead of another tenant's runs, nor ahead
+# of its own starts and finishes.
+fire_inflight_items_max = 64

@@ -286,3 +286,23 @@ def test_misfire_policies_decide_per_occurrence():
     assert [d[1] for d in misfire_decisions(every, occ, 99_000)] == ["queued"] * 3
     once = {"policy": "fire_once", "tolerance_ms": 0, "catchup_max": 100}
     assert [d[1] for d in misfire_decisions(once, [10_000], 10_001)] == ["queued"]
+
+
+def test_fire_many_applies_each_part_under_its_own_token():
+    """A part under a stale token is refused and counted alone; the others fire."""
+    store = MemoryStore()
+
+    def run(cmd, index):
+        transition = apply(store, commands.decode(commands.encode(cmd)), index)
+        store.commit(transition, index)
+        return transition.result
+
+    run(commands.assign_shards(assignments=[(0, "n1"), (1, "n1")], at_ms=1), 1)
+    run(commands.assign_shards(assignments=[(1, "n2")], at_ms=1), 2)   # shard 1: token 2
+    result = run(commands.fire_many(node="n1", at_ms=5, parts=[
+        {"shard": 0, "token": 1, "upto_ms": 5, "items": [], "retries": []},
+        {"shard": 1, "token": 1, "upto_ms": 5, "items": [], "retries": []}]), 3)
+    assert [p["ok"] for p in result["parts"]] == [True, False]
+    assert result["parts"][1]["error"] == "stale_token"
+    assert store.get(SHARDS_TABLE, keys.shard_key(0))["checkpoint_ms"] == 5
+    assert store.get(SHARDS_TABLE, keys.shard_key(1))["stale_fires"] == 1

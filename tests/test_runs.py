@@ -107,7 +107,7 @@ def test_a_retryable_failure_waits_in_a_durable_due_entry_and_keeps_the_executio
     run = log.get_run(run_id)
     assert run["state"] == "retry_wait"
     assert run["retry_due_ms"] == 10_800
-    assert log.store.get(DUE, keys.retry_due_key(shard, 10_800, run_id)) == {"v": 1}
+    assert log.store.get(DUE, keys.retry_due_key(shard, 10_800, run_id)) == keys.due_value("default", None)
     fire_retry(log, run_id)
     run = log.get_run(run_id)
     assert run["state"] == "queued"

@@ -96,7 +96,8 @@ def _stack_text(exc: BaseException) -> str:
 
 def _arm(tx: Tx, job: dict) -> None:
     if job["next_ms"] is not None and job["status"] == "active":
-        tx.put(DUE, keys.due_key(job["shard"], job["next_ms"], job["id"]), {"v": 1})
+        tx.put(DUE, keys.due_key(job["shard"], job["next_ms"], job["id"]),
+               keys.due_value(job["tenant"], job["spec"].get("priority")))
         tx.effects.append(DueArmed(shard=job["shard"], due_ms=job["next_ms"]))
 
 
@@ -316,6 +317,15 @@ def _fire(tx: Tx, cmd: dict) -> dict:
     return {"ok": True, "fired": fired, "stale": stale}
 
 
+def _fire_many(tx: Tx, cmd: dict) -> dict:
+    """Each part exactly as a `fire` of its shard, in order; a part under a
+    stale token is refused (and counted) alone."""
+    parts = [_fire(tx, dict(part, node=cmd["node"], at_ms=cmd["at_ms"]))
+             for part in cmd["parts"]]
+    return {"ok": True, "parts": parts, "fired": sum(p.get("fired", 0) for p in parts),
+            "stale": sum(p.get("stale", 0) for p in parts)}
+
+
 def _assign_shards(tx: Tx, cmd: dict) -> dict:
     """Give shards to nodes; every (re)assignment bumps the shard's fencing token."""
     tokens = {}
@@ -374,6 +384,7 @@ HANDLERS: dict[str, Callable[[Tx, dict], dict]] = {
     "resume_job": _resume_job,
     "trigger_job": _trigger_job,
     "fire": _fire,
+    "fire_many": _fire_many,
     "assign_shards": _assign_shards,
     "run_updates": runs.handle_run_updates,
     "expire_leases": runs.handle_expire_leases,

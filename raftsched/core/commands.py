@@ -33,7 +33,7 @@ TAGS = frozenset({"create_job", "update_job", "delete_job", "pause_job", "resume
                   "trigger_job", "fire", "assign_shards", "run_updates", "register_node", "renew",
                   "check_digest", "expire_leases", "reassign_runs", "cancel_run", "alert_done",
                   "publish", "commit_offset", "purge", "create_jobs", "create_token",
-                  "revoke_token", "put_tenant"})
+                  "revoke_token", "put_tenant", "fire_many"})
 
 
 def encode(command: dict) -> bytes:
@@ -266,6 +266,19 @@ SCHEMAS: dict[str, Check] = {
         extra=_json(),
         where=lambda c: len(c["items"]) + len(c.get("retries", [])) <= limits.fire_batch_max,
         why=f"items and retries together must be at most {limits.fire_batch_max}"),
+    # Fires of several shards in one entry, each part checked against its own
+    # shard's token: a node's due items of many shards cost one entry, not one each.
+    "fire_many": _record(_fields(
+        node=_NODE_ID, at_ms=_TIME_MS,
+        parts=_list(_record({
+            "shard": _SHARD, "token": _TOKEN, "upto_ms": _TIME_MS,
+            "items": _list(_FIRE_ITEM, limits.fire_batch_max),
+            "retries": _list(_tuple(_RUN_ID, _TIME_MS), limits.fire_batch_max)}, extra=_json()),
+            limits.fire_batch_max, min_len=1)),
+        extra=_json(),
+        where=lambda c: sum(len(p["items"]) + len(p["retries"]) for p in c["parts"])
+        <= limits.fire_batch_max,
+        why=f"items and retries of all parts together must be at most {limits.fire_batch_max}"),
     "assign_shards": _command(
         assignments=_list(_tuple(_SHARD, _NODE_ID), limits.shard_count_max), at_ms=_TIME_MS),
     "run_updates": _command(updates=_list(_RUN_UPDATE, limits.run_update_batch_max)),
@@ -387,6 +400,16 @@ def fire(*, shard: int, token: int, upto_ms: int, node: str, at_ms: int,
     catchup_max were left out). retries, one per due retry: (run_id, due_ms)."""
     return _cmd("fire", shard=shard, token=token, upto_ms=upto_ms, node=node, at_ms=at_ms,
                 items=[list(item) for item in items], retries=[list(r) for r in retries])
+
+
+def fire_many(*, node: str, at_ms: int, parts: list[dict]) -> dict:
+    """Fires of several shards in one entry. parts: {shard, token, upto_ms,
+    items, retries}, each as `fire` takes them, applied in order and each
+    checked against its own shard's fencing token."""
+    return _cmd("fire_many", node=node, at_ms=at_ms, parts=[
+        {"shard": p["shard"], "token": p["token"], "upto_ms": p["upto_ms"],
+         "items": [list(item) for item in p["items"]],
+         "retries": [list(r) for r in p["retries"]]} for p in parts])
 
 
 def assign_shards(*, assignments: list[tuple[int, str]], at_ms: int) -> dict:

@@ -97,6 +97,12 @@ def scoped(tenant: str, name: str) -> str:
     return f"{tenant}/{name}"
 
 
+def due_value(tenant: str, priority: str | None) -> dict:
+    """A due entry's value: whose it is and its priority rank, so the trigger
+    can order a backlog without reading every job (runtime/trigger.py)."""
+    return {"v": 1, "tn": tenant, "p": PRIORITY_RANK.get(priority or "normal", 1)}
+
+
 def ready_prefix(scoped_queue: str) -> bytes:
     return scoped_queue.encode() + b"\x00"
 

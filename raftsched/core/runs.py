@@ -205,7 +205,8 @@ def finish(tx: Tx, run: dict, update: dict) -> bool:
         assert delay_ms is not None and delay_ms >= 0, update
         run["attempts"][-1]["retry_delay_ms"] = delay_ms
         run["retry_due_ms"] = at_ms + delay_ms
-        tx.put(DUE, keys.retry_due_key(job["shard"], run["retry_due_ms"], run["id"]), {"v": 1})
+        tx.put(DUE, keys.retry_due_key(job["shard"], run["retry_due_ms"], run["id"]),
+               keys.due_value(run["tenant"], run.get("priority")))
         tx.effects.append(DueArmed(shard=job["shard"], due_ms=run["retry_due_ms"]))
     else:
         _move(run, "fail")

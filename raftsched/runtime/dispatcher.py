@@ -145,14 +145,18 @@ class Dispatcher:
             if self._rescan:
                 self._rescan = False
                 self._resume_open_runs()
+            # A slot first, then the run: the fair queue chooses among the runs
+            # waiting when a slot is free, not before.
+            await self._slots.acquire()
             try:
                 run = await asyncio.wait_for(self._queue.get(), 1.0)
             except asyncio.TimeoutError:
+                self._slots.release()
                 continue
             if run["id"] in self._active or self._maybe_park(run):
                 self._queue.done(run["tenant"])
+                self._slots.release()
                 continue
-            await self._slots.acquire()
             self._active.add(run["id"])
             task = self._node.supervisor.spawn("dispatcher.attempt", self._attempt(run))
             self._tasks.add(task)

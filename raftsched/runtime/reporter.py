@@ -38,7 +38,7 @@ class Reporter:
         self._count = 0
         self._flush = asyncio.Event()
         self._inflight: set[asyncio.Task] = set()
-        self._inflight_reports = 0
+        self._inflight_reports: collections.Counter[str] = collections.Counter()   # by tenant
         self.dropped_total = 0
 
     def send(self, update: dict, tenant: str = "") -> asyncio.Future:
@@ -66,33 +66,33 @@ class Reporter:
         return future
 
     async def run(self) -> None:
-        """Batches are proposed while fewer than run_update_inflight_reports_max
-        reports are in flight; pysyncobj keeps their order. The bound keeps a
-        report that arrives behind a backlog from waiting for thousands of
-        others in the log. A start and the finish of the same attempt never
-        share the pipeline: the finish is sent once the start was answered."""
+        """Batches are proposed while their tenants have fewer than
+        run_update_inflight_reports_max reports in flight; pysyncobj keeps
+        their order. The bound keeps a report that arrives behind another
+        tenant's backlog from waiting for thousands of others in the log. A
+        start and the finish of the same attempt never share the pipeline: the
+        finish is sent once the start was answered. The loop wakes on a new
+        report and on an answered batch."""
         while True:
             await self._flush.wait()
+            self._flush.clear()
             await asyncio.sleep(limits.run_update_period_ms / 1000)
-            while self._count and self._inflight_reports < limits.run_update_inflight_reports_max:
-                batch = self._take_batch(limits.run_update_inflight_reports_max
-                                         - self._inflight_reports)
+            while self._count:
+                batch = self._take_batch()
                 if not batch:
                     break
-                self._inflight_reports += len(batch)
+                self._inflight_reports.update(tenant for tenant, _, _ in batch)
                 task = self._node.supervisor.spawn("reporter.send", self._send_batch(batch))
                 self._inflight.add(task)
                 task.add_done_callback(self._inflight.discard)
-            if not self._count:
-                self._flush.clear()
-            if self._count and self._inflight:
-                await asyncio.wait(set(self._inflight), return_when=asyncio.FIRST_COMPLETED)
 
     async def _send_batch(self, batch: list[tuple[str, dict, asyncio.Future]]) -> None:
         try:
             await self._propose_batch(batch)
         finally:
-            self._inflight_reports -= len(batch)
+            self._inflight_reports.subtract(tenant for tenant, _, _ in batch)
+            self._inflight_reports = +self._inflight_reports   # drops the zeros
+            self._flush.set()   # room again for these tenants
 
     async def _propose_batch(self, batch: list[tuple[str, dict, asyncio.Future]]) -> None:
         try:
@@ -133,19 +133,22 @@ class Reporter:
             if not future.done():
                 future.set_result(False)
 
-    def _take_batch(self, room: int) -> list[tuple[str, dict, asyncio.Future]]:
-        """Up to `room` and run_update_batch_max reports of one tenant; when
-        several wait, up to run_update_fair_batch_max, a quantum (by weight) of
-        each in turn."""
-        tenants = [t for t, q in self._pending.items() if q]
+    def _take_batch(self) -> list[tuple[str, dict, asyncio.Future]]:
+        """Up to run_update_batch_max reports of one tenant; when several wait,
+        up to run_update_fair_batch_max, a quantum (by weight) of each in turn.
+        A tenant with run_update_inflight_reports_max reports in flight waits."""
+        room = {t: limits.run_update_inflight_reports_max - self._inflight_reports[t]
+                for t, q in self._pending.items() if q}
+        tenants = [t for t, r in room.items() if r > 0]
         several = len(tenants) > 1
-        size = min(room, limits.run_update_fair_batch_max if several
-                   else limits.run_update_batch_max)
+        size = limits.run_update_fair_batch_max if several else limits.run_update_batch_max
         batch: list[tuple[str, dict, asyncio.Future]] = []
         while tenants and len(batch) < size:
             for tenant in list(tenants):
                 queue = self._pending[tenant]
                 share = limits.fair_quantum * max(1, self._weight(tenant)) if several else size
+                share = min(share, room[tenant])
+                room[tenant] -= share
                 while queue and share > 0 and len(batch) < size:
                     update, future = queue.popleft()
                     self._count -= 1
@@ -156,6 +159,8 @@ class Reporter:
                 if not queue:
                     tenants.remove(tenant)
                     del self._pending[tenant]
+                elif room[tenant] <= 0:
+                    tenants.remove(tenant)
         return batch
 
     def _weight(self, tenant: str) -> int:

@@ -8,7 +8,8 @@ then proposes one `fire` command per due shard, carrying the shard's fencing
 token: one Raft entry fires up to `fire_batch_max` runs. When a pass holds
 items of more than one tenant or priority, it proposes them in fair order
 (deficit round robin by tenant weight, then priority and due time:
-runtime/fair.py), at most `fire_fair_inflight_items_max` in flight.
+runtime/fair.py). Either way at most `fire_inflight_items_max` of a tenant's
+items are in fires not yet committed.
 
 For each due entry the proposer computes what apply may not: the occurrences
 the fire covers (only the due one when on time; the missed ones after an
@@ -20,6 +21,7 @@ attempt is queued on this node, under this shard's token.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -27,11 +29,11 @@ from typing import TYPE_CHECKING
 from raftsched import limits
 from raftsched.core import commands
 from raftsched.core.apply import DEFAULT_MISFIRE, DUE, JOBS, RUNS, SHARDS
-from raftsched.core.keys import KIND_RETRY, PRIORITY_RANK, job_key, parse_due_key, shard_prefix
+from raftsched.core.keys import KIND_RETRY, job_key, parse_due_key, shard_prefix
 from raftsched.core.schedule import covered_occurrences
 from raftsched.errors import Unavailable
 from raftsched.runtime.fair import drr_order
-from raftsched.storage.base import due_entries
+from raftsched.storage.base import due_rows
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
@@ -51,7 +53,8 @@ class TriggerLoop:
         self._owned: dict[int, int] = {}          # shard -> fencing token
         self._next_due: dict[int, int | None] = {}  # shard -> earliest due_ms
         self._inflight: dict[int, int] = {}      # shard -> fires not yet answered
-        self._inflight_items = 0                  # items and retries in those fires
+        # Items and retries in those fires, by tenant.
+        self._inflight_items: collections.Counter[str] = collections.Counter()
         self._resynced_at = 0.0
         self.fired_total = 0
         self.stale_items_total = 0
@@ -131,19 +134,24 @@ class TriggerLoop:
         return earliest
 
     def _propose_pass(self, shards: list[int], now: int) -> None:
-        """One fire per due shard; or, when the pass holds more than one tenant
-        or priority, its items in fair order (runtime/fair.py), at most
-        fire_fair_inflight_items_max of them in flight: fires of the first
-        items are proposed first and the rest wait for the next pass, which
-        orders what is due again. A light tenant's items then commit in the
-        first entries, and the log never holds a heavy tenant's whole backlog
-        ahead of the others' starts and finishes."""
+        """Propose the due items of `shards` in `fire_many` entries of up to
+        fire_batch_max items (many shards in one entry), at most
+        fire_inflight_items_max of each tenant's in flight: the rest wait for
+        the next pass, which reads what is due again. When the pass holds more
+        than one tenant or priority, the items go in fair order
+        (runtime/fair.py), first ones first. A light
+        tenant's items then commit in the first entry, and the log never holds
+        a heavy tenant's whole backlog ahead of the others' starts and
+        finishes."""
         collected = {shard: self._collect(shard, now) for shard in shards}
+        for shard, entries in collected.items():
+            if not entries and not self._inflight.get(shard):
+                self._next_due[shard] = self._earliest(shard)   # nothing due after all
         classes = {(tenant, rank) for entries in collected.values()
                    for _, tenant, rank, _ in entries}
         if len(classes) <= 1:
-            for shard, entries in collected.items():
-                self._propose(shard, now, entries)
+            order = [(shard, e) for shard, entries in collected.items() for e in entries]
+            self._propose(self._within_room(order), now)
             return
         queues: dict[str, list[tuple[int, tuple]]] = {}
         for shard, entries in collected.items():
@@ -152,77 +160,116 @@ class TriggerLoop:
         for items in queues.values():
             items.sort(key=lambda item: (item[1][2], item[1][3]))   # priority, then due time
         order = drr_order(queues, lambda tenant: self._node.quota_of(tenant)["weight"])
-        budget = max(0, limits.fire_fair_inflight_items_max - self._inflight_items)
-        by_shard: dict[int, list[tuple]] = {}   # in the order of each shard's first item
-        for shard, entry in order[:budget]:
-            by_shard.setdefault(shard, []).append(entry)
-        for shard, entries in by_shard.items():
-            self._propose(shard, now, entries)
-        for shard in shards:
-            if not collected[shard]:
-                self._propose(shard, now, [])   # nothing due after all: re-read its next
+        self._propose(self._within_room(order), now)
         # The rest waits for a fire to be answered, which wakes the loop.
 
+    def _within_room(self, order: list[tuple[int, tuple]]) -> list[tuple[int, tuple]]:
+        """The items of `order`, in order, that fit their tenant's room: at
+        most fire_inflight_items_max of a tenant's items in flight."""
+        room: dict[str, int] = {}
+        chosen = []
+        for shard, entry in order:
+            tenant = entry[1]
+            if tenant not in room:
+                room[tenant] = limits.fire_inflight_items_max - self._inflight_items[tenant]
+            if room[tenant] > 0:
+                room[tenant] -= 1
+                chosen.append((shard, entry))
+        return chosen
+
     def _collect(self, shard: int, now: int) -> list[tuple]:
-        """The shard's due items: (item, tenant, priority rank, due_ms), where
-        item is ("job", fire item) or ("retry", (run_id, due_ms))."""
+        """The shard's due entries: ((kind, id), tenant, priority rank, due_ms),
+        read from the due index alone (its values name tenant and priority;
+        an entry written without them is looked up)."""
         node = self._node
         entries: list[tuple] = []
-        for due_ms, kind, ident in due_entries(node.store, shard, now, limits.fire_batch_max):
-            if kind == KIND_RETRY:
-                run = node.store.get(RUNS, ident.encode())
-                tenant = run["tenant"] if run else "default"
-                rank = PRIORITY_RANK.get(run.get("priority", "normal"), 1) if run else 1
-                entries.append((("retry", (ident, due_ms)), tenant, rank, due_ms))
-                continue
-            job = node.store.get(JOBS, job_key(ident))
-            if job is None or job["next_ms"] != due_ms:
-                continue  # apply would refuse it as stale anyway
-            policy = job["spec"].get("misfire", DEFAULT_MISFIRE)
-            occurrences, omitted, next_ms = covered_occurrences(
-                job["spec"]["schedule"], due_ms, now, policy["catchup_max"])
-            rank = PRIORITY_RANK.get(job["spec"].get("priority", "normal"), 1)
-            entries.append((("job", (ident, due_ms, next_ms, occurrences, omitted)),
-                            job["tenant"], rank, due_ms))
+        for due_ms, kind, ident, value in due_rows(node.store, shard, now, limits.fire_batch_max):
+            tenant, rank = value.get("tn"), value.get("p", 1)
+            if tenant is None:
+                table, key = (RUNS, ident.encode()) if kind == KIND_RETRY else (JOBS, job_key(ident))
+                record = node.store.get(table, key)
+                tenant = record["tenant"] if record else "default"
+            entries.append(((kind, ident), tenant, rank, due_ms))
         return entries
 
-    def _propose(self, shard: int, now: int, entries: list[tuple]) -> None:
-        items = [payload for (kind, payload), *_ in entries if kind == "job"]
-        retries = [payload for (kind, payload), *_ in entries if kind == "retry"]
-        if not items and not retries:
-            if not self._inflight.get(shard):
-                self._next_due[shard] = self._earliest(shard)
-            return
-        cmd = commands.fire(shard=shard, token=self._owned[shard], upto_ms=now,
-                            node=self._node.node_id, at_ms=now, items=items, retries=retries)
-        self._inflight[shard] = self._inflight.get(shard, 0) + 1
-        self._inflight_items += len(items) + len(retries)
-        self._node.supervisor.spawn("trigger.send", self._send(shard, cmd))
+    def _fire_item(self, kind: bytes, ident: str, due_ms: int,
+                   now: int) -> tuple[str, tuple] | None:
+        """What a fire carries for one due entry, or None if the job changed
+        since it was armed (apply would refuse it as stale anyway)."""
+        if kind == KIND_RETRY:
+            return "retries", (ident, due_ms)
+        job = self._node.store.get(JOBS, job_key(ident))
+        if job is None or job["next_ms"] != due_ms:
+            return None
+        policy = job["spec"].get("misfire", DEFAULT_MISFIRE)
+        occurrences, omitted, next_ms = covered_occurrences(
+            job["spec"]["schedule"], due_ms, now, policy["catchup_max"])
+        return "items", (ident, due_ms, next_ms, occurrences, omitted)
 
-    async def _send(self, shard: int, cmd: dict) -> None:
+    def _propose(self, chosen: list[tuple[int, tuple]], now: int) -> None:
+        """`chosen` (shard, item entry) in order, as fire_many entries of up to
+        fire_batch_max items; within an entry, a part per shard in the order of
+        the shard's first item."""
+        for start in range(0, len(chosen), limits.fire_batch_max):
+            parts: dict[int, dict] = {}
+            tenants: collections.Counter[str] = collections.Counter()
+            for shard, ((kind, ident), tenant, _, due_ms) in \
+                    chosen[start:start + limits.fire_batch_max]:
+                item = self._fire_item(kind, ident, due_ms, now)
+                if item is None:
+                    continue
+                part = parts.setdefault(shard, {"shard": shard, "token": self._owned[shard],
+                                                "upto_ms": now, "items": [], "retries": []})
+                part[item[0]].append(item[1])
+                tenants[tenant] += 1
+            for shard, _ in chosen[start:start + limits.fire_batch_max]:
+                if shard not in parts and not self._inflight.get(shard):
+                    self._next_due[shard] = self._earliest(shard)   # all it had was stale
+            if not parts:
+                continue
+            cmd = commands.fire_many(node=self._node.node_id, at_ms=now,
+                                     parts=list(parts.values()))
+            for shard in parts:
+                self._inflight[shard] = self._inflight.get(shard, 0) + 1
+            self._inflight_items.update(tenants)
+            self._node.supervisor.spawn("trigger.send", self._send(cmd, tenants))
+
+    async def _send(self, cmd: dict, tenants: collections.Counter | None = None) -> None:
+        parts = cmd["parts"] if cmd["t"] == "fire_many" else [cmd]
         try:
             result = await self._node.replicator.propose_wait(commands.encode(cmd))
-            if result.get("error") == "stale_token":
-                self.refused_fires_total += 1
-                log.warning("fire refused: %s", result["detail"])
-                self._resynced_at = 0.0   # our view of ownership is out of date
-            elif not result.get("ok"):
-                # Refused whole (the node logged why); its due entries stay and
-                # are proposed again at the next pass.
-                self.refused_fires_total += 1
-                log.error("fire of shard %d refused (%s): %s", shard, result.get("error"),
-                          result.get("detail"))
-            self.fired_total += result.get("fired", 0)
-            self.stale_items_total += result.get("stale", 0)
+            if "parts" in result:
+                for part, answer in zip(parts, result["parts"]):
+                    self._count_answer(str(part["shard"]), answer)
+            else:   # a fire, or a fire_many refused whole
+                self._count_answer(",".join(str(p["shard"]) for p in parts), result)
         except Unavailable as exc:
-            log.warning("fire of shard %d (%d items, %d retries) not committed: %s", shard,
-                        len(cmd["items"]), len(cmd["retries"]), exc.detail)
+            log.warning("fire of %d shards (%d items, %d retries) not committed: %s", len(parts),
+                        sum(len(p["items"]) for p in parts),
+                        sum(len(p["retries"]) for p in parts), exc.detail)
         finally:
-            self._inflight_items = max(0, self._inflight_items - len(cmd["items"])
-                                       - len(cmd["retries"]))
-            left = self._inflight.pop(shard, 1) - 1
-            if left > 0:
-                self._inflight[shard] = left
-            elif shard in self._owned:
-                self._next_due[shard] = self._earliest(shard)
+            if tenants:
+                self._inflight_items.subtract(tenants)
+                self._inflight_items = +self._inflight_items   # drops the zeros
+            for part in parts:
+                shard = part["shard"]
+                left = self._inflight.pop(shard, 1) - 1
+                if left > 0:
+                    self._inflight[shard] = left
+                elif shard in self._owned:
+                    self._next_due[shard] = self._earliest(shard)
             self._wake.set()
+
+    def _count_answer(self, shards: str, result: dict) -> None:
+        if result.get("error") == "stale_token":
+            self.refused_fires_total += 1
+            log.warning("fire refused: %s", result["detail"])
+            self._resynced_at = 0.0   # our view of ownership is out of date
+        elif not result.get("ok"):
+            # Refused whole (the node logged why); its due entries stay and
+            # are proposed again at the next pass.
+            self.refused_fires_total += 1
+            log.error("fire of shard(s) %s refused (%s): %s", shards, result.get("error"),
+                      result.get("detail"))
+        self.fired_total += result.get("fired", 0)
+        self.stale_items_total += result.get("stale", 0)

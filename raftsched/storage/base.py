@@ -96,6 +96,14 @@ def due_entries(store: Store, shard: int, upto_ms: int,
     return [keys.parse_due_key(key)[1:] for key, _ in rows]
 
 
+def due_rows(store: Store, shard: int, upto_ms: int,
+             limit: int) -> list[tuple[int, bytes, str, dict]]:
+    """As due_entries, with each entry's value (keys.due_value)."""
+    rows = store.scan(DUE, start=keys.shard_prefix(shard),
+                      stop=keys.due_upto_key(shard, upto_ms), limit=limit)
+    return [(*keys.parse_due_key(key)[1:], value) for key, value in rows]
+
+
 def due_until(store: Store, shard: int, upto_ms: int, limit: int) -> list[tuple[int, str]]:
     """The occurrences among the due entries: (due_ms, job_id)."""
     return [(due_ms, ident) for due_ms, kind, ident in due_entries(store, shard, upto_ms, limit)
