@@ -73,6 +73,8 @@ class Reporter:
         start and the finish of the same attempt never share the pipeline: the
         finish is sent once the start was answered. The loop wakes on a new
         report and on an answered batch."""
+        if self._count:
+            self._flush.set()   # restarted after a failure: reports may be waiting
         while True:
             await self._flush.wait()
             self._flush.clear()
