@@ -287,8 +287,10 @@ max_data_bytes_min = 1024 ** 2
 # Writes that add state (create, update, trigger, resume, a new consumer group)
 # answer 507 once the state uses this share of max_data_bytes, or once the data
 # disk has less than --min-free-disk-bytes free. The rest of the map is headroom
-# for what goes on regardless: firing, finishing runs, deletes and purges.
-data_bytes_high_water_ratio = 0.9
+# for what goes on regardless: firing, finishing runs, deletes (each also adds an
+# audit record) and purges, and LMDB's copies of the pages they change while a
+# read (a snapshot being written) still holds the old ones.
+data_bytes_high_water_ratio = 0.8
 min_free_disk_bytes_default = 1024 ** 3
 # How often a node measures its state's size and its disk's free space (both
 # cheap), and asks its peers whether they are past their marks; a peer's
