@@ -137,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds a frozen node stays stopped (default 20)")
     chaos.add_argument("--keep", default=None, help="keep node data and logs in this folder")
 
+    sub.add_parser("bench", help="benchmark a local cluster (raftsched bench burst N; see "
+                                 "raftsched/testing/bench.py)", add_help=False)
     status = sub.add_parser("status", help="show the cluster")
     _add_client_flags(status)
     return parser
@@ -212,6 +214,10 @@ def _storage_flags_error(args: argparse.Namespace) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:
+        from raftsched.testing.bench import main as bench_main
+        return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "node":
         return run_node(args)

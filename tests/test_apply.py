@@ -72,9 +72,9 @@ def test_fire_creates_the_run_once_and_arms_the_next_occurrence():
     log = Log()
     create(log)
     result = fire(log, "job_a1", 10_000, 12_000)
-    assert result == {"ok": True, "fired": 1, "stale": 0}
+    assert result == {"ok": True, "fired": 1, "stale": 0, "node": "n1"}
     duplicate = fire(log, "job_a1", 10_000, 12_000)
-    assert duplicate == {"ok": True, "fired": 0, "stale": 1}
+    assert duplicate == {"ok": True, "fired": 0, "stale": 1, "node": "n1"}
     created = [e.run for e in log.effects if isinstance(e, RunQueued)]
     assert len(created) == 1
     run = created[0]

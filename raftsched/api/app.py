@@ -384,6 +384,9 @@ def _local_status(node: "Node") -> dict:
             "applied_index": node.store.applied_index(), "leader_raft": status.leader,
             "has_quorum": status.has_quorum, "shards_owned": len(node.trigger.owned()),
             "fired_total": node.trigger.fired_total,
+            # Every run this node's fires queued: applied here minus scheduled
+            # (runtime/lateness.py).
+            "trigger_lateness": node.trigger_lateness.snapshot(),
             "refused_fires_total": node.trigger.refused_fires_total,
             # Durability (docs/operations.md): the --fsync mode, and how often the
             # Raft journal was flushed to disk since start.

@@ -314,7 +314,7 @@ def _fire(tx: Tx, cmd: dict) -> dict:
     if cmd["upto_ms"] > state["checkpoint_ms"]:
         state["checkpoint_ms"] = cmd["upto_ms"]
         tx.put(SHARDS, keys.shard_key(shard), state)
-    return {"ok": True, "fired": fired, "stale": stale}
+    return {"ok": True, "fired": fired, "stale": stale, "node": cmd["node"]}
 
 
 def _fire_many(tx: Tx, cmd: dict) -> dict:
@@ -322,7 +322,8 @@ def _fire_many(tx: Tx, cmd: dict) -> dict:
     stale token is refused (and counted) alone."""
     parts = [_fire(tx, dict(part, node=cmd["node"], at_ms=cmd["at_ms"]))
              for part in cmd["parts"]]
-    return {"ok": True, "parts": parts, "fired": sum(p.get("fired", 0) for p in parts),
+    return {"ok": True, "node": cmd["node"], "parts": parts,
+            "fired": sum(p.get("fired", 0) for p in parts),
             "stale": sum(p.get("stale", 0) for p in parts)}
 
 

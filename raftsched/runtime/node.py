@@ -37,6 +37,7 @@ from raftsched.executors.netguard import policy_for
 from raftsched.replication.raft import Replicator, log_compaction_entries_default
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
+from raftsched.runtime.lateness import LatenessHistogram
 from raftsched.runtime.purger import Purger
 from raftsched.runtime.reaper import Reaper
 from raftsched.runtime.reporter import Reporter
@@ -162,6 +163,7 @@ class Node:
         self._runner: web.AppRunner | None = None
         self.started_ms = self.now_ms()
         self._quotas: dict[str, tuple[float, dict[str, int]]] = {}
+        self.trigger_lateness = LatenessHistogram()
         # index -> state digest recorded when a check_digest entry was applied
         # here (DIGEST_PENDING while the digest thread computes it). Written by
         # the Raft and digest threads, read by the loop: under _digests_lock.
@@ -217,6 +219,8 @@ class Node:
                 # the index applied also sees that a digest is on its way.
                 self._note_digest(index, DIGEST_PENDING)
             self.store.commit(transition, index)
+            if tag in ("fire", "fire_many") and transition.result.get("node") == self.node_id:
+                self._note_trigger_lateness(transition.effects)
             self._log_refusal(index, tag or "malformed", transition.result)
             if tag == "check_digest":
                 return self._record_digest(index, transition.result)
@@ -228,6 +232,15 @@ class Node:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(self._handle_effects, transition.effects)
         return transition.result
+
+    def _note_trigger_lateness(self, effects: tuple) -> None:
+        """Raft thread, right after this node's own fire became durable here:
+        each run it queued is as late as now minus its scheduled time
+        (runtime/lateness.py)."""
+        now = self.now_ms()
+        for effect in effects:
+            if isinstance(effect, RunQueued) and effect.run["attempt"] == 1:
+                self.trigger_lateness.record(now - effect.run["scheduled_ms"])
 
     @staticmethod
     def _log_refusal(index: int, tag: str, result: dict) -> None:

@@ -1,0 +1,178 @@
+"""The benchmark of a local cluster (`scripts/bench.py`, `raftsched bench`).
+
+Scenario `burst N`: N one-off jobs, created with batchCreate, all due on the
+same second, HTTP targets at one sink. It prints its conditions and:
+
+- trigger lateness of every run, from each node's histogram of its own fires
+  (applied on the node that proposed the fire, by that node's clock, minus
+  the scheduled time: runtime/lateness.py), as the difference of the
+  histograms before and after;
+- call lateness of every call, at the sink (arrival minus scheduled time);
+- runs seen, duplicates (an attempt called twice) and redeliveries (a later
+  attempt of a run whose lease was lost);
+- in the same run, the reference: a bare aiohttp client loop calling the same
+  sink N times with as many connections as the dispatchers use, for the rate
+  this machine can call targets at all.
+
+The figures are written as JSON too (`--json`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as dt
+import json
+import os
+import sys
+import tempfile
+import time
+
+import aiohttp
+
+from raftsched.runtime.lateness import difference, merged_percentile
+from raftsched.testing.cluster import LocalCluster
+from raftsched.testing.http import call, wait_until
+from raftsched.testing.sink import Sink
+
+BATCH = 1000
+REFERENCE_CONNECTIONS = 64
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def _histograms(cluster: LocalCluster) -> list[dict]:
+    return [call("GET", cluster.url(n) + "/v1/node").body["trigger_lateness"]
+            for n in cluster.ids]
+
+
+def _create(cluster: LocalCluster, n: int, run_at: str, url: str) -> list[str]:
+    body = {"run_at": run_at, "target": {"type": "http", "url": url, "timeout_s": 30}}
+    urls = [cluster.url(nid) for nid in cluster.ids]
+
+    def batch(i: int) -> list[str]:
+        size = min(BATCH, n - i * BATCH)
+        answer = call("POST", urls[i % len(urls)] + "/v1/jobs:batchCreate",
+                      {"jobs": [body] * size}, timeout_s=120)
+        assert answer.status == 200, answer
+        return [r["job_id"] for r in answer.body["results"]]
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        return [j for ids in pool.map(batch, range(-(-n // BATCH))) for j in ids]
+
+
+async def _reference(url: str, n: int) -> float:
+    """Calls a second of a bare aiohttp client loop makes against `url`."""
+    connector = aiohttp.TCPConnector(limit=REFERENCE_CONNECTIONS)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        queue = list(range(n))
+
+        async def worker() -> None:
+            while queue:
+                queue.pop()
+                async with session.post(url, data=b"{}") as response:
+                    await response.read()
+
+        started = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(REFERENCE_CONNECTIONS)))
+        return n / (time.monotonic() - started)
+
+
+def burst(n: int, nodes: int = 3, lead_s: float | None = None) -> dict:
+    conditions = {"scenario": "burst", "jobs": n, "nodes": nodes, "cores": os.cpu_count(),
+                  "python": sys.version.split()[0],
+                  "sink": "threaded HTTP server on 127.0.0.1, answers at once",
+                  "shared": "client, sink and nodes share the machine"}
+    print("conditions: " + ", ".join(f"{k} {v}" for k, v in conditions.items()), flush=True)
+    with tempfile.TemporaryDirectory() as tmp, Sink() as sink, \
+            LocalCluster(tmp, nodes=nodes, extra_env={"RAFTSCHED_LOG_LEVEL": "WARNING"}) \
+            as cluster:
+        cluster.wait_ready()
+        before = _histograms(cluster)
+        due_s = int(time.time() + (lead_s if lead_s is not None else 8 + n / 2000)) + 1
+        run_at = dt.datetime.fromtimestamp(due_s, dt.timezone.utc).isoformat()
+        started = time.monotonic()
+        ids = _create(cluster, n, run_at, sink.url)
+        create_s = time.monotonic() - started
+        late_start = time.time() > due_s
+        wanted = set(ids)
+        wait_until(lambda: wanted <= set(sink.by_job()), 120 + n / 100,
+                   "every job to call the sink", 0.2)
+
+        def all_counted() -> list[dict] | None:
+            after = _histograms(cluster)
+            diffs = [difference(a, b) for a, b in zip(after, before)]
+            return diffs if sum(d["count"] for d in diffs) >= n else None
+
+        diffs = wait_until(all_counted, 30, "every fire counted in the histograms")
+        calls = sink.by_job()
+        firsts = [calls[j][0] for j in ids]
+        attempts = {j: [c.headers.get("X-Raftsched-Attempt") for c in calls[j]] for j in ids}
+        call_late = [c.lateness_s * 1000 for c in firsts]
+        arrivals = sorted(c.received_s for c in firsts)
+        call_rate = n / max(1e-3, arrivals[-1] - arrivals[0])
+        sink_url = sink.url
+        cluster.ensure_same(60)
+    reference_rate = asyncio.run(_reference_with_sink(n))
+    trigger_max = max(d["max_ms"] for d in diffs)
+    figures = {
+        **conditions, "create_s": round(create_s, 2), "creates_per_s": round(n / create_s),
+        "creates_finished_after_due": late_start,
+        # A percentile is its bucket's upper bound, and no more than the maximum.
+        "trigger_lateness_ms": {"count": sum(d["count"] for d in diffs),
+                                "p50": min(merged_percentile(diffs, 50), trigger_max),
+                                "p99": min(merged_percentile(diffs, 99), trigger_max),
+                                "max": trigger_max},
+        "call_lateness_ms": {"count": len(call_late), "p50": round(_pct(call_late, 50)),
+                             "p99": round(_pct(call_late, 99)), "max": round(max(call_late))},
+        "runs_seen": len(firsts),
+        "duplicates": sum(1 for a in attempts.values() if len(set(a)) < len(a)),
+        "redeliveries": sum(1 for a in attempts.values() if len(set(a)) > 1),
+        "call_rate_per_s": round(call_rate), "reference_aiohttp_calls_per_s": round(reference_rate),
+        "call_rate_vs_reference": round(call_rate / reference_rate, 2), "sink": sink_url,
+    }
+    return figures
+
+
+async def _reference_with_sink(n: int) -> float:
+    with Sink() as sink:
+        return await _reference(sink.url, n)
+
+
+def render(figures: dict) -> str:
+    t, c = figures["trigger_lateness_ms"], figures["call_lateness_ms"]
+    return "\n".join([
+        f"creates: {figures['jobs']} in {figures['create_s']} s "
+        f"({figures['creates_per_s']}/s, batchCreate of {BATCH})"
+        + ("; WARNING: finished after the due time" if figures["creates_finished_after_due"]
+           else ""),
+        f"trigger lateness (every run, histogram bucket bounds): n={t['count']} p50<={t['p50']:g} ms "
+        f"p99<={t['p99']:g} ms max={t['max']} ms",
+        f"call lateness (every call, at the sink): n={c['count']} p50={c['p50']} ms "
+        f"p99={c['p99']} ms max={c['max']} ms",
+        f"runs seen {figures['runs_seen']}, duplicates {figures['duplicates']}, "
+        f"redeliveries {figures['redeliveries']}",
+        f"call rate {figures['call_rate_per_s']}/s; bare aiohttp loop against the same kind of "
+        f"sink: {figures['reference_aiohttp_calls_per_s']}/s "
+        f"(ratio {figures['call_rate_vs_reference']})",
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(prog="raftsched bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("scenario", choices=("burst",))
+    parser.add_argument("n", type=int, help="jobs")
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--json", default=None, help="also write the figures here")
+    args = parser.parse_args(argv)
+    figures = burst(args.n, args.nodes)
+    print(render(figures), flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(figures, fh, indent=2)
+    return 0
