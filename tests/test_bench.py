@@ -18,3 +18,14 @@ def test_a_small_burst_is_measured_whole(tmp_path, capsys):
         <= figures["trigger_lateness_ms"]["max"]
     assert figures["reference_aiohttp_calls_per_s"] > 0
     assert "trigger lateness (every run" in capsys.readouterr().out
+
+
+def test_footprint_reports_bytes_per_job_and_run_and_memory(tmp_path):
+    out = tmp_path / "footprint.json"
+    assert main(["bench", "footprint", "2000", "--runs", "200", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    # A job cannot take less than its id and spec, nor a run less than its record.
+    assert 100 < figures["bytes_per_pending_job"] < 100_000
+    assert 100 < figures["bytes_per_finished_one_off_job_and_run"] < 100_000
+    assert set(figures["memory_at_pending_bytes"]) == {"n1", "n2", "n3"}
+    assert all(m["RssAnon"] > 0 for m in figures["memory_at_pending_bytes"].values())

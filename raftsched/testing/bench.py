@@ -1,5 +1,8 @@
 """The benchmark of a local cluster (`scripts/bench.py`, `raftsched bench`).
 
+Scenario `footprint N`: bytes of state per pending one-off and per one-off
+fired and finished, and each node's private and mapped memory at N pending.
+
 Scenario `burst N`: N one-off jobs, created with batchCreate, all due on the
 same second, HTTP targets at one sink. It prints its conditions and:
 
@@ -142,7 +145,78 @@ async def _reference_with_sink(n: int) -> float:
         return await _reference(sink.url, n)
 
 
+def _rss(pid: int) -> dict[str, int]:
+    """RssAnon (private memory) and RssFile (mapped files: LMDB's pages are page
+    cache, counted as disk) of a process, in bytes."""
+    out = {}
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            name, _, value = line.partition(":")
+            if name in ("RssAnon", "RssFile"):
+                out[name] = int(value.split()[0]) * 1024
+    return out
+
+
+def _used(cluster: LocalCluster) -> list[int]:
+    return [call("GET", cluster.url(n) + "/v1/node").body["storage"]["used_bytes"]
+            for n in cluster.ids]
+
+
+def footprint(n: int, runs: int, nodes: int = 3) -> dict:
+    """Bytes of state per pending one-off (n of them, due in a day), and per
+    one-off that fired and finished (`runs` of them, due in seconds: the job
+    and its run), from LMDB's pages in use on each node; and each node's
+    private and mapped memory with the n pending."""
+    conditions = {"scenario": "footprint", "pending_jobs": n, "finished_runs": runs,
+                  "nodes": nodes, "cores": os.cpu_count(), "python": sys.version.split()[0]}
+    print("conditions: " + ", ".join(f"{k} {v}" for k, v in conditions.items()), flush=True)
+    with tempfile.TemporaryDirectory() as tmp, Sink() as sink, \
+            LocalCluster(tmp, nodes=nodes, extra_env={"RAFTSCHED_LOG_LEVEL": "WARNING"}) \
+            as cluster:
+        cluster.wait_ready()
+        cluster.ensure_same(60)
+        empty = _used(cluster)
+        tomorrow = dt.datetime.fromtimestamp(time.time() + 86_400, dt.timezone.utc).isoformat()
+        _create(cluster, n, tomorrow, sink.url)
+        cluster.ensure_same(120)
+        pending = _used(cluster)
+        memory = {nid: _rss(cluster.procs[nid].pid) for nid in cluster.ids}
+        due_s = int(time.time() + 5 + runs / 1000) + 1
+        soon = dt.datetime.fromtimestamp(due_s, dt.timezone.utc).isoformat()
+        ids = set(_create(cluster, runs, soon, sink.url))
+        wait_until(lambda: ids <= set(sink.by_job()), 120 + runs / 100, "every run called", 0.2)
+
+        def succeeded(job_id: str) -> bool:
+            answer = call("GET", cluster.url("n1") + f"/v1/jobs/{job_id}/runs?consistent=true")
+            runs = answer.body.get("runs") if isinstance(answer.body, dict) else None
+            return bool(runs) and runs[0]["state"] == "succeeded"   # else: not yet
+
+        def all_finished() -> bool:
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                return all(pool.map(succeeded, ids))
+
+        wait_until(all_finished, 120, "every run's finish applied", 0.5)
+        cluster.ensure_same(120)
+        done = _used(cluster)
+    per_pending = [(p - e) / n for p, e in zip(pending, empty)]
+    per_run = [(d - p) / runs for d, p in zip(done, pending)]
+    return {**conditions,
+            "bytes_per_pending_job": round(max(per_pending)),
+            "bytes_per_finished_one_off_job_and_run": round(max(per_run)),
+            "memory_at_pending_bytes": memory}
+
+
 def render(figures: dict) -> str:
+    if figures["scenario"] == "footprint":
+        mem = figures["memory_at_pending_bytes"]
+        return "\n".join([
+            f"state per pending one-off: {figures['bytes_per_pending_job']} B (LMDB pages in "
+            f"use, the largest of the nodes)",
+            f"state per one-off fired and finished (its job and its run): "
+            f"{figures['bytes_per_finished_one_off_job_and_run']} B",
+            "memory at {:,} pending: ".format(figures["pending_jobs"]) + "; ".join(
+                f"{nid} RssAnon {m['RssAnon'] / 2**20:.0f} MB, RssFile {m['RssFile'] / 2**20:.0f} MB"
+                for nid, m in mem.items())])
     t, c = figures["trigger_lateness_ms"], figures["call_lateness_ms"]
     return "\n".join([
         f"creates: {figures['jobs']} in {figures['create_s']} s "
@@ -165,12 +239,17 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     parser = argparse.ArgumentParser(prog="raftsched bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenario", choices=("burst",))
-    parser.add_argument("n", type=int, help="jobs")
+    parser.add_argument("scenario", choices=("burst", "footprint"))
+    parser.add_argument("n", type=int, help="jobs (footprint: pending one-offs)")
+    parser.add_argument("--runs", type=int, default=2000,
+                        help="footprint: one-offs fired and finished (default %(default)s)")
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
-    figures = burst(args.n, args.nodes)
+    if args.scenario == "footprint":
+        figures = footprint(args.n, args.runs, args.nodes)
+    else:
+        figures = burst(args.n, args.nodes)
     print(render(figures), flush=True)
     if args.json:
         with open(args.json, "w") as fh:
