@@ -29,3 +29,11 @@ def test_footprint_reports_bytes_per_job_and_run_and_memory(tmp_path):
     assert 100 < figures["bytes_per_finished_one_off_job_and_run"] < 100_000
     assert set(figures["memory_at_pending_bytes"]) == {"n1", "n2", "n3"}
     assert all(m["RssAnon"] > 0 for m in figures["memory_at_pending_bytes"].values())
+
+
+def test_creates_reports_single_and_batched_rates(tmp_path):
+    out = tmp_path / "creates.json"
+    assert main(["bench", "creates", "6", "--seconds", "1", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert figures["single_posts_per_s"] > 0 and figures["single_refused"] == 0
+    assert figures["batch_jobs_per_s"] >= 1000 and figures["batch_requests_refused"] == 0

@@ -1,5 +1,8 @@
 """The benchmark of a local cluster (`scripts/bench.py`, `raftsched bench`).
 
+Scenario `creates C`: creates a second, single POSTs from C keep-alive
+clients, then batchCreate of 1000 jobs.
+
 Scenario `footprint N`: bytes of state per pending one-off and per one-off
 fired and finished, and each node's private and mapped memory at N pending.
 
@@ -35,7 +38,7 @@ import aiohttp
 
 from raftsched.runtime.lateness import difference, merged_percentile
 from raftsched.testing.cluster import LocalCluster
-from raftsched.testing.http import call, wait_until
+from raftsched.testing.http import auth_headers, call, wait_until
 from raftsched.testing.sink import Sink
 
 BATCH = 1000
@@ -206,7 +209,68 @@ def footprint(n: int, runs: int, nodes: int = 3) -> dict:
             "memory_at_pending_bytes": memory}
 
 
+async def _post_loop(url: str, body: bytes, clients: int, seconds: float) -> tuple[int, int]:
+    """(answers 2xx, other answers) of `clients` keep-alive clients posting
+    `body` to `url` for `seconds`."""
+    headers = {"Content-Type": "application/json", **auth_headers()}
+    ok = failed = 0
+    stop_at = time.monotonic() + seconds
+    connector = aiohttp.TCPConnector(limit=clients)
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+
+        async def client() -> None:
+            nonlocal ok, failed
+            while time.monotonic() < stop_at:
+                async with session.post(url, data=body) as response:
+                    await response.read()
+                    if response.status < 300:
+                        ok += 1
+                    else:
+                        failed += 1
+
+        await asyncio.gather(*(client() for _ in range(clients)))
+    return ok, failed
+
+
+def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
+    """Creates a second: single POSTs from `clients` keep-alive clients spread
+    over the nodes, then batchCreate of 1000 jobs from 4 clients."""
+    conditions = {"scenario": "creates", "clients": clients, "seconds": seconds,
+                  "nodes": nodes, "cores": os.cpu_count(), "python": sys.version.split()[0]}
+    print("conditions: " + ", ".join(f"{k} {v}" for k, v in conditions.items()), flush=True)
+    run_at = dt.datetime.fromtimestamp(time.time() + 86_400, dt.timezone.utc).isoformat()
+    one = {"run_at": run_at, "target": {"type": "http", "url": "http://127.0.0.1:9/"}}
+    with tempfile.TemporaryDirectory() as tmp, \
+            LocalCluster(tmp, nodes=nodes, extra_env={"RAFTSCHED_LOG_LEVEL": "WARNING"}) \
+            as cluster:
+        cluster.wait_ready()
+
+        async def both() -> tuple:
+            single = await asyncio.gather(*(
+                _post_loop(cluster.url(nid) + "/v1/jobs", json.dumps(one).encode(),
+                           max(1, clients // nodes), seconds) for nid in cluster.ids))
+            batch_body = json.dumps({"jobs": [one] * BATCH}).encode()
+            batched = await asyncio.gather(*(
+                _post_loop(cluster.url(nid) + "/v1/jobs:batchCreate", batch_body, 2, seconds)
+                for nid in cluster.ids))
+            return single, batched
+
+        single, batched = asyncio.run(both())
+        cluster.ensure_same(120)
+    single_ok, single_failed = sum(s[0] for s in single), sum(s[1] for s in single)
+    batch_ok = sum(b[0] for b in batched)
+    return {**conditions, "single_posts_per_s": round(single_ok / seconds),
+            "single_refused": single_failed,
+            "batch_jobs_per_s": round(batch_ok * BATCH / seconds),
+            "batch_requests_refused": sum(b[1] for b in batched)}
+
+
 def render(figures: dict) -> str:
+    if figures["scenario"] == "creates":
+        return (f"single POSTs: {figures['single_posts_per_s']}/s with {figures['clients']} "
+                f"keep-alive clients ({figures['single_refused']} not 2xx); batchCreate of "
+                f"{BATCH}: {figures['batch_jobs_per_s']} jobs/s with 6 clients "
+                f"({figures['batch_requests_refused']} requests not 2xx)")
     if figures["scenario"] == "footprint":
         mem = figures["memory_at_pending_bytes"]
         return "\n".join([
@@ -239,15 +303,20 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     parser = argparse.ArgumentParser(prog="raftsched bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenario", choices=("burst", "footprint"))
-    parser.add_argument("n", type=int, help="jobs (footprint: pending one-offs)")
+    parser.add_argument("scenario", choices=("burst", "footprint", "creates"))
+    parser.add_argument("n", type=int,
+                        help="jobs (footprint: pending one-offs; creates: clients)")
     parser.add_argument("--runs", type=int, default=2000,
                         help="footprint: one-offs fired and finished (default %(default)s)")
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="creates: seconds each part runs (default %(default)s)")
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     if args.scenario == "footprint":
         figures = footprint(args.n, args.runs, args.nodes)
+    elif args.scenario == "creates":
+        figures = creates(args.n, args.seconds, args.nodes)
     else:
         figures = burst(args.n, args.nodes)
     print(render(figures), flush=True)
