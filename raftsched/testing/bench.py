@@ -36,6 +36,7 @@ import time
 
 import aiohttp
 
+from raftsched import limits
 from raftsched.runtime.lateness import difference, merged_percentile
 from raftsched.testing.cluster import LocalCluster
 from raftsched.testing.http import auth_headers, call, wait_until
@@ -165,6 +166,22 @@ def _used(cluster: LocalCluster) -> list[int]:
             for n in cluster.ids]
 
 
+def _settled_used(cluster: LocalCluster, baseline: list[int]) -> list[int]:
+    """Each node's pages in use once they have grown past `baseline` and two
+    readings a storage check apart agree (a node measures every
+    storage_check_period_s, so a reading may predate the last writes)."""
+    readings: list[list[int]] = []
+
+    def settled() -> list[int] | None:
+        readings.append(_used(cluster))
+        last = readings[-2:]
+        grown = all(u > b for u, b in zip(readings[-1], baseline))
+        return readings[-1] if grown and len(last) == 2 and last[0] == last[1] else None
+
+    return wait_until(settled, 60, "the nodes' storage measured after the writes",
+                      limits.storage_check_period_s * 1.5)
+
+
 def footprint(n: int, runs: int, nodes: int = 3) -> dict:
     """Bytes of state per pending one-off (n of them, due in a day), and per
     one-off that fired and finished (`runs` of them, due in seconds: the job
@@ -182,7 +199,7 @@ def footprint(n: int, runs: int, nodes: int = 3) -> dict:
         tomorrow = dt.datetime.fromtimestamp(time.time() + 86_400, dt.timezone.utc).isoformat()
         _create(cluster, n, tomorrow, sink.url)
         cluster.ensure_same(120)
-        pending = _used(cluster)
+        pending = _settled_used(cluster, empty)
         memory = {nid: _rss(cluster.procs[nid].pid) for nid in cluster.ids}
         due_s = int(time.time() + 5 + runs / 1000) + 1
         soon = dt.datetime.fromtimestamp(due_s, dt.timezone.utc).isoformat()
@@ -200,7 +217,7 @@ def footprint(n: int, runs: int, nodes: int = 3) -> dict:
 
         wait_until(all_finished, 120, "every run's finish applied", 0.5)
         cluster.ensure_same(120)
-        done = _used(cluster)
+        done = _settled_used(cluster, pending)
     per_pending = [(p - e) / n for p, e in zip(pending, empty)]
     per_run = [(d - p) / runs for d, p in zip(done, pending)]
     return {**conditions,
