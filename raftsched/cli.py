@@ -238,6 +238,23 @@ def main(argv: list[str] | None = None) -> int:
     return run_client(args)
 
 
+def read_secret_file(path: str, flag: str) -> tuple[str | None, str | None]:
+    """(the secret in `path`, trailing whitespace cut, or None; error or None).
+    A file other users may read works, with a warning."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            secret = fh.read().strip()
+        mode = os.stat(path).st_mode
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"{flag}: cannot read it: {exc}"
+    if not secret:
+        return None, f"{flag}: {path} is empty"
+    if mode & 0o077:
+        print(f"raftsched node: warning: {path} is readable by other users (mode "
+              f"{mode & 0o777:o}); chmod 600 it", file=sys.stderr)
+    return secret, None
+
+
 def raft_secret(args: argparse.Namespace,
                 environ: MutableMapping[str, str]) -> tuple[str | None, str | None]:
     """(secret or None, error or None) from --raft-secret-file, --raft-secret
@@ -249,18 +266,7 @@ def raft_secret(args: argparse.Namespace,
     if args.raft_secret_file is not None and args.raft_secret is not None:
         return None, "give the Raft secret once: --raft-secret-file or --raft-secret"
     if args.raft_secret_file is not None:
-        try:
-            with open(args.raft_secret_file, encoding="utf-8") as fh:
-                secret = fh.read().strip()
-            mode = os.stat(args.raft_secret_file).st_mode
-        except (OSError, UnicodeDecodeError) as exc:
-            return None, f"--raft-secret-file: cannot read it: {exc}"
-        if not secret:
-            return None, f"--raft-secret-file: {args.raft_secret_file} is empty"
-        if mode & 0o077:
-            print(f"raftsched node: warning: {args.raft_secret_file} is readable by other "
-                  f"users (mode {mode & 0o777:o}); chmod 600 it", file=sys.stderr)
-        return secret, None
+        return read_secret_file(args.raft_secret_file, "--raft-secret-file")
     if args.raft_secret is not None:
         print("raftsched node: warning: --raft-secret puts the secret on the command line, "
               "where every local user can read it; use --raft-secret-file PATH or the "
@@ -280,14 +286,9 @@ def admin_token(args: argparse.Namespace, peers: tuple[str, ...],
     if args.insecure_no_auth:
         return None, None
     if args.admin_token_file is not None:
-        try:
-            with open(args.admin_token_file, encoding="utf-8") as fh:
-                token = fh.read().strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            return None, f"--admin-token-file: cannot read it: {exc}"
-        if not token:
-            return None, f"--admin-token-file: {args.admin_token_file} is empty"
-        from_env = token
+        from_env, error = read_secret_file(args.admin_token_file, "--admin-token-file")
+        if error is not None:
+            return None, error
     if from_env is not None:
         if len(from_env) < limits.admin_token_chars_min:
             return None, (f"the admin token must be at least {limits.admin_token_chars_min} "

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
+from collections.abc import Iterator
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -289,53 +291,54 @@ def _apply_both(replicas: list, data: bytes, index: int) -> dict | None:
     return results[0]
 
 
+@contextlib.contextmanager
+def _replicas() -> Iterator[tuple[MemoryStore, LmdbStore]]:
+    """Two replicas to apply the same log to: in memory and in LMDB."""
+    with tempfile.TemporaryDirectory() as tmp:
+        lmdb_store = LmdbStore(tmp, map_size=32 * 1024 ** 2)
+        try:
+            yield MemoryStore(), lmdb_store
+        finally:
+            lmdb_store.close()
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_setup, st.lists(_op, min_size=1, max_size=25))
 def test_hostile_logs_never_raise_and_replicas_agree(variants, ops):
-    with tempfile.TemporaryDirectory() as tmp:
-        lmdb_store = LmdbStore(tmp, map_size=32 * 1024 ** 2)
-        memory = MemoryStore()
-        try:
-            for index, data in enumerate(_setup_entries(variants), start=1):
-                _apply_both([memory, lmdb_store], data, index)
-            for step, op in enumerate(ops):
-                data = _entry(memory, op, 1000 * (step + 1))
-                if data is None:
-                    continue
-                before = digest(memory)[1]
-                result = _apply_both([memory, lmdb_store], data, index + 1)
-                if result is None:
-                    continue
-                index += 1
-                assert result.get("error") != "apply_failed", result.get("traceback")
-                if result.get("error") in ("invalid_command", "refused"):
-                    assert digest(memory)[1] == before, op   # nothing written but the index
-            assert digest(lmdb_store) == digest(memory)
-        finally:
-            lmdb_store.close()
+    with _replicas() as (memory, lmdb_store):
+        for index, data in enumerate(_setup_entries(variants), start=1):
+            _apply_both([memory, lmdb_store], data, index)
+        for step, op in enumerate(ops):
+            data = _entry(memory, op, 1000 * (step + 1))
+            if data is None:
+                continue
+            before = digest(memory)[1]
+            result = _apply_both([memory, lmdb_store], data, index + 1)
+            if result is None:
+                continue
+            index += 1
+            assert result.get("error") != "apply_failed", result.get("traceback")
+            if result.get("error") in ("invalid_command", "refused"):
+                assert digest(memory)[1] == before, op   # nothing written but the index
+        assert digest(lmdb_store) == digest(memory)
 
 
 @settings(max_examples=100, deadline=None)
 @given(_setup, st.lists(_valid_op, min_size=5, max_size=40))
 def test_valid_logs_are_accepted_and_replicas_agree(variants, ops):
     """The generator's valid commands pass the schemas: none is refused as malformed."""
-    with tempfile.TemporaryDirectory() as tmp:
-        lmdb_store = LmdbStore(tmp, map_size=32 * 1024 ** 2)
-        memory = MemoryStore()
-        try:
-            index = 0
-            for data in _setup_entries(variants):
-                index += 1
-                _apply_both([memory, lmdb_store], data, index)
-            for step, op in enumerate(ops):
-                data = _entry(memory, op, 1000 * (step + 1))
-                if data is None:
-                    continue
-                index += 1
-                result = _apply_both([memory, lmdb_store], data, index)
-                assert result is not None
-                assert result.get("error") not in ("invalid_command", "refused",
-                                                   "apply_failed"), (op, result)
-            assert digest(lmdb_store) == digest(memory)
-        finally:
-            lmdb_store.close()
+    with _replicas() as (memory, lmdb_store):
+        index = 0
+        for data in _setup_entries(variants):
+            index += 1
+            _apply_both([memory, lmdb_store], data, index)
+        for step, op in enumerate(ops):
+            data = _entry(memory, op, 1000 * (step + 1))
+            if data is None:
+                continue
+            index += 1
+            result = _apply_both([memory, lmdb_store], data, index)
+            assert result is not None
+            assert result.get("error") not in ("invalid_command", "refused",
+                                               "apply_failed"), (op, result)
+        assert digest(lmdb_store) == digest(memory)

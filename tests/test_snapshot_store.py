@@ -37,6 +37,14 @@ def image_of(store: LmdbStore, path: str) -> tuple[int, int]:
     return 3, os.path.getsize(path) - 3
 
 
+def source_and_image(tmp_path, index: int, count: int) -> tuple[LmdbStore, int, int]:
+    """A store `source` holding `count` records and its image in `snap`:
+    (source, offset, length)."""
+    source = LmdbStore(str(tmp_path / "source"), map_size=MAP_BYTES)
+    fill(source, index, count, "new")
+    return (source, *image_of(source, str(tmp_path / "snap")))
+
+
 @pytest.mark.parametrize("kind", ["memory", "lmdb"])
 def test_a_pinned_read_keeps_its_moment_while_commits_go_on(kind, tmp_path):
     store = MemoryStore() if kind == "memory" else LmdbStore(str(tmp_path / "db"),
@@ -52,9 +60,7 @@ def test_a_pinned_read_keeps_its_moment_while_commits_go_on(kind, tmp_path):
 
 
 def test_an_image_installs_while_other_threads_read(tmp_path):
-    source = LmdbStore(str(tmp_path / "source"), map_size=MAP_BYTES)
-    fill(source, 50, 2000, "new")
-    offset, length = image_of(source, str(tmp_path / "snap"))
+    source, offset, length = source_and_image(tmp_path, 50, 2000)
     target = LmdbStore(str(tmp_path / "target"), map_size=MAP_BYTES)
     fill(target, 7, 10, "old")
     stop, errors, reads = threading.Event(), [], [0]
@@ -94,9 +100,7 @@ def test_an_image_installs_while_other_threads_read(tmp_path):
 
 
 def test_a_truncated_image_is_refused_and_the_state_kept(tmp_path):
-    source = LmdbStore(str(tmp_path / "source"), map_size=MAP_BYTES)
-    fill(source, 5, 500, "new")
-    offset, length = image_of(source, str(tmp_path / "snap"))
+    source, offset, length = source_and_image(tmp_path, 5, 500)
     target = LmdbStore(str(tmp_path / "target"), map_size=MAP_BYTES)
     fill(target, 3, 10, "old")
     before = digest(target)
@@ -111,9 +115,7 @@ def test_a_truncated_image_is_refused_and_the_state_kept(tmp_path):
 
 
 def test_an_install_aborts_a_pinned_read_still_iterating(tmp_path):
-    source = LmdbStore(str(tmp_path / "source"), map_size=MAP_BYTES)
-    fill(source, 9, 10, "new")
-    offset, length = image_of(source, str(tmp_path / "snap"))
+    source, offset, length = source_and_image(tmp_path, 9, 10)
     target = LmdbStore(str(tmp_path / "target"), map_size=MAP_BYTES)
     fill(target, 4, 5000, "old")
     target.commit(tx((DUE, b"\x00\x01due", {"v": 1})), 5)

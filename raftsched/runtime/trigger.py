@@ -235,13 +235,13 @@ class TriggerLoop:
             self._node.supervisor.spawn("trigger.send", self._send(cmd, tenants))
 
     async def _send(self, cmd: dict, tenants: collections.Counter | None = None) -> None:
-        parts = cmd["parts"] if cmd["t"] == "fire_many" else [cmd]
+        parts = cmd["parts"]
         try:
             result = await self._node.replicator.propose_wait(commands.encode(cmd))
             if "parts" in result:
                 for part, answer in zip(parts, result["parts"]):
                     self._count_answer(str(part["shard"]), answer)
-            else:   # a fire, or a fire_many refused whole
+            else:   # refused whole
                 self._count_answer(",".join(str(p["shard"]) for p in parts), result)
         except Unavailable as exc:
             log.warning("fire of %d shards (%d items, %d retries) not committed: %s", len(parts),
