@@ -1,9 +1,11 @@
-"""`raftsched bench burst N` runs end to end and its figures add up: every run is counted
-once in the trigger-lateness histograms and called once at the sink."""
+"""Every `raftsched bench` scenario runs end to end and its figures add up: a burst counts
+every run once and sets its references beside it, footprint measures each size, and a wiped
+node rejoins from a snapshot."""
 
 import json
 
 from raftsched.cli import main
+from raftsched.testing.apscheduler_reference import measure_in_subprocess
 
 
 def test_a_small_burst_is_measured_whole(tmp_path, capsys):
@@ -17,18 +19,29 @@ def test_a_small_burst_is_measured_whole(tmp_path, capsys):
     assert 0 <= figures["trigger_lateness_ms"]["p50"] <= figures["trigger_lateness_ms"]["p99"] \
         <= figures["trigger_lateness_ms"]["max"]
     assert figures["reference_aiohttp_calls_per_s"] > 0
-    assert "trigger lateness (every run" in capsys.readouterr().out
+    assert figures["apscheduler_reference"]["called"] == 300
+    printed = capsys.readouterr().out
+    assert "trigger lateness (every run" in printed
+    assert "with 64 connections" in printed
+    assert "APScheduler reference (APScheduler 3." in printed
 
 
-def test_footprint_reports_bytes_per_job_and_run_and_memory(tmp_path):
+def test_footprint_reports_bytes_per_job_and_memory_at_each_size(tmp_path, capsys):
     out = tmp_path / "footprint.json"
-    assert main(["bench", "footprint", "2000", "--runs", "200", "--json", str(out)]) == 0
+    assert main(["bench", "footprint", "1000,2000", "--runs", "200", "--json", str(out)]) == 0
     figures = json.loads(out.read_text())
+    assert [row["pending_jobs"] for row in figures["by_size"]] == [1000, 2000]
     # A job cannot take less than its id and spec, nor a run less than its record.
-    assert 100 < figures["bytes_per_pending_job"] < 100_000
+    for row in figures["by_size"]:
+        assert 100 < row["bytes_per_pending_job"] < 100_000
+        assert set(row["memory_bytes"]) == {"n1", "n2", "n3"}
+        assert all(m["RssAnon"] > 0 and m["RssFile"] > 0 for m in row["memory_bytes"].values())
+    assert figures["bytes_per_pending_job"] == figures["by_size"][-1]["bytes_per_pending_job"]
     assert 100 < figures["bytes_per_finished_one_off_job_and_run"] < 100_000
-    assert set(figures["memory_at_pending_bytes"]) == {"n1", "n2", "n3"}
-    assert all(m["RssAnon"] > 0 for m in figures["memory_at_pending_bytes"].values())
+    assert figures["memory_at_pending_bytes"] == figures["by_size"][-1]["memory_bytes"]
+    printed = capsys.readouterr().out
+    assert "memory at 1,000 pending" in printed
+    assert "memory at 2,000 pending" in printed
 
 
 def test_creates_reports_single_and_batched_rates(tmp_path):
@@ -37,3 +50,29 @@ def test_creates_reports_single_and_batched_rates(tmp_path):
     figures = json.loads(out.read_text())
     assert figures["single_posts_per_s"] > 0 and figures["single_refused"] == 0
     assert figures["batch_jobs_per_s"] >= 1000 and figures["batch_requests_refused"] == 0
+
+
+def test_the_apscheduler_reference_calls_every_job_of_a_burst():
+    figures = measure_in_subprocess(200, lead_s=1.5)
+    assert figures["all_called"]
+    assert figures["called"] == figures["lateness_ms"]["count"] == 200
+    assert 0 <= figures["lateness_ms"]["p50"] <= figures["lateness_ms"]["p99"] \
+        <= figures["lateness_ms"]["max"] < 10_000
+    assert "ThreadPoolExecutor of 10 threads" in figures["conditions"]
+
+
+def test_a_wiped_follower_rejoins_from_the_leaders_snapshot(tmp_path, capsys):
+    out = tmp_path / "rejoin.json"
+    assert main(["bench", "rejoin", "300", "--snapshot-entries", "100",
+                 "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    snapshot, back = figures["snapshot"], figures["rejoin"]
+    assert back["node"] != figures["leader"]
+    # The snapshot the leader had in place holds every job created before it.
+    assert snapshot["bytes"] > 300 * 100
+    assert back["snapshot_installs_total"] >= 1
+    assert back["log"]["installs_logged"] >= 1
+    assert back["log"]["applied_index"] >= snapshot["applied_index"]
+    assert 0 < back["caught_up_s"] <= back["digests_equal_s"]
+    assert set(figures["terms_after"]) == {"n1", "n2", "n3"}
+    assert "wiped " + back["node"] in capsys.readouterr().out

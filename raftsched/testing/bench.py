@@ -1,13 +1,17 @@
 """The benchmark of a local cluster (`scripts/bench.py`, `raftsched bench`).
 
-Scenario `creates C`: creates a second, single POSTs from C keep-alive
-clients, then batchCreate of 1000 jobs.
+    raftsched bench burst 10000 [--json burst.json]
+    raftsched bench creates 64 [--seconds 10]
+    raftsched bench footprint 100000,1000000 [--runs 2000]
+    raftsched bench rejoin 1000000 [--snapshot-entries 2000]
 
-Scenario `footprint N`: bytes of state per pending one-off and per one-off
-fired and finished, and each node's private and mapped memory at N pending.
+Every scenario starts its own cluster of --nodes (default 3) processes on
+127.0.0.1, prints its conditions (nodes, jobs, cores, python, sink) first and
+its figures last, and writes the figures as JSON with --json.
 
 Scenario `burst N`: N one-off jobs, created with batchCreate, all due on the
-same second, HTTP targets at one sink. It prints its conditions and:
+same second, HTTP targets at the fast sink (testing/fastsink.py: aiohttp on
+uvloop in a process of its own, keep-alive, answers at once). It prints:
 
 - trigger lateness of every run, from each node's histogram of its own fires
   (applied on the node that proposed the fire, by that node's clock, minus
@@ -16,11 +20,27 @@ same second, HTTP targets at one sink. It prints its conditions and:
 - call lateness of every call, at the sink (arrival minus scheduled time);
 - runs seen, duplicates (an attempt called twice) and redeliveries (a later
   attempt of a run whose lease was lost);
-- in the same run, the reference: a bare aiohttp client loop calling the same
-  sink N times with as many connections as the dispatchers use, for the rate
-  this machine can call targets at all.
+- references in the same run, after the cluster has stopped: a bare aiohttp
+  client loop calling a fresh fast sink N times over --reference-connections
+  keep-alive connections (the rate this machine can call targets at all);
+  and APScheduler 3.x with N one-offs due on one second, in memory in a
+  process of its own (testing/apscheduler_reference.py; --no-apscheduler
+  leaves it out).
 
-The figures are written as JSON too (`--json`).
+Scenario `creates C`: creates a second, single POSTs from C keep-alive
+clients, then batchCreate of 1000 jobs.
+
+Scenario `footprint N[,N...]`: bytes of state per pending one-off and each
+node's private and mapped memory at each N pending (created one after the
+other on the same cluster, so that the sizes sit side by side), then per
+one-off fired and finished.
+
+Scenario `rejoin N`: N pending one-offs on a cluster that snapshots every
+--snapshot-entries Raft entries; once the leader's snapshot holds them all, a
+follower is SIGKILLed, its data directory wiped and the node started again.
+It prints the time until the node has applied the leader's commit index and
+until its state digest equals the others', the snapshot's size and install
+time (from the node's log), and the Raft term before and after.
 """
 
 from __future__ import annotations
@@ -30,25 +50,48 @@ import concurrent.futures
 import datetime as dt
 import json
 import os
+import re
+import shutil
 import sys
 import tempfile
 import time
+from typing import Any, Callable
 
 import aiohttp
 
 from raftsched import limits
 from raftsched.runtime.lateness import difference, merged_percentile
+from raftsched.testing.apscheduler_reference import measure_in_subprocess
 from raftsched.testing.cluster import LocalCluster
+from raftsched.testing.fastsink import FastSink
 from raftsched.testing.http import auth_headers, call, wait_until
-from raftsched.testing.sink import Sink
 
 BATCH = 1000
 REFERENCE_CONNECTIONS = 64
+# Raft entries between snapshots in the rejoin scenario: a few snapshots while
+# a million jobs are created (a batch of 1000 is a handful of entries), and
+# few enough entries to add afterwards for one that holds them all.
+REJOIN_SNAPSHOT_ENTRIES = 2000
+# Keep-alive clients that add Raft entries (pause and resume of their own job)
+# until the leader's snapshot covers the created jobs.
+PUMP_CLIENTS = 16
+NOWHERE = "http://127.0.0.1:9/"   # the target of jobs that are never due in a scenario
 
 
 def _pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def _announce(scenario: str, **fields: Any) -> dict:
+    conditions = {"scenario": scenario, **fields, "cores": os.cpu_count(),
+                  "python": sys.version.split()[0]}
+    print("conditions: " + ", ".join(f"{k} {v}" for k, v in conditions.items()), flush=True)
+    return conditions
+
+
+def _quiet_cluster(tmp: str, nodes: int, **kw: Any) -> LocalCluster:
+    return LocalCluster(tmp, nodes=nodes, extra_env={"RAFTSCHED_LOG_LEVEL": "WARNING"}, **kw)
 
 
 def _histograms(cluster: LocalCluster) -> list[dict]:
@@ -71,9 +114,15 @@ def _create(cluster: LocalCluster, n: int, run_at: str, url: str) -> list[str]:
         return [j for ids in pool.map(batch, range(-(-n // BATCH))) for j in ids]
 
 
-async def _reference(url: str, n: int) -> float:
+def _at(seconds_from_now: float) -> str:
+    return dt.datetime.fromtimestamp(time.time() + seconds_from_now, dt.timezone.utc).isoformat()
+
+
+# --- burst ------------------------------------------------------------------------------
+
+async def _reference(url: str, n: int, connections: int) -> float:
     """Calls a second of a bare aiohttp client loop makes against `url`."""
-    connector = aiohttp.TCPConnector(limit=REFERENCE_CONNECTIONS)
+    connector = aiohttp.TCPConnector(limit=connections)
     async with aiohttp.ClientSession(connector=connector) as session:
         queue = list(range(n))
 
@@ -84,19 +133,57 @@ async def _reference(url: str, n: int) -> float:
                     await response.read()
 
         started = time.monotonic()
-        await asyncio.gather(*(worker() for _ in range(REFERENCE_CONNECTIONS)))
+        await asyncio.gather(*(worker() for _ in range(connections)))
         return n / (time.monotonic() - started)
 
 
-def burst(n: int, nodes: int = 3, lead_s: float | None = None) -> dict:
-    conditions = {"scenario": "burst", "jobs": n, "nodes": nodes, "cores": os.cpu_count(),
-                  "python": sys.version.split()[0],
-                  "sink": "threaded HTTP server on 127.0.0.1, answers at once",
-                  "shared": "client, sink and nodes share the machine"}
-    print("conditions: " + ", ".join(f"{k} {v}" for k, v in conditions.items()), flush=True)
-    with tempfile.TemporaryDirectory() as tmp, Sink() as sink, \
-            LocalCluster(tmp, nodes=nodes, extra_env={"RAFTSCHED_LOG_LEVEL": "WARNING"}) \
-            as cluster:
+def _reference_rate(n: int, connections: int) -> float:
+    """The bare loop on uvloop (as the nodes run) against a fresh fast sink,
+    which must have seen every call."""
+    import uvloop
+
+    with FastSink() as sink:
+        rate = uvloop.run(_reference(sink.url, n, connections))
+        calls = sink.stats()["calls"]
+    assert calls == n, f"the reference's sink saw {calls} calls of {n}"
+    return rate
+
+
+def _call_figures(sink: FastSink, ids: list[str]) -> dict:
+    calls = sink.by_job()
+    firsts = [calls[j][0] for j in ids]
+    attempts = {j: [c.attempt for c in calls[j]] for j in ids}
+    call_late = [c.lateness_s * 1000 for c in firsts]
+    arrivals = sorted(c.received_s for c in firsts)
+    return {
+        "call_lateness_ms": {"count": len(call_late), "p50": round(_pct(call_late, 50)),
+                             "p99": round(_pct(call_late, 99)), "max": round(max(call_late))},
+        "runs_seen": len(firsts),
+        "duplicates": sum(1 for a in attempts.values() if len(set(a)) < len(a)),
+        "redeliveries": sum(1 for a in attempts.values() if len(set(a)) > 1),
+        "call_rate_per_s": round(len(ids) / max(1e-3, arrivals[-1] - arrivals[0])),
+    }
+
+
+def _trigger_figures(diffs: list[dict]) -> dict:
+    trigger_max = max(d["max_ms"] for d in diffs)
+    # A percentile is its bucket's upper bound, and no more than the maximum.
+    return {"count": sum(d["count"] for d in diffs),
+            "p50": min(merged_percentile(diffs, 50), trigger_max),
+            "p99": min(merged_percentile(diffs, 99), trigger_max),
+            "max": trigger_max}
+
+
+def burst(n: int, nodes: int = 3, lead_s: float | None = None,
+          reference_connections: int = REFERENCE_CONNECTIONS, apscheduler: bool = True) -> dict:
+    conditions = _announce(
+        "burst", jobs=n, nodes=nodes, sink=FastSink.kind,
+        shared="client, sink and nodes share the machine",
+        references=f"bare aiohttp loop with {reference_connections} connections against a "
+                   f"fresh fast sink" + ("; APScheduler 3.x in its own process"
+                                         if apscheduler else "") + ", after the cluster")
+    with tempfile.TemporaryDirectory() as tmp, FastSink() as sink, \
+            _quiet_cluster(tmp, nodes) as cluster:
         cluster.wait_ready()
         before = _histograms(cluster)
         due_s = int(time.time() + (lead_s if lead_s is not None else 8 + n / 2000)) + 1
@@ -105,8 +192,8 @@ def burst(n: int, nodes: int = 3, lead_s: float | None = None) -> dict:
         ids = _create(cluster, n, run_at, sink.url)
         create_s = time.monotonic() - started
         late_start = time.time() > due_s
-        wanted = set(ids)
-        wait_until(lambda: wanted <= set(sink.by_job()), 120 + n / 100,
+        # Only this run's jobs call the sink, one distinct id each.
+        wait_until(lambda: sink.stats()["jobs"] >= n, 120 + n / 100,
                    "every job to call the sink", 0.2)
 
         def all_counted() -> list[dict] | None:
@@ -115,39 +202,25 @@ def burst(n: int, nodes: int = 3, lead_s: float | None = None) -> dict:
             return diffs if sum(d["count"] for d in diffs) >= n else None
 
         diffs = wait_until(all_counted, 30, "every fire counted in the histograms")
-        calls = sink.by_job()
-        firsts = [calls[j][0] for j in ids]
-        attempts = {j: [c.headers.get("X-Raftsched-Attempt") for c in calls[j]] for j in ids}
-        call_late = [c.lateness_s * 1000 for c in firsts]
-        arrivals = sorted(c.received_s for c in firsts)
-        call_rate = n / max(1e-3, arrivals[-1] - arrivals[0])
+        calls = _call_figures(sink, ids)
         sink_url = sink.url
         cluster.ensure_same(60)
-    reference_rate = asyncio.run(_reference_with_sink(n))
-    trigger_max = max(d["max_ms"] for d in diffs)
+    reference_rate = _reference_rate(n, reference_connections)
     figures = {
         **conditions, "create_s": round(create_s, 2), "creates_per_s": round(n / create_s),
         "creates_finished_after_due": late_start,
-        # A percentile is its bucket's upper bound, and no more than the maximum.
-        "trigger_lateness_ms": {"count": sum(d["count"] for d in diffs),
-                                "p50": min(merged_percentile(diffs, 50), trigger_max),
-                                "p99": min(merged_percentile(diffs, 99), trigger_max),
-                                "max": trigger_max},
-        "call_lateness_ms": {"count": len(call_late), "p50": round(_pct(call_late, 50)),
-                             "p99": round(_pct(call_late, 99)), "max": round(max(call_late))},
-        "runs_seen": len(firsts),
-        "duplicates": sum(1 for a in attempts.values() if len(set(a)) < len(a)),
-        "redeliveries": sum(1 for a in attempts.values() if len(set(a)) > 1),
-        "call_rate_per_s": round(call_rate), "reference_aiohttp_calls_per_s": round(reference_rate),
-        "call_rate_vs_reference": round(call_rate / reference_rate, 2), "sink": sink_url,
+        "trigger_lateness_ms": _trigger_figures(diffs), **calls,
+        "reference_connections": reference_connections,
+        "reference_aiohttp_calls_per_s": round(reference_rate),
+        "call_rate_vs_reference": round(calls["call_rate_per_s"] / reference_rate, 2),
+        "sink_url": sink_url,
     }
+    if apscheduler:
+        figures["apscheduler_reference"] = measure_in_subprocess(n)
     return figures
 
 
-async def _reference_with_sink(n: int) -> float:
-    with Sink() as sink:
-        return await _reference(sink.url, n)
-
+# --- footprint --------------------------------------------------------------------------
 
 def _rss(pid: int) -> dict[str, int]:
     """RssAnon (private memory) and RssFile (mapped files: LMDB's pages are page
@@ -182,49 +255,71 @@ def _settled_used(cluster: LocalCluster, baseline: list[int]) -> list[int]:
                       limits.storage_check_period_s * 1.5)
 
 
-def footprint(n: int, runs: int, nodes: int = 3) -> dict:
-    """Bytes of state per pending one-off (n of them, due in a day), and per
-    one-off that fired and finished (`runs` of them, due in seconds: the job
-    and its run), from LMDB's pages in use on each node; and each node's
-    private and mapped memory with the n pending."""
-    conditions = {"scenario": "footprint", "pending_jobs": n, "finished_runs": runs,
-                  "nodes": nodes, "cores": os.cpu_count(), "python": sys.version.split()[0]}
-    print("conditions: " + ", ".join(f"{k} {v}" for k, v in conditions.items()), flush=True)
-    with tempfile.TemporaryDirectory() as tmp, Sink() as sink, \
-            LocalCluster(tmp, nodes=nodes, extra_env={"RAFTSCHED_LOG_LEVEL": "WARNING"}) \
-            as cluster:
+def _pending_at_sizes(cluster: LocalCluster, sizes: list[int], url: str,
+                      empty: list[int]) -> tuple[list[dict], list[int]]:
+    """Create pending one-offs up to each of `sizes` in turn; at each, the
+    bytes per pending job (all of them; and the ones added since the size
+    before) and every node's memory. Returns those and the last used bytes."""
+    rows: list[dict] = []
+    created, used = 0, empty
+    for size in sizes:
+        _create(cluster, size - created, _at(86_400), url)
+        cluster.ensure_same(120 + size / 5000)
+        now_used = _settled_used(cluster, used)
+        rows.append({
+            "pending_jobs": size,
+            "bytes_per_pending_job": round(max((u - e) / size for u, e in zip(now_used, empty))),
+            "bytes_per_added_job": round(max((u - p) / (size - created)
+                                             for u, p in zip(now_used, used))),
+            "memory_bytes": {nid: _rss(cluster.procs[nid].pid) for nid in cluster.ids}})
+        created, used = size, now_used
+    return rows, used
+
+
+def _finish_runs(cluster: LocalCluster, sink: FastSink, runs: int) -> None:
+    """Create `runs` one-offs due in seconds and wait until each has called the
+    sink and its run's success is applied."""
+    ids = set(_create(cluster, runs, _at(5 + runs / 1000), sink.url))
+    wait_until(lambda: sink.stats()["jobs"] >= runs, 120 + runs / 100, "every run called", 0.2)
+
+    def succeeded(job_id: str) -> bool:
+        answer = call("GET", cluster.url("n1") + f"/v1/jobs/{job_id}/runs?consistent=true")
+        found = answer.body.get("runs") if isinstance(answer.body, dict) else None
+        return bool(found) and found[0]["state"] == "succeeded"   # else: not yet
+
+    def all_finished() -> bool:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            return all(pool.map(succeeded, ids))
+
+    wait_until(all_finished, 120, "every run's finish applied", 0.5)
+
+
+def footprint(sizes: list[int] | int, runs: int, nodes: int = 3) -> dict:
+    """Bytes of state per pending one-off (due in a day) at each of `sizes`,
+    and per one-off that fired and finished (`runs` of them, due in seconds:
+    the job and its run), from LMDB's pages in use on each node; and each
+    node's private and mapped memory at each size."""
+    sizes = sorted({sizes} if isinstance(sizes, int) else set(sizes))
+    conditions = _announce("footprint", pending_jobs=sizes[-1], sizes=sizes,
+                           finished_runs=runs, nodes=nodes, sink=FastSink.kind)
+    with tempfile.TemporaryDirectory() as tmp, FastSink() as sink, \
+            _quiet_cluster(tmp, nodes) as cluster:
         cluster.wait_ready()
         cluster.ensure_same(60)
         empty = _used(cluster)
-        tomorrow = dt.datetime.fromtimestamp(time.time() + 86_400, dt.timezone.utc).isoformat()
-        _create(cluster, n, tomorrow, sink.url)
-        cluster.ensure_same(120)
-        pending = _settled_used(cluster, empty)
-        memory = {nid: _rss(cluster.procs[nid].pid) for nid in cluster.ids}
-        due_s = int(time.time() + 5 + runs / 1000) + 1
-        soon = dt.datetime.fromtimestamp(due_s, dt.timezone.utc).isoformat()
-        ids = set(_create(cluster, runs, soon, sink.url))
-        wait_until(lambda: ids <= set(sink.by_job()), 120 + runs / 100, "every run called", 0.2)
-
-        def succeeded(job_id: str) -> bool:
-            answer = call("GET", cluster.url("n1") + f"/v1/jobs/{job_id}/runs?consistent=true")
-            runs = answer.body.get("runs") if isinstance(answer.body, dict) else None
-            return bool(runs) and runs[0]["state"] == "succeeded"   # else: not yet
-
-        def all_finished() -> bool:
-            with concurrent.futures.ThreadPoolExecutor(8) as pool:
-                return all(pool.map(succeeded, ids))
-
-        wait_until(all_finished, 120, "every run's finish applied", 0.5)
+        rows, pending = _pending_at_sizes(cluster, sizes, sink.url, empty)
+        _finish_runs(cluster, sink, runs)
         cluster.ensure_same(120)
         done = _settled_used(cluster, pending)
-    per_pending = [(p - e) / n for p, e in zip(pending, empty)]
     per_run = [(d - p) / runs for d, p in zip(done, pending)]
     return {**conditions,
-            "bytes_per_pending_job": round(max(per_pending)),
+            "bytes_per_pending_job": rows[-1]["bytes_per_pending_job"],
             "bytes_per_finished_one_off_job_and_run": round(max(per_run)),
-            "memory_at_pending_bytes": memory}
+            "memory_at_pending_bytes": rows[-1]["memory_bytes"],
+            "by_size": rows}
 
+
+# --- creates ----------------------------------------------------------------------------
 
 async def _post_loop(url: str, body: bytes, clients: int, seconds: float) -> tuple[int, int]:
     """(answers 2xx, other answers) of `clients` keep-alive clients posting
@@ -251,15 +346,11 @@ async def _post_loop(url: str, body: bytes, clients: int, seconds: float) -> tup
 
 def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
     """Creates a second: single POSTs from `clients` keep-alive clients spread
-    over the nodes, then batchCreate of 1000 jobs from 4 clients."""
-    conditions = {"scenario": "creates", "clients": clients, "seconds": seconds,
-                  "nodes": nodes, "cores": os.cpu_count(), "python": sys.version.split()[0]}
-    print("conditions: " + ", ".join(f"{k} {v}" for k, v in conditions.items()), flush=True)
-    run_at = dt.datetime.fromtimestamp(time.time() + 86_400, dt.timezone.utc).isoformat()
-    one = {"run_at": run_at, "target": {"type": "http", "url": "http://127.0.0.1:9/"}}
-    with tempfile.TemporaryDirectory() as tmp, \
-            LocalCluster(tmp, nodes=nodes, extra_env={"RAFTSCHED_LOG_LEVEL": "WARNING"}) \
-            as cluster:
+    over the nodes, then batchCreate of 1000 jobs from 2 clients per node."""
+    conditions = _announce("creates", clients=clients, seconds=seconds, nodes=nodes,
+                           sink="none (the jobs are due in a day)")
+    one = {"run_at": _at(86_400), "target": {"type": "http", "url": NOWHERE}}
+    with tempfile.TemporaryDirectory() as tmp, _quiet_cluster(tmp, nodes) as cluster:
         cluster.wait_ready()
 
         async def both() -> tuple:
@@ -282,24 +373,192 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
             "batch_requests_refused": sum(b[1] for b in batched)}
 
 
-def render(figures: dict) -> str:
-    if figures["scenario"] == "creates":
-        return (f"single POSTs: {figures['single_posts_per_s']}/s with {figures['clients']} "
-                f"keep-alive clients ({figures['single_refused']} not 2xx); batchCreate of "
-                f"{BATCH}: {figures['batch_jobs_per_s']} jobs/s with 6 clients "
-                f"({figures['batch_requests_refused']} requests not 2xx)")
-    if figures["scenario"] == "footprint":
-        mem = figures["memory_at_pending_bytes"]
-        return "\n".join([
-            f"state per pending one-off: {figures['bytes_per_pending_job']} B (LMDB pages in "
-            f"use, the largest of the nodes)",
-            f"state per one-off fired and finished (its job and its run): "
-            f"{figures['bytes_per_finished_one_off_job_and_run']} B",
-            "memory at {:,} pending: ".format(figures["pending_jobs"]) + "; ".join(
-                f"{nid} RssAnon {m['RssAnon'] / 2**20:.0f} MB, RssFile {m['RssFile'] / 2**20:.0f} MB"
-                for nid, m in mem.items())])
+# --- rejoin -----------------------------------------------------------------------------
+
+SNAPSHOT_WRITTEN = re.compile(r"snapshot written at applied_index (\d+) \(raft index (\d+)\) "
+                              r"in ([\d.]+) s, (\d+) bytes")
+SNAPSHOT_INSTALLING = re.compile(r"^(\S+ \S+) \S+ INFO \S+ installing a snapshot at "
+                                 r"applied_index (\d+) \((\d+) bytes\)", re.M)
+SNAPSHOT_INSTALLED = re.compile(r"installed the snapshot at applied_index (\d+) in ([\d.]+) s")
+LOG_TIME_FORMAT = "%Y-%m-%d %H:%M:%S,%f"
+
+
+def _log_text(cluster: LocalCluster, nid: str, offset: int = 0) -> str:
+    with open(cluster.base / f"{nid}.log", "rb") as fh:
+        fh.seek(offset)
+        return fh.read().decode(errors="replace")
+
+
+def _snapshot_covering(cluster: LocalCluster, nid: str, raft_index: int) -> dict | None:
+    """The snapshot `nid` has in place if one at or past `raft_index` is
+    written and renamed into place (the file's size is the one logged)."""
+    found = [m for m in SNAPSHOT_WRITTEN.finditer(_log_text(cluster, nid))
+             if int(m.group(2)) >= raft_index]
+    if not found:
+        return None
+    applied, index, write_s, size = found[-1].groups()
+    path = cluster.base / nid / "raft.snapshot"
+    if not path.exists() or path.stat().st_size != int(size):
+        return None
+    return {"applied_index": int(applied), "raft_index": int(index),
+            "write_s": float(write_s), "bytes": int(size)}
+
+
+async def _pump_until(cluster: LocalCluster, job_ids: list[str],
+                      done: Callable[[], Any], timeout_s: float) -> tuple[Any, int]:
+    """Pause and resume each of `job_ids` in turn (a Raft entry each) until
+    done() returns a value; that value and the entries added."""
+    headers = {"Content-Type": "application/json", **auth_headers()}
+    stop = asyncio.Event()
+    ops = 0
+
+    async def client(session: aiohttp.ClientSession, url: str, job_id: str) -> None:
+        nonlocal ops
+        paused = False
+        while not stop.is_set():
+            action = "resume" if paused else "pause"
+            async with session.post(f"{url}/v1/jobs/{job_id}:{action}") as response:
+                await response.read()
+            if response.status == 200:
+                ops += 1
+            else:
+                await asyncio.sleep(0.05)   # refused: not in the state expected; try the other
+            paused = not paused
+
+    async def watch() -> Any:
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                value = done()
+                if value:
+                    return value
+                await asyncio.sleep(0.2)
+            raise TimeoutError(f"timed out after {timeout_s:g} s waiting for a snapshot")
+        finally:
+            stop.set()
+
+    async with aiohttp.ClientSession(headers=headers) as session:
+        urls = [cluster.url(nid) for nid in cluster.ids]
+        found, *_ = await asyncio.gather(
+            watch(), *(client(session, urls[i % len(urls)], j) for i, j in enumerate(job_ids)))
+    return found, ops
+
+
+def _terms(cluster: LocalCluster) -> dict[str, int]:
+    return {nid: cluster.api(nid, "GET", "/v1/node").body["term"] for nid in cluster.ids}
+
+
+def _install_figures(log: str, started_wall_s: float) -> dict:
+    """What the rejoining node's log says about the snapshots it installed."""
+    installing = SNAPSHOT_INSTALLING.findall(log)
+    installed = SNAPSHOT_INSTALLED.findall(log)
+    figures: dict[str, Any] = {"installs_logged": len(installed)}
+    if installing:
+        stamp, _applied, size = installing[0]
+        received = dt.datetime.strptime(stamp, LOG_TIME_FORMAT).timestamp()
+        figures["received_after_start_s"] = round(received - started_wall_s, 2)
+        figures["image_bytes"] = int(size)
+    if installed:
+        figures["install_s"] = float(installed[0][1])
+        figures["applied_index"] = int(installed[0][0])
+    return figures
+
+
+def _restart_wiped(cluster: LocalCluster, victim: str, leader: str, n: int) -> dict:
+    """SIGKILL `victim`, wipe its data directory, start it; the times until it
+    has the leader's commit index applied and until the digests agree."""
+    cluster.kill(victim)
+    shutil.rmtree(cluster.base / victim)
+    log_offset = (cluster.base / f"{victim}.log").stat().st_size
+    started_wall_s, started = time.time(), time.monotonic()
+    cluster.start(victim)
+    timeout_s = 120 + n / 2000
+
+    def caught_up() -> dict | None:
+        target = cluster.api(leader, "GET", "/v1/node", timeout_s=5).body["commit_index"]
+        mine = cluster.api(victim, "GET", "/v1/node", timeout_s=2).body
+        return mine if mine["applied_index"] >= target else None
+
+    status = wait_until(caught_up, timeout_s, f"{victim} to apply the leader's commit index",
+                        0.1)
+    caught_up_s = time.monotonic() - started
+    cluster.ensure_same(timeout_s)
+    same_s = time.monotonic() - started
+    return {"node": victim, "caught_up_s": round(caught_up_s, 2),
+            "digests_equal_s": round(same_s, 2),
+            "snapshot_installs_total": status["snapshot_installs_total"],
+            "log": _install_figures(_log_text(cluster, victim, log_offset), started_wall_s)}
+
+
+def rejoin(n: int, nodes: int = 3, snapshot_entries: int = REJOIN_SNAPSHOT_ENTRIES) -> dict:
+    conditions = _announce("rejoin", pending_jobs=n, nodes=nodes,
+                           snapshot_entries=snapshot_entries,
+                           sink="none (the jobs are due in a day)")
+    with tempfile.TemporaryDirectory() as tmp, LocalCluster(
+            tmp, nodes=nodes, extra_env={"RAFTSCHED_LOG_LEVEL": "INFO"},
+            node_args=["--raft-snapshot-entries", str(snapshot_entries)]) as cluster:
+        cluster.wait_ready()
+        started = time.monotonic()
+        _create(cluster, n, _at(86_400), NOWHERE)
+        create_s = time.monotonic() - started
+        cluster.ensure_same(120 + n / 5000)
+        leader = cluster.wait_ready()
+        commit = cluster.api(leader, "GET", "/v1/node").body["commit_index"]
+        pumps = _create(cluster, PUMP_CLIENTS, _at(86_400), NOWHERE)
+        started = time.monotonic()
+        snapshot, pumped = asyncio.run(_pump_until(
+            cluster, pumps, lambda: _snapshot_covering(cluster, leader, commit),
+            120 + n / 5000))
+        pump_s = time.monotonic() - started
+        terms_before = _terms(cluster)
+        victim = next(nid for nid in cluster.ids if nid != leader)
+        rejoined = _restart_wiped(cluster, victim, leader, n)
+        terms_after = _terms(cluster)
+        leader_after = cluster.leader()
+    return {**conditions, "create_s": round(create_s, 2),
+            "entries_added_for_the_snapshot": pumped, "waited_for_the_snapshot_s": round(pump_s, 2),
+            "leader": leader, "leader_after": leader_after, "snapshot": snapshot,
+            "terms_before": terms_before, "terms_after": terms_after,
+            "elections": max(terms_after.values()) != max(terms_before.values()),
+            "rejoin": rejoined}
+
+
+# --- output -----------------------------------------------------------------------------
+
+def _render_creates(figures: dict) -> str:
+    return (f"single POSTs: {figures['single_posts_per_s']}/s with {figures['clients']} "
+            f"keep-alive clients ({figures['single_refused']} not 2xx); batchCreate of "
+            f"{BATCH}: {figures['batch_jobs_per_s']} jobs/s with 6 clients "
+            f"({figures['batch_requests_refused']} requests not 2xx)")
+
+
+def _render_footprint(figures: dict) -> str:
+    lines = [f"state per pending one-off: {figures['bytes_per_pending_job']} B (LMDB pages in "
+             f"use, the largest of the nodes)",
+             f"state per one-off fired and finished (its job and its run): "
+             f"{figures['bytes_per_finished_one_off_job_and_run']} B"]
+    for i, row in enumerate(figures["by_size"]):
+        added = f"; {row['bytes_per_added_job']} B a job added since the size before" if i else ""
+        lines.append(
+            f"memory at {row['pending_jobs']:,} pending ({row['bytes_per_pending_job']} B a job"
+            f"{added}): "
+            + "; ".join(f"{nid} RssAnon {m['RssAnon'] / 2**20:.0f} MB, "
+                        f"RssFile {m['RssFile'] / 2**20:.0f} MB"
+                        for nid, m in row["memory_bytes"].items()))
+    return "\n".join(lines)
+
+
+def _render_apscheduler(figures: dict) -> str:
+    aps, late = figures["apscheduler_reference"], figures["apscheduler_reference"]["lateness_ms"]
+    return (f"APScheduler reference ({aps['conditions']}): {aps['called']} of {aps['jobs']} "
+            f"called, lateness n={late['count']} p50={late['p50']} ms p99={late['p99']} ms "
+            f"max={late['max']} ms, set up in {aps['setup_s']} s"
+            + ("; WARNING: set up after the due time" if aps["adds_finished_after_due"] else ""))
+
+
+def _render_burst(figures: dict) -> str:
     t, c = figures["trigger_lateness_ms"], figures["call_lateness_ms"]
-    return "\n".join([
+    lines = [
         f"creates: {figures['jobs']} in {figures['create_s']} s "
         f"({figures['creates_per_s']}/s, batchCreate of {BATCH})"
         + ("; WARNING: finished after the due time" if figures["creates_finished_after_due"]
@@ -311,31 +570,88 @@ def render(figures: dict) -> str:
         f"runs seen {figures['runs_seen']}, duplicates {figures['duplicates']}, "
         f"redeliveries {figures['redeliveries']}",
         f"call rate {figures['call_rate_per_s']}/s; bare aiohttp loop against the same kind of "
-        f"sink: {figures['reference_aiohttp_calls_per_s']}/s "
+        f"sink: {figures['reference_aiohttp_calls_per_s']}/s with "
+        f"{figures['reference_connections']} connections "
         f"(ratio {figures['call_rate_vs_reference']})",
+    ]
+    if "apscheduler_reference" in figures:
+        lines.append(_render_apscheduler(figures))
+    return "\n".join(lines)
+
+
+def _render_rejoin(figures: dict) -> str:
+    snap, back = figures["snapshot"], figures["rejoin"]
+    log = back["log"]
+    installed = (f"installed in {log['install_s']} s (its log), received "
+                 f"{log.get('received_after_start_s', '?')} s after start"
+                 if "install_s" in log else "no snapshot install in its log")
+    return "\n".join([
+        f"creates: {figures['pending_jobs']} in {figures['create_s']} s; the leader's snapshot "
+        f"holding them all after {figures['entries_added_for_the_snapshot']} more entries "
+        f"({figures['waited_for_the_snapshot_s']} s)",
+        f"snapshot: {snap['bytes']:,} B at raft index {snap['raft_index']}, written in "
+        f"{snap['write_s']} s by the leader {figures['leader']}",
+        f"wiped {back['node']}: applied the leader's commit index {back['caught_up_s']} s after "
+        f"its start, digests equal after {back['digests_equal_s']} s; snapshot {installed}; "
+        f"installs {back['snapshot_installs_total']}",
+        f"raft terms before {figures['terms_before']}, after {figures['terms_after']}; leader "
+        f"{figures['leader']} -> {figures['leader_after']}"
+        + ("; WARNING: an election happened" if figures["elections"] else "; no election"),
     ])
+
+
+def render(figures: dict) -> str:
+    return {"creates": _render_creates, "footprint": _render_footprint,
+            "rejoin": _render_rejoin}.get(figures["scenario"], _render_burst)(figures)
+
+
+def _sizes(text: str) -> list[int]:
+    sizes = [int(part) for part in text.split(",")]
+    if not sizes or min(sizes) < 1:
+        raise ValueError(f"sizes must be positive integers: {text!r}")
+    return sizes
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
     parser = argparse.ArgumentParser(prog="raftsched bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenario", choices=("burst", "footprint", "creates"))
-    parser.add_argument("n", type=int,
-                        help="jobs (footprint: pending one-offs; creates: clients)")
+    parser.add_argument("scenario", choices=("burst", "footprint", "creates", "rejoin"))
+    parser.add_argument("n", type=str,
+                        help="jobs (footprint: pending one-offs, one or several comma-separated "
+                             "sizes; creates: clients)")
     parser.add_argument("--runs", type=int, default=2000,
                         help="footprint: one-offs fired and finished (default %(default)s)")
     parser.add_argument("--seconds", type=float, default=10.0,
                         help="creates: seconds each part runs (default %(default)s)")
+    parser.add_argument("--reference-connections", type=int, default=REFERENCE_CONNECTIONS,
+                        help="burst: connections of the bare aiohttp loop (default %(default)s)")
+    parser.add_argument("--lead-s", type=float, default=None,
+                        help="burst: seconds from the start of the creates to the due second "
+                             "(default 8 + N/2000)")
+    parser.add_argument("--no-apscheduler", action="store_true",
+                        help="burst: leave out the APScheduler reference")
+    parser.add_argument("--snapshot-entries", type=int, default=REJOIN_SNAPSHOT_ENTRIES,
+                        help="rejoin: Raft entries between snapshots (default %(default)s)")
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
+    try:
+        sizes = _sizes(args.n)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.scenario != "footprint" and len(sizes) != 1:
+        parser.error(f"{args.scenario} takes one N")
     if args.scenario == "footprint":
-        figures = footprint(args.n, args.runs, args.nodes)
+        figures = footprint(sizes, args.runs, args.nodes)
     elif args.scenario == "creates":
-        figures = creates(args.n, args.seconds, args.nodes)
+        figures = creates(sizes[0], args.seconds, args.nodes)
+    elif args.scenario == "rejoin":
+        figures = rejoin(sizes[0], args.nodes, args.snapshot_entries)
     else:
-        figures = burst(args.n, args.nodes)
+        figures = burst(sizes[0], args.nodes, args.lead_s,
+                        reference_connections=args.reference_connections,
+                        apscheduler=not args.no_apscheduler)
     print(render(figures), flush=True)
     if args.json:
         with open(args.json, "w") as fh:
