@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
 from raftsched import limits
-from raftsched.core import codec, keys
+from raftsched.core import codec, compact, keys
 from raftsched.core.apply import DUE, TABLES, Transition
 from raftsched.errors import InvariantBroken
+
+T = TypeVar("T")
 
 
 class InvalidKey(InvariantBroken):
@@ -46,6 +48,11 @@ class Store(Protocol):
     def commit(self, transition: Transition, index: int) -> None:
         """Persist writes and applied_index = index in one transaction.
         Precondition: index > applied_index()."""
+
+    def apply_commit(self, index: int, apply: Callable[[Any], T]) -> T:
+        """Call `apply(view)`, which returns (tag, transition), and commit the
+        transition as `index` as `commit` does; the view reads the state as
+        of before it (the LMDB store reads through its write transaction)."""
 
     def applied_index(self) -> int: ...
 
@@ -83,8 +90,14 @@ class Pinned(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-def encode_value(value: Any) -> bytes:
-    return codec.pack(value)
+def encode_value(table: str, value: Any) -> bytes:
+    """A record as a store keeps it: compacted (core/compact.py), msgpack."""
+    return codec.pack(compact.compact(table, value))
+
+
+def decode_value(table: str, raw: bytes) -> Any:
+    """A stored record as every reader sees it: whole again."""
+    return compact.expand(table, codec.unpack(raw))
 
 
 def due_entries(store: Store, shard: int, upto_ms: int,

@@ -37,14 +37,18 @@ import os
 import shutil
 import struct
 import threading
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import lmdb
 
 from raftsched.core import codec, keys
 from raftsched.core.apply import TABLES, Transition
+from raftsched.core.tx import View
 from raftsched.errors import InvariantBroken, StorageFull
-from raftsched.storage.base import check_key, fsync_dir, storable_key
+from raftsched.storage.base import (check_key, decode_value, encode_value, fsync_dir,
+                                    storable_key)
+
+T = TypeVar("T")
 
 SCHEMA_VERSION = 1
 _APPLIED = b"applied_index"
@@ -164,7 +168,7 @@ class LmdbStore:
                 raw = txn.get(key)
         finally:
             self._guard.leave()
-        return None if raw is None else codec.unpack(raw)
+        return None if raw is None else decode_value(table, raw)
 
     def applied_index(self) -> int:
         self._guard.enter()
@@ -186,18 +190,41 @@ class LmdbStore:
 
     def _commit(self, transition: Transition, index: int) -> None:
         with self._begin(write=True) as txn:
-            raw = txn.get(_APPLIED, db=self._meta)
-            current = 0 if raw is None else keys.from_u64(raw)
-            if index <= current:
-                raise InvariantBroken(f"commit of index {index} at applied_index {current}")
-            for table, key, value in transition.writes:
-                db = self._dbs[table]
-                check_key(table, key)   # raising here aborts the whole transaction
-                if value is None:
-                    txn.delete(key, db=db)
-                else:
-                    txn.put(key, codec.pack(value), db=db)
-            txn.put(_APPLIED, keys.u64(index), db=self._meta)
+            self._check_index(txn, index)
+            self._write(txn, transition, index)
+
+    def _check_index(self, txn: Any, index: int) -> None:
+        raw = txn.get(_APPLIED, db=self._meta)
+        current = 0 if raw is None else keys.from_u64(raw)
+        if index <= current:
+            raise InvariantBroken(f"commit of index {index} at applied_index {current}")
+
+    def _write(self, txn: Any, transition: Transition, index: int) -> None:
+        for table, key, value in transition.writes:
+            db = self._dbs[table]
+            check_key(table, key)   # raising here aborts the whole transaction
+            if value is None:
+                txn.delete(key, db=db)
+            else:
+                txn.put(key, encode_value(table, value), db=db)
+        txn.put(_APPLIED, keys.u64(index), db=self._meta)
+
+    def apply_commit(self, index: int, apply: Callable[[View], T]) -> T:
+        """Run `apply` over a view of the state and commit the transition it
+        returns (with the tag: (tag, transition)) as `index`, in one LMDB
+        write transaction: the reads of a whole entry share it, where each
+        `get` would open its own. Only the Raft thread writes; readers on
+        other threads go on seeing the last committed state."""
+        try:
+            with self._begin(write=True) as txn:
+                self._check_index(txn, index)
+                result = apply(_TxnView(txn, self._dbs))
+                self._write(txn, result[1], index)
+            return result
+        except lmdb.MapFullError:
+            raise StorageFull(f"the LMDB map is full (max_data_bytes = {self.map_size} bytes, "
+                              f"{self.used_bytes()} used) and cannot hold this entry's writes; "
+                              f"restart the node with a larger --max-data-bytes") from None
 
     def scan(self, table: str, *, start: bytes = b"", stop: bytes | None = None,
              reverse: bool = False, limit: int | None = None) -> list[tuple[bytes, Any]]:
@@ -213,7 +240,7 @@ class LmdbStore:
                     break
                 if reverse and key < start:
                     break
-                out.append((bytes(key), codec.unpack(raw)))
+                out.append((bytes(key), decode_value(table, raw)))
                 if limit is not None and len(out) >= limit:
                     break
         return out
@@ -339,6 +366,21 @@ class LmdbStore:
         with self._guard.exclusive():
             self._env.sync(True)
             self._env.close()
+
+
+class _TxnView:
+    """The state as one transaction sees it (core/tx.py View)."""
+
+    __slots__ = ("_txn", "_dbs")
+
+    def __init__(self, txn: Any, dbs: dict[str, Any]) -> None:
+        self._txn, self._dbs = txn, dbs
+
+    def get(self, table: str, key: bytes) -> Any | None:
+        if not storable_key(key):
+            return None
+        raw = self._txn.get(key, db=self._dbs[table])
+        return None if raw is None else decode_value(table, raw)
 
 
 class PinnedRead:

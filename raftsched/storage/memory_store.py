@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import bisect
 import threading
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from raftsched.core import codec
 from raftsched.core.apply import TABLES, Transition
 from raftsched.errors import InvariantBroken
-from raftsched.storage.base import check_key, storable_key
+from raftsched.storage.base import check_key, decode_value, encode_value, storable_key
+
+T = TypeVar("T")
 
 
 class MemoryStore:
@@ -26,7 +28,7 @@ class MemoryStore:
         if not storable_key(key):
             return None
         raw = self._data[table].get(key)
-        return None if raw is None else codec.unpack(raw)
+        return None if raw is None else decode_value(table, raw)
 
     def applied_index(self) -> int:
         return self._applied
@@ -41,10 +43,17 @@ class MemoryStore:
                 check_key(table, key)
                 if table not in self._data:
                     raise KeyError(table)   # as LMDB's store: no such table
-                encoded.append((table, key, None if value is None else codec.pack(value)))
+                encoded.append((table, key, None if value is None else encode_value(table, value)))
             for table, key, raw in encoded:
                 self._put(table, key, raw)
             self._applied = index
+
+    def apply_commit(self, index: int, apply: Callable[[Any], T]) -> T:
+        """As LmdbStore.apply_commit: `apply` reads this store, its (tag,
+        transition) is committed as `index`."""
+        result = apply(self)
+        self.commit(result[1], index)
+        return result
 
     def _put(self, table: str, key: bytes, raw: bytes | None) -> None:
         data, order = self._data[table], self._sorted[table]
@@ -67,7 +76,7 @@ class MemoryStore:
                 selected = selected[::-1]
             if limit is not None:
                 selected = selected[:limit]
-            return [(k, codec.unpack(self._data[table][k])) for k in selected]
+            return [(k, decode_value(table, self._data[table][k])) for k in selected]
 
     def raw_items(self) -> tuple[int, list[tuple[str, bytes, bytes]]]:
         with self._lock:
