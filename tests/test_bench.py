@@ -1,10 +1,11 @@
 """Every `raftsched bench` scenario runs end to end and its figures add up: a burst counts
 every run once and sets its references beside it, footprint measures each size, and a wiped
-node rejoins from a snapshot."""
+node rejoins from a snapshot; the per-run cost counts every phase."""
 
 import json
 
 from raftsched.cli import main
+from raftsched.testing import bench
 from raftsched.testing.apscheduler_reference import measure_in_subprocess
 
 
@@ -76,3 +77,18 @@ def test_a_wiped_follower_rejoins_from_the_leaders_snapshot(tmp_path, capsys):
     assert 0 < back["caught_up_s"] <= back["digests_equal_s"]
     assert set(figures["terms_after"]) == {"n1", "n2", "n3"}
     assert "wiped " + back["node"] in capsys.readouterr().out
+
+
+def test_cost_counts_every_phase_of_every_run():
+    figures = bench.runcost.measure(300)
+    rows = {row["phase"]: row for row in figures["phases"]}
+    for phase in ("create", "fire", "start", "finish"):
+        assert rows[phase]["items"] == 300, rows[phase]
+        assert rows[phase]["lmdb_writes"] >= 2 and rows[phase]["cpu_us"] > 0, rows[phase]
+    # A fire writes at least the run, its index entry and the job, and
+    # deletes the due entry; the total adds the phases up.
+    assert rows["fire"]["lmdb_writes"] >= 4
+    total = rows["fire to finish (one replica)"]
+    assert total["lmdb_writes"] == round(sum(rows[p]["lmdb_writes"]
+                                             for p in ("fire", "start", "finish")), 1)
+    assert "fire to finish" in bench.render(figures)

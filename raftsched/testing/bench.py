@@ -4,6 +4,7 @@
     raftsched bench creates 64 [--seconds 10]
     raftsched bench footprint 100000,1000000 [--runs 2000]
     raftsched bench rejoin 1000000 [--snapshot-entries 2000]
+    raftsched bench cost 20000
 
 Every scenario starts its own cluster of --nodes (default 3) processes on
 127.0.0.1, prints its conditions (nodes, jobs, cores, python, sink) first and
@@ -35,6 +36,11 @@ node's private and mapped memory at each N pending (created one after the
 other on the same cluster, so that the sizes sit side by side), then per
 one-off fired and finished.
 
+Scenario `cost N`: what one run costs every replica from fire to finish, and
+a job its create, in one process with no network and no Raft
+(testing/runcost.py): Raft entries, LMDB writes, msgpack encodes and decodes,
+bytes encoded and CPU microseconds per job or run, phase by phase.
+
 Scenario `rejoin N`: N pending one-offs on a cluster that snapshots every
 --snapshot-entries Raft entries; once the leader's snapshot holds them all, a
 follower is SIGKILLed, its data directory wiped and the node started again.
@@ -62,6 +68,7 @@ import aiohttp
 from raftsched import limits
 from raftsched.runtime.lateness import difference, merged_percentile
 from raftsched.testing.apscheduler_reference import measure_in_subprocess
+from raftsched.testing import runcost
 from raftsched.testing.cluster import LocalCluster
 from raftsched.testing.fastsink import FastSink
 from raftsched.testing.http import auth_headers, call, wait_until
@@ -602,7 +609,8 @@ def _render_rejoin(figures: dict) -> str:
 
 def render(figures: dict) -> str:
     return {"creates": _render_creates, "footprint": _render_footprint,
-            "rejoin": _render_rejoin}.get(figures["scenario"], _render_burst)(figures)
+            "rejoin": _render_rejoin, "cost": runcost.render}.get(figures["scenario"],
+                                                                  _render_burst)(figures)
 
 
 def _sizes(text: str) -> list[int]:
@@ -616,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     parser = argparse.ArgumentParser(prog="raftsched bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenario", choices=("burst", "footprint", "creates", "rejoin"))
+    parser.add_argument("scenario", choices=("burst", "footprint", "creates", "rejoin", "cost"))
     parser.add_argument("n", type=str,
                         help="jobs (footprint: pending one-offs, one or several comma-separated "
                              "sizes; creates: clients)")
@@ -648,6 +656,8 @@ def main(argv: list[str] | None = None) -> int:
         figures = creates(sizes[0], args.seconds, args.nodes)
     elif args.scenario == "rejoin":
         figures = rejoin(sizes[0], args.nodes, args.snapshot_entries)
+    elif args.scenario == "cost":
+        figures = runcost.measure(sizes[0])
     else:
         figures = burst(sizes[0], args.nodes, args.lead_s,
                         reference_connections=args.reference_connections,
