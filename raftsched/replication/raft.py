@@ -96,6 +96,10 @@ auto_tick_period_s = 0.005
 election_timeout_min_s = 0.4
 election_timeout_max_s = 1.4
 leader_fallback_timeout_s = 2.0
+# How often a node dials a peer it is not connected to (pysyncobj's default is
+# 5 s). A restarted node, or one back from a partition, is otherwise not
+# sent entries or a snapshot for up to that long; a dial is one connect().
+connection_retry_s = 1.0
 # The longest the Raft thread applies entries in one tick before it handles
 # the network again (one entry may take longer); well under the election
 # timeout, so that applying a backlog never looks like a dead leader.
@@ -562,6 +566,7 @@ class Replicator:
             raftMinTimeout=election_timeout_min_s,
             raftMaxTimeout=election_timeout_max_s,
             leaderFallbackTimeout=leader_fallback_timeout_s,
+            connectionRetryTime=connection_retry_s,
             commandsQueueSize=limits.raft_commands_queue_max,
             logCompactionMinEntries=snapshot_entries,
             logCompactionMinTime=log_compaction_period_s,
