@@ -1,0 +1,105 @@
+"""Leader-only pacing of backfills: the backfiller proposes `backfill_step` commands.
+
+Every `backfill_period_ms` the leader reads each running backfill (at most
+`backfills_open_max`, listed in BACKFILLS_OPEN) and the states of its open
+runs, and plans a step for it (core/backfill.py plan_step): the finished runs
+to count, and the next occurrences of its schedule that fit in its room. The
+steps of one pass go in one entry of at most `backfill_step_runs_max` new runs;
+the next pass starts once that entry is applied, so it sees the room the step
+used. All progress is in the replicated record: a new leader's first pass
+picks up where the old one stopped, and apply ignores an occurrence at or
+before a backfill's cursor, so a step proposed twice (by two leaders, or
+again after a timeout) launches nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from raftsched import limits
+from raftsched.core import backfill, commands, keys
+from raftsched.core.tx import BACKFILLS, BACKFILLS_OPEN, JOBS, RUNS
+from raftsched.errors import Unavailable
+
+if TYPE_CHECKING:
+    from raftsched.runtime.node import Node
+
+log = logging.getLogger("raftsched.backfiller")
+
+
+class Backfiller:
+    def __init__(self, node: "Node") -> None:
+        self._node = node
+        self._failing: set[str] = set()   # backfills whose planning raised (logged once)
+        self.steps_total = 0
+        self.launched_total = 0
+
+    async def run(self) -> None:
+        """Any failure but Unavailable is the node's supervisor's: it logs it
+        and starts the loop again (runtime/supervise.py)."""
+        while True:
+            await asyncio.sleep(limits.backfill_period_ms / 1000)
+            if not self._node.replicator.is_leader():
+                continue
+            try:
+                await self.maybe_step()
+            except Unavailable as exc:
+                log.warning("backfill step not committed: %s", exc.detail)
+
+    async def maybe_step(self) -> bool:
+        """One pass: plan (reads and schedule evaluation, on a thread), then
+        propose. Returns whether a step was proposed."""
+        node = self._node
+        items = await asyncio.get_running_loop().run_in_executor(None, self.plan)
+        if not items:
+            return False
+        result = await node.propose(commands.backfill_step(
+            node=node.node_id, at_ms=node.now_ms(), items=items))
+        if not result.get("ok"):
+            log.error("backfill step refused (%s): %s", result.get("error"),
+                      result.get("detail"))
+            return True
+        self.steps_total += 1
+        self.launched_total += result["launched"]
+        return True
+
+    def plan(self) -> list[dict]:
+        """The items of one step, over every running backfill, within the
+        entry's budget of new runs."""
+        store = self._node.store
+        budget = limits.backfill_step_runs_max
+        items = []
+        for key, _ in store.scan(BACKFILLS_OPEN, limit=limits.backfills_open_max):
+            record = store.get(BACKFILLS, key)
+            if record is None or record["state"] != backfill.RUNNING:
+                continue
+            item = self._plan_one(record, budget)
+            if item is not None:
+                items.append(item)
+                budget -= len(item["occurrences"])
+        return items
+
+    def _plan_one(self, record: dict, budget: int) -> dict | None:
+        """One backfill's item. A backfill whose planning raises is left out
+        (and logged once) rather than failing every pass: the pass would fail
+        again on every leader in turn, and the other backfills with it. It
+        stays running until it is cancelled."""
+        store = self._node.store
+        try:
+            job = store.get(JOBS, keys.job_key(record["job_id"]))
+            states = [self._state(run_id) for run_id, _ in record["open"]]
+            item = backfill.plan_step(record, job, states, budget)
+        except Exception:
+            if record["id"] not in self._failing:
+                self._failing.add(record["id"])
+                log.exception("backfill %s cannot be planned; it makes no progress until "
+                              "it is cancelled", record["id"])
+            return None
+        self._failing.discard(record["id"])
+        return item
+
+    def _state(self, run_id: str) -> str | None:
+        run = self._node.store.get(RUNS, run_id.encode())
+        return run["state"] if run is not None else None
