@@ -1,0 +1,335 @@
+"""Routes that query history and re-drive it: GET /v1/runs (every run of the
+tenant, filtered, newest first), GET /v1/jobs (filtered by status, name and
+labels) and POST /v1/runs/{id}:retry (a failed run's new attempt).
+
+Pages go on from an opaque `page_token` that encodes the last key the page
+read and a digest of the filters it was read with (a token is refused with
+other filters). Paging by key, not by offset, keeps a listing stable while
+runs are added: a page starts strictly after the last row shown, so a row is
+never shown twice and a row that existed when the listing began is never
+skipped (unless it was purged meanwhile). Runs are read newest first, so a run
+scheduled from now on lands before the first page rather than among them.
+
+A filter that the index does not order by (state, trigger, status, name,
+labels) is checked row by row: a page reads at most list_scan_rows_max rows
+and may come back short, with a token to go on from.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import TYPE_CHECKING, Callable
+
+from aiohttp import web
+
+from raftsched import limits
+from raftsched.api.auth import actor_of, tenant_of
+from raftsched.api.common import (int_param, job_secrets, json_body, json_response,
+                                  maybe_consistent, node_of, raise_refusal)
+from raftsched.api.views import job_view, run_view
+from raftsched.core import backfill, commands, keys, lifecycle, redrive
+from raftsched.core.jobspec import validate_job_id
+from raftsched.core.schedule import parse_instant
+from raftsched.core.tx import JOBS, RUNS, RUNS_BY_JOB, RUNS_BY_TENANT
+from raftsched.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from raftsched.runtime.node import Node
+
+# How a run started: its first trigger, or "retry" once re-driven.
+RUN_TRIGGERS = ("schedule", "manual", backfill.TRIGGER, redrive.TRIGGER)
+RUN_STATES = lifecycle.STATES
+# Job statuses a listing can ask for (deleted jobs are not listed).
+JOB_STATUSES = ("active", "paused", "completed")
+RUN_FILTERS = ("job_id", "state", "trigger", "scheduled_after", "scheduled_before")
+JOB_FILTERS = ("status", "name_prefix", "label")
+# Rows read per store scan while filling a page.
+_SCAN_CHUNK = 256
+
+
+# --- page tokens ----------------------------------------------------------------------
+
+def filters_digest(filters: dict) -> str:
+    """What a token remembers of the filters it was made under."""
+    text = json.dumps(filters, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def encode_token(kind: str, filters: dict, position: list) -> str:
+    raw = json.dumps([1, kind, filters_digest(filters), *position], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_token(text: str | None, kind: str, filters: dict) -> list | None:
+    """The position a token holds, or None for no token; 400 naming
+    `page_token` for one this API did not make for these filters."""
+    if not text:
+        return None
+    bad = InvalidInput("`page_token` is not a token this listing gave out", field="page_token")
+    if len(text) > limits.page_token_chars_max:
+        raise bad
+    try:
+        value = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (ValueError, UnicodeDecodeError):
+        raise bad from None
+    if not isinstance(value, list) or len(value) < 3 or value[:2] != [1, kind]:
+        raise bad
+    if value[2] != filters_digest(filters):
+        raise InvalidInput("`page_token` was made for other filters; give the same filters "
+                           "as the first page, or start again without a token",
+                           field="page_token")
+    return value[3:]
+
+
+# --- GET /v1/runs -----------------------------------------------------------------------
+
+def run_filters(request: web.Request) -> dict:
+    """The filters of a runs listing, checked; the ones not given are left out."""
+    query, out = request.query, {}
+    if "job_id" in query:
+        out["job_id"] = validate_job_id(query["job_id"])
+    if "state" in query:
+        out["state"] = _one_of(query["state"], lifecycle.STATES, "state")
+    if "trigger" in query:
+        out["trigger"] = _one_of(query["trigger"], RUN_TRIGGERS, "trigger")
+    for name in ("scheduled_after", "scheduled_before"):
+        if name in query:
+            out[name] = parse_instant(query[name], name)[0]
+    if out.get("scheduled_after", 0) > out.get("scheduled_before", limits.timestamp_ms_max):
+        raise InvalidInput("`scheduled_before` must not come before `scheduled_after`",
+                           field="scheduled_before")
+    return out
+
+
+def _one_of(value: str, choices: tuple[str, ...], field: str) -> str:
+    if value not in choices:
+        raise InvalidInput(f"`{field}` must be one of {', '.join(choices)}", field=field)
+    return value
+
+
+class RunSource:
+    """Where a listing reads run ids newest first: one job's history
+    (runs_by_job) or the tenant's runs (runs_by_tenant), between two keys."""
+
+    def __init__(self, tenant: str, filters: dict) -> None:
+        after = filters.get("scheduled_after")
+        before = filters.get("scheduled_before")
+        job_id = filters.get("job_id")
+        self.tenant = tenant
+        self.table = RUNS_BY_JOB if job_id else RUNS_BY_TENANT
+        self.prefix = (keys.runs_by_job_prefix(job_id) if job_id
+                       else keys.runs_by_tenant_prefix(tenant))
+        self.low = self.prefix + (keys.u64(after) if after is not None else b"")
+        self.high = (self.prefix + keys.u64(before) if before is not None
+                     else keys.prefix_end(self.prefix))
+
+    def resume_after(self, scheduled_ms: int, run_id: str) -> None:
+        """Go on below (older than) the run a previous page ended with."""
+        if self.table == RUNS_BY_JOB:   # one run per (job, scheduled_for)
+            key = self.prefix + keys.u64(scheduled_ms)
+        else:
+            key = keys.runs_by_tenant_key(self.tenant, scheduled_ms, run_id)
+        self.high = min(self.high, key)
+
+    def position(self, key: bytes, value: object) -> tuple[int, str]:
+        """(scheduled_ms, run_id) of an index row."""
+        if self.table == RUNS_BY_JOB:
+            return keys.from_u64(key[len(self.prefix):len(self.prefix) + 8]), value  # type: ignore
+        return keys.parse_runs_by_tenant_key(self.prefix, key)
+
+
+def list_runs_page(node: "Node", tenant: str, filters: dict, limit: int,
+                   token: list | None) -> tuple[list[dict], list | None]:
+    """(runs, position to go on from or None): up to `limit` runs matching the
+    filters, newest first, reading at most list_scan_rows_max rows."""
+    store = node.store
+    job_id = filters.get("job_id")
+    if job_id:
+        job = store.get(JOBS, keys.job_key(job_id))
+        if job is None or job["tenant"] != tenant:
+            return [], None   # another tenant's job is answered as one without runs
+    source = RunSource(tenant, filters)
+    if token is not None:
+        if len(token) != 2 or not isinstance(token[0], int) or not isinstance(token[1], str):
+            raise InvalidInput("`page_token` is not a token this listing gave out",
+                               field="page_token")
+        source.resume_after(token[0], token[1])
+
+    def matches(run: dict) -> bool:
+        return (run["tenant"] == tenant
+                and filters.get("state", run["state"]) == run["state"]
+                and filters.get("trigger", run["trigger"]) == run["trigger"])
+
+    found, last = _scan(store, source, limit, matches)
+    more = last is not None and bool(store.scan(source.table, start=source.low,
+                                                stop=source.high, reverse=True, limit=1))
+    return found, list(last) if more and last is not None else None
+
+
+def _scan(store: object, source: RunSource, limit: int,
+          matches: Callable[[dict], bool]) -> tuple[list[dict], tuple[int, str] | None]:
+    """Read rows newest first from source.high down, moving source.high past
+    each; return the matching runs and the position of the last row read
+    (None if none was)."""
+    found: list[dict] = []
+    last: tuple[int, str] | None = None
+    scanned = 0
+    while len(found) < limit and scanned < limits.list_scan_rows_max:
+        chunk = min(_SCAN_CHUNK, limits.list_scan_rows_max - scanned)
+        rows = store.scan(source.table, start=source.low, stop=source.high,   # type: ignore
+                          reverse=True, limit=chunk)
+        for key, value in rows:
+            scanned += 1
+            source.high = key
+            last = source.position(key, value)
+            run = store.get(RUNS, last[1].encode())   # type: ignore
+            if run is None:
+                continue   # purged between the index read and this one
+            if matches(run):
+                found.append(run)
+                if len(found) >= limit:
+                    break
+        if len(rows) < chunk:
+            break
+    return found, last
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    node = node_of(request)
+    await maybe_consistent(request)
+    filters = run_filters(request)
+    limit = int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
+    token = decode_token(request.query.get("page_token"), "runs", filters)
+    tenant = tenant_of(request)
+    runs, position = list_runs_page(node, tenant, filters, limit, token)
+    secrets: dict[str, tuple[str, ...]] = {}
+    views = [run_view(run, secrets.setdefault(run["job_id"], job_secrets(node, run["job_id"])))
+             for run in runs]
+    return json_response({"runs": views, "next_page_token":
+                          None if position is None else encode_token("runs", filters, position)})
+
+
+# --- GET /v1/jobs -----------------------------------------------------------------------
+
+def job_filters(request: web.Request) -> dict:
+    query, out = request.query, {}
+    if "status" in query:
+        out["status"] = _one_of(query["status"], JOB_STATUSES, "status")
+    if "name_prefix" in query:
+        prefix = query["name_prefix"]
+        if not prefix or len(prefix) > limits.job_name_chars_max:
+            raise InvalidInput(f"`name_prefix` must be 1 to {limits.job_name_chars_max} "
+                               "characters", field="name_prefix", limit="job_name_chars_max")
+        out["name_prefix"] = prefix
+    labels = query.getall("label", [])
+    if len(labels) > limits.label_filters_max:
+        raise InvalidInput(f"at most {limits.label_filters_max} `label` filters",
+                           field="label", limit="label_filters_max")
+    pairs = []
+    for text in labels:
+        key, colon, value = text.partition(":")
+        if not colon or not key:
+            raise InvalidInput("a `label` filter is key:value, such as label=team:payments",
+                               field="label")
+        pairs.append([key, value])
+    if pairs:
+        out["label"] = sorted(pairs)
+    return out
+
+
+def job_matches(job: dict, tenant: str, filters: dict) -> bool:
+    if job["tenant"] != tenant or job["status"] == "deleted":
+        return False
+    if filters.get("status", job["status"]) != job["status"]:
+        return False
+    if not job["spec"]["name"].startswith(filters.get("name_prefix", "")):
+        return False
+    labels = job["spec"].get("labels") or {}
+    return all(labels.get(key) == value for key, value in filters.get("label", ()))
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    """Jobs in id order. `page_token` (or the older `cursor`, a job id) goes on
+    from where the previous page stopped; both are answered."""
+    node = node_of(request)
+    await maybe_consistent(request)
+    limit = int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
+    filters = job_filters(request)
+    tenant = tenant_of(request)
+    start = b""
+    position = decode_token(request.query.get("page_token"), "jobs", filters)
+    if position is not None:
+        if len(position) != 1 or not isinstance(position[0], str):
+            raise InvalidInput("`page_token` is not a token this listing gave out",
+                               field="page_token")
+        start = keys.job_key(validate_job_id(position[0], "page_token")) + b"\x00"
+    elif request.query.get("cursor"):
+        start = keys.job_key(validate_job_id(request.query["cursor"], "cursor")) + b"\x00"
+    jobs, last, more = _scan_jobs(node, start, limit, lambda j: job_matches(j, tenant, filters))
+    after = last if more or len(jobs) == limit else None
+    return json_response({
+        "jobs": [job_view(job) for job in jobs],
+        "next_page_token": None if after is None else encode_token("jobs", filters, [after]),
+        "next_cursor": after})
+
+
+def _scan_jobs(node: "Node", start: bytes, limit: int,
+               matches: Callable[[dict], bool]) -> tuple[list[dict], str | None, bool]:
+    """Jobs of every tenant share one table: a page stops after
+    list_scan_rows_max rows however few matched, and goes on from there.
+    Returns (jobs, the last id read, whether rows may follow)."""
+    jobs: list[dict] = []
+    last: str | None = None
+    scanned, more = 0, False
+    while len(jobs) < limit and scanned < limits.list_scan_rows_max:
+        rows = node.store.scan(JOBS, start=start, limit=limit)
+        scanned += len(rows)
+        more = len(rows) == limit
+        for key, job in rows:
+            start, last = key + b"\x00", key.decode()
+            if matches(job):
+                jobs.append(job)
+                if len(jobs) >= limit:
+                    break
+        if not more:
+            break
+    return jobs, last, more
+
+
+# --- POST /v1/runs/{id}:retry -------------------------------------------------------------
+
+def parse_overlap(body: object) -> str | None:
+    """The optional body {"overlap": "allow"} of a trigger or retry: the one run
+    is admitted as the allow policy would, whatever the job's policy."""
+    if body is None:
+        return None
+    if not isinstance(body, dict) or set(body) - {"overlap"}:
+        unknown = sorted(set(body) - {"overlap"}) if isinstance(body, dict) else []
+        raise InvalidInput(f"unknown field {unknown[0]!r}" if unknown else
+                           'the body is optional: {"overlap": "allow"}',
+                           field=unknown[0] if unknown else "body")
+    overlap = body.get("overlap")
+    if overlap not in (None, "allow"):
+        raise InvalidInput('`overlap` is "allow" (or left out, for the job\'s concurrency '
+                           "policy)", field="overlap")
+    return overlap
+
+
+async def retry_run(request: web.Request) -> web.Response:
+    node = node_of(request)
+    overlap = parse_overlap(await json_body(request, empty_ok=True))
+    node.storage.check_room()
+    result = await node.propose(commands.scoped(commands.retry_run(
+        run_id=request.match_info["run_id"], node=node.node_id, at_ms=node.now_ms(),
+        overlap=overlap), tenant=tenant_of(request), actor=actor_of(request)))
+    raise_refusal(result, field="run_id")
+    run = result["run"]
+    return json_response(run_view(run, job_secrets(node, run["job_id"])))
+
+
+def add_routes(r: web.UrlDispatcher, run_id_pattern: str) -> None:
+    r.add_get("/v1/runs", list_runs)
+    r.add_get("/v1/jobs", list_jobs)
+    r.add_post(f"/v1/runs/{run_id_pattern}:retry", retry_run)

@@ -1,0 +1,46 @@
+"""When a job's occurrence fires, and what the proposer's fire says about it.
+
+A job with `jitter_ms` fires each occurrence later by a delay from 0 to
+jitter_ms that a stable hash of (job id, occurrence) picks (core/schedule.py
+fire_delay_ms): its due entry is keyed by that instant, while the occurrence
+(the run's scheduled_for, and so its execution id) stays the schedule's own.
+apply keys the due entry with `due_at_ms`, and the trigger loop builds each fire
+item with `fire_item`; both compute the delay from the job alone, so they agree
+without carrying it.
+
+Pure: the caller passes the job record and now_ms.
+"""
+
+from __future__ import annotations
+
+from raftsched.core.schedule import covered_occurrences, fire_delay_ms
+
+# The misfire policy of a job stored before jobs had one.
+DEFAULT_MISFIRE = {"policy": "fire_once", "tolerance_ms": 60_000, "catchup_max": 100}
+
+
+def due_at_ms(job: dict, occurrence_ms: int) -> int:
+    """When an occurrence of the job fires: at it, later by the job's delay for it."""
+    return occurrence_ms + fire_delay_ms(job["id"], occurrence_ms,
+                                         job["spec"].get("jitter_ms", 0))
+
+
+def fire_item(job: dict, due_ms: int, now_ms: int) -> tuple | None:
+    """The fire item (job_id, occurrence, next_ms, occurrences, omitted) for the
+    job's due entry at `due_ms`, or None when the entry is not the job's armed
+    one any more (the job changed since: apply would refuse it as stale).
+
+    The occurrences covered are those whose fire time has surely come: at or
+    before now minus the job's jitter (a later one fires from its own entry, at
+    once if its delay has passed), and, with a catch-up window, none between
+    the due one and the window's start."""
+    occurrence = job["next_ms"]
+    if occurrence is None or due_at_ms(job, occurrence) != due_ms:
+        return None
+    spec = job["spec"]
+    policy = spec.get("misfire") or DEFAULT_MISFIRE
+    window_ms = policy.get("catchup_window_ms")
+    occurrences, omitted, next_ms = covered_occurrences(
+        spec["schedule"], occurrence, now_ms - spec.get("jitter_ms", 0), policy["catchup_max"],
+        None if window_ms is None else now_ms - window_ms)
+    return job["id"], occurrence, next_ms, occurrences, omitted
