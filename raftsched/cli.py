@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--run-heartbeat-s", type=float,
                       default=limits.run_heartbeat_ms_default / 1000,
                       help="how often holders extend their leases (default %(default)s)")
+    node.add_argument("--max-clock-skew-ms", type=int, default=limits.max_clock_skew_ms_default,
+                      help="a node whose wall clock is further than this from the median of "
+                           "the nodes' clocks owns no shards until it is back within it; give "
+                           "every node the same (default %(default)s)")
     node.add_argument("--alert-webhook-url",
                       default=os.environ.get("RAFTSCHED_ALERT_WEBHOOK_URL") or None,
                       help="where failure alerts of jobs without alert.webhook_url go; give "
@@ -357,6 +361,10 @@ def run_node(args: argparse.Namespace) -> int:
     if storage_error is not None:
         print(f"raftsched node: {storage_error}", file=sys.stderr)
         return 2
+    if not 1 <= args.max_clock_skew_ms <= limits.max_clock_skew_ms_max:
+        print(f"raftsched node: --max-clock-skew-ms must be from 1 to "
+              f"{limits.max_clock_skew_ms_max}", file=sys.stderr)
+        return 2
     if not 0 < args.run_heartbeat_s * 2 <= args.run_lease_s:
         print("raftsched node: --run-heartbeat-s must be positive and at most half of "
               "--run-lease-s (a lease must survive one lost heartbeat)", file=sys.stderr)
@@ -372,6 +380,7 @@ def run_node(args: argparse.Namespace) -> int:
                         raft_snapshot_entries=args.raft_snapshot_entries,
                         run_lease_ms=int(args.run_lease_s * 1000),
                         run_heartbeat_ms=int(args.run_heartbeat_s * 1000),
+                        max_clock_skew_ms=args.max_clock_skew_ms,
                         alert_webhook_url=args.alert_webhook_url, fsync=args.fsync,
                         max_data_bytes=args.max_data_bytes,
                         min_free_disk_bytes=args.min_free_disk_bytes,

@@ -121,6 +121,40 @@ batch_request_body_bytes_max = 4 * 1024 * 1024
 # Both are replicated with the job.
 secret_keys_max = 64
 secret_key_bytes_max = 256
+# A job's `labels` ({key: value}, filtered on by GET /v1/jobs?label=key:value):
+# replicated with the job, so few and short, as Kubernetes bounds them. Keys are
+# 1-63 bytes of [A-Za-z0-9._/-] (no ":", which separates key from value in a
+# filter); values 0-63 bytes of text without control characters.
+job_labels_max = 32
+label_key_bytes_max = 63
+label_value_bytes_max = 63
+# `label=` filters one list request may give (all must match).
+label_filters_max = 8
+# The note a pause may carry (`:pause {"note"}`), kept in the job until resume.
+pause_note_bytes_max = 1024
+# A job's `jitter_s`: the most a stable per-occurrence delay may add to each fire.
+# An hour spreads hourly jobs over the whole hour; more is a different schedule.
+jitter_s_max = 3600
+# `misfire.catchup_window_s`: how far back a late fire catches up, at most a year
+# (the longest gap between two occurrences of an `every` schedule).
+catchup_window_s_max = 366 * 24 * 3600
+# A list's opaque page token, in characters: a few integers, an id and a filter
+# digest encoded as base64; anything longer is not one of ours and is not decoded.
+page_token_chars_max = 512
+
+# --- DAG workflows (core/dag.py, core/dagrun.py) -----------------------------------
+# Tasks of one DAG job. A DAG run keeps an instance of every task (about 200
+# bytes each) in its run record, which every replica rewrites each time one of
+# its tasks starts, retries or ends; the job's spec holds every task's target
+# within request_body_bytes_max. A purge of a DAG run removes its task runs too.
+dag_tasks_max = 100
+# Dependencies (edges) of one DAG job, over all its tasks: each is scanned when
+# one of its upstream tasks ends, and checked on every replica when the job's
+# command is decoded.
+dag_edges_max = 1000
+# A task id: 1-64 of [A-Za-z0-9._-] (ASCII, so characters are bytes). It is
+# shown in reads and hashed into its task runs' ids and execution ids.
+dag_task_id_bytes_max = 64
 
 # --- Consensus --------------------------------------------------------------------
 # How long a write waits for its command to be committed and applied before the
@@ -167,6 +201,9 @@ run_update_period_ms = 20
 # many batches as they fill: another tenant's report never waits for this bound,
 # and finds at most these ahead of it in the log (from this node).
 run_update_inflight_reports_max = 256
+# The same bound while only one tenant has reports waiting or in flight on this
+# node: no other tenant's report can be behind them.
+run_update_inflight_reports_solo_max = 4 * run_update_batch_max
 # A batch's size while several tenants' reports wait: small enough that a light
 # tenant's few starts commit without waiting for a heavy one's hundreds.
 run_update_fair_batch_max = 64
@@ -178,6 +215,11 @@ run_update_pending_max = 200_000
 run_error_chars_max = 500
 # Response body read from an HTTP target (only its head is kept, in the error).
 http_response_head_bytes_max = 4096
+# Connections one node keeps open to one host (scheme, host, port); further calls
+# to it wait for one to be free. Keep-alive reuses them: a burst of a thousand
+# calls to one webhook then opens this many connections, not a thousand, which
+# costs both ends a TCP handshake and a socket each.
+http_connections_per_host_max = 100
 # Output kept per stream (stdout, stderr, HTTP response body) per attempt; the
 # rest is dropped and the kept text says how much was dropped.
 output_bytes_max = 64 * 1024
@@ -197,6 +239,13 @@ job_active_runs_max = 1000
 # A shorter one ("1", "on") would mask ordinary text everywhere and, by where it
 # did, tell what it is; such a value is masked in job reads only.
 secret_redact_chars_min = 4
+# Re-drives of one failed run (POST /v1/runs/{id}:retry). Each may add up to
+# retry.max_attempts attempts to the run record, which every replica rewrites on
+# every report, and attempt numbers stay far below run_attempt_max.
+run_redrives_max = 10
+# The highest attempt number a run reaches: retry.max_attempts attempts, and as
+# many again after each re-drive. What a worker's report may name.
+run_attempts_max = retry_max_attempts_max * (run_redrives_max + 1)
 
 # --- Topics (publish targets) -------------------------------------------------------
 # Messages kept per topic, and for how long; the oldest go first.
@@ -298,6 +347,33 @@ min_free_disk_bytes_default = 1024 ** 3
 storage_check_period_s = 1.0
 storage_peer_report_s = 5.0
 
+# --- Backfill (core/backfill.py, runtime/backfiller.py) ------------------------------
+# Occurrences one backfill runs. The node that answers the request computes them
+# all, on a thread (one cron evaluation each: 0.2-0.5 ms measured on a busy
+# 2-core machine, so 2-5 s at the bound), and a dry run lists them; a year of
+# an hourly schedule is 8,784.
+backfill_occurrences_max = 10_000
+# A backfill's runs open at once (its `max_concurrent`, default 1): each open
+# run is listed in the backfill's record, which every step rewrites.
+backfill_concurrent_max = 100
+backfill_concurrent_default = 1
+# Backfills running at once, in the cluster and per tenant: the leader's
+# backfiller looks at every running one each pass, so the cluster bound bounds
+# a pass; the tenant bound keeps one tenant from taking every slot.
+backfills_open_max = 64
+backfills_open_per_tenant_max = 8
+# Backfill records kept, running and finished (a finished one is removed
+# --finished-job-retention-s after it ended); a create past it answers 409.
+backfills_max = 10_000
+# How often the leader's backfiller passes (ms): a slot a finished run freed
+# is refilled within about this.
+backfill_period_ms = 200
+# Runs one backfill_step entry may create, over all its backfills: the entry is
+# applied in one go on every replica's Raft thread (see batch_entry_jobs_max).
+backfill_step_runs_max = 250
+# Backfill records one purger pass reads.
+purge_scan_backfills_max = 1000
+
 # --- Supervision of background tasks (runtime/supervise.py) ------------------------
 # A loop that raises is restarted after a backoff that doubles from the min to the
 # max (seconds): short enough that a one-off fault costs the trigger loop a tenth
@@ -351,3 +427,38 @@ fair_quantum = 64
 # holds a heavy tenant's whole backlog ahead of another tenant's runs, nor ahead
 # of its own starts and finishes.
 fire_inflight_items_max = 64
+# The same bound while only one tenant has items due or in flight on this node:
+# no one waits behind its entries, so it may fill the pipeline (two full
+# `fire_many` entries). When a second tenant's item comes due, the first
+# proposes nothing more until its items in flight fall under
+# fire_inflight_items_max.
+fire_inflight_items_solo_max = 2 * fire_batch_max
+
+# --- Clocks (runtime/clock.py, core/clocks.py) ----------------------------------------
+# A node whose wall clock is further than this from the cluster's time (the
+# median of the nodes' clocks) owns no shards (--max-clock-skew-ms). Half a
+# second: far beyond what NTP leaves (milliseconds), far inside what a broken
+# NTP daemon or a wrong manual setting causes.
+max_clock_skew_ms_default = 500
+max_clock_skew_ms_max = 3_600_000
+# A node out of bound gets shards again once its offset is within this share
+# of the bound, so a clock that sits at the bound does not move shards to and fro.
+clock_rejoin_ratio = 0.9
+# How often a node measures each peer's clock (one small HTTP exchange each),
+# and how often while it has not yet measured every registered peer, so a new
+# or restarted node may fire soon after its peers answer.
+clock_probe_period_s = 0.5
+clock_probe_period_unmeasured_s = 0.1
+# An exchange slower than this is abandoned: its error bound (half the round
+# trip) would be too wide to judge a clock by.
+clock_probe_timeout_s = 0.5
+# Exchanges kept per peer; the one with the smallest error bound is used.
+clock_samples_kept = 8
+# A peer not measured for this long no longer counts towards the median (a
+# dead or removed node); its last verdict stands.
+clock_sample_age_s_max = 10.0
+# How fast two clocks may drift apart, in parts per million, widening an old
+# sample's error bound: 500 ppm is the most an NTP daemon slews a clock.
+clock_drift_ppm_max = 500
+# While a node's own clock stays out of bound, it says so again this often (seconds).
+clock_skew_log_period_s = 30.0

@@ -56,7 +56,7 @@ def existing(shared_cluster) -> dict[str, list[str]]:
     job_ids = []
     for example in openapi.JOB_EXAMPLES:
         body = dict(copy.deepcopy(example), idempotency_key=None)
-        _harmless_target(body["target"])
+        _harmless_job(body)
         created = shared_cluster.api("n1", "POST", "/v1/jobs", body)
         assert created.status == 201, created
         job_ids.append(created.body["job_id"])
@@ -140,6 +140,10 @@ def _harmless_job(job: object) -> None:
     if not isinstance(job, dict):
         return
     _harmless_target(job.get("target"))
+    tasks = job["dag"].get("tasks") if isinstance(job.get("dag"), dict) else None
+    for task in tasks if isinstance(tasks, list) else ():
+        if isinstance(task, dict):
+            _harmless_target(task.get("target"))
     alert = job.get("alert")
     if isinstance(alert, dict) and isinstance(alert.get("webhook_url"), str):
         alert["webhook_url"] = HARMLESS_URL

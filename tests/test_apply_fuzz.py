@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from raftsched.core import codec, commands, keys
+from raftsched.core import backfill, codec, commands, keys
 from raftsched.core.apply import DUE, JOBS, RUNS, SHARDS, apply_entry
+from raftsched.core.tx import BACKFILLS, BACKFILLS_OPEN
 from raftsched.errors import UnknownCommand
 from raftsched.storage.base import digest
 from raftsched.storage.lmdb_store import LmdbStore
@@ -23,6 +24,17 @@ HTTP = {"type": "http", "url": "http://127.0.0.1:1/x", "method": "POST", "header
         "body": None, "timeout_s": 5.0}
 QUEUED_COMMAND = {"type": "command", "argv": ["true"], "env": {}, "cwd": None, "timeout_s": 5.0,
                   "queue": "q1", "shell": False}
+# A DAG (core/dag.py) in place of a target: node and worker tasks, a fan-in,
+# and rules that run on failure or whatever happens.
+DAG = {"dag": {"tasks": [
+    {"id": "a", "target": HTTP, "depends_on": [], "trigger_rule": "all_success", "retry": None},
+    {"id": "b", "target": QUEUED_COMMAND, "depends_on": ["a"], "trigger_rule": "all_success",
+     "retry": {"max_attempts": 2, "backoff": "fixed", "base_s": 0.1, "max_s": 0.1,
+               "non_retryable_exit_codes": []}},
+    {"id": "c", "target": HTTP, "depends_on": ["a"], "trigger_rule": "one_failed",
+     "retry": None},
+    {"id": "d", "target": HTTP, "depends_on": ["b", "c"], "trigger_rule": "all_done",
+     "retry": None}]}}
 SCHEDULES = ({"kind": "every", "every_ms": 2000, "text": "2s"},
              {"kind": "once", "run_at_ms": 10_000, "offset_min": 0})
 CONCURRENCY = ({"policy": "allow"}, {"policy": "queue", "queue_max": 2}, {"policy": "replace"},
@@ -52,7 +64,9 @@ HOSTILE_RAW = (
 
 
 def _spec(schedule: dict, target: dict, concurrency: dict, max_attempts: int) -> dict:
-    return {"name": "fuzz", "schedule": schedule, "target": target,
+    """`target`: a target, or DAG (the spec runs that DAG instead)."""
+    work = dict(target) if target is DAG else {"target": target}
+    return {"name": "fuzz", "schedule": schedule, **work,
             "retry": {"max_attempts": max_attempts, "backoff": "exponential", "base_s": 1.0,
                       "max_s": 5.0, "non_retryable_exit_codes": []},
             "concurrency": concurrency,
@@ -108,21 +122,25 @@ def _run_command(store: MemoryStore, kind: str, k: int, t: int, flag: bool) -> d
     run = _pick(running, k)
     if kind == "heartbeat":
         return run and commands.run_updates(updates=[{
-            "run_id": run["id"], "event": "heartbeat", "holder": run["holder"],
+            "run_id": run["id"], "event": "heartbeat", "holder": run["holder"] or "n1",
             "attempt": run["attempt"], "at_ms": t, "lease_ms": t + 9000}])
     if kind == "finish":
         return run and commands.run_updates(updates=[{
-            "run_id": run["id"], "event": "finish", "holder": run["holder"],
+            "run_id": run["id"], "event": "finish", "holder": run["holder"] or "n1",
             "attempt": run["attempt"], "at_ms": t, "ok": flag, "retryable": True,
             "retry_delay_ms": 100, "http_status": 200 if flag else 500, "exit_code": None,
             "error": None if flag else "HTTP 500", "output_node": "n1"}])
     if kind == "expire":
         return run and commands.expire_leases(items=[(run["id"], run["attempt"], 50)],
-                                              at_ms=run["lease_ms"] + 1)
+                                              at_ms=(run["lease_ms"] or t) + 1)
     if kind == "reassign":
         run = _pick(_runs(store, "queued"), k)
         return run and commands.reassign_runs(items=[(run["id"], run["node"] or "n1", "n2")],
                                               at_ms=t)
+    if kind == "retry":
+        run = _pick(_runs(store, "failed"), k)
+        return run and commands.retry_run(run_id=run["id"], node="n2", at_ms=t,
+                                          overlap="allow" if flag else None)
     any_run = _pick([run for _, run in store.scan(RUNS)], k)
     if kind == "cancel":
         return any_run and commands.cancel_run(run_id=any_run["id"], reason="fuzz", at_ms=t)
@@ -133,24 +151,29 @@ def _run_command(store: MemoryStore, kind: str, k: int, t: int, flag: bool) -> d
 
 def _job_command(kind: str, job_id: str, t: int, variant: int) -> dict:
     if kind == "create":
-        spec = _spec(SCHEDULES[variant % 2], (HTTP, QUEUED_COMMAND)[variant // 2 % 2],
+        spec = _spec(SCHEDULES[variant % 2], (HTTP, QUEUED_COMMAND, DAG)[variant // 2 % 3],
                      CONCURRENCY[variant // 4 % 4], 1 + variant % 3)
+        if variant % 3 == 0:   # a jittered job with a catch-up window and labels
+            spec.update(jitter_ms=700, labels={"team": "fuzz"},
+                        misfire=dict(spec["misfire"], catchup_window_ms=3000))
         return commands.create_job(job_id=job_id, tenant="default", spec=spec,
                                    idempotency_key=f"idem-{variant % 3}" if variant % 5 else None,
                                    shard=keys.shard_of(job_id, SHARD_COUNT), next_ms=10_000 + t,
                                    at_ms=t)
     if kind == "update":
-        spec = _spec(SCHEDULES[0], HTTP, CONCURRENCY[variant % 4], 2)
+        spec = _spec(SCHEDULES[0], (HTTP, DAG)[variant // 4 % 2], CONCURRENCY[variant % 4], 2)
         return commands.update_job(job_id=job_id, spec=spec, expected_version=1 + variant % 3,
                                    next_ms=20_000 + t, at_ms=t)
     if kind == "pause":
-        return commands.pause_job(job_id=job_id, at_ms=t)
+        return commands.pause_job(job_id=job_id, at_ms=t,
+                                  note=f"note {variant}" if variant % 2 else None)
     if kind == "resume":
         return commands.resume_job(job_id=job_id, next_ms=30_000 + t, at_ms=t)
     if kind == "delete":
         return commands.delete_job(job_id=job_id, at_ms=t)
     assert kind == "trigger", kind
-    return commands.trigger_job(job_id=job_id, scheduled_ms=t, node="n2", at_ms=t)
+    return commands.trigger_job(job_id=job_id, scheduled_ms=t, node="n2", at_ms=t,
+                                overlap="allow" if variant % 2 else None)
 
 
 def _other_command(kind: str, k: int, t: int) -> dict:
@@ -169,9 +192,44 @@ def _other_command(kind: str, k: int, t: int) -> dict:
     return commands.check_digest(node="n1", at_ms=t)
 
 
+def _backfill_command(store: MemoryStore, kind: str, k: int, t: int, variant: int) -> dict:
+    """Backfills bf_0..bf_2 of the three jobs: created, stepped (with occurrences
+    in and out of their ranges, claimed exhausted or not), cancelled, purged."""
+    running = [key.decode() for key, _ in store.scan(BACKFILLS_OPEN)]
+    backfill_id = f"bf_{k}" if kind == "backfill" else _pick(running, k) or f"bf_{k}"
+    if kind == "backfill":
+        job = store.get(JOBS, keys.job_key(JOB_IDS[k]))
+        return commands.create_backfill(
+            backfill_id=backfill_id, job_id=JOB_IDS[k], tenant="default",
+            expected_version=job["version"] if job and variant % 7 else 1,
+            start_ms=variant * 1000, end_ms=variant * 1000 + 20_000,
+            overlap=("allow", "job")[variant % 2], max_concurrent=1 + variant % 3,
+            total=1 + variant % 3, at_ms=t)
+    if kind == "backfill_step":
+        # The next occurrences after its cursor, a step apart: some beyond its
+        # end, and (one variant in five) one at or before the cursor.
+        record = store.get(BACKFILLS, backfill_id.encode())
+        after = variant * 500 if record is None else backfill.after_ms(record)
+        spacing = 1000 + variant * 300
+        first = after + 1 - (spacing if variant % 5 == 0 else 0)
+        occurrences = sorted({max(0, first + i * spacing) for i in range(1 + variant % 4)})
+        return commands.backfill_step(node="n1", at_ms=t, items=[
+            {"backfill_id": backfill_id, "occurrences": occurrences,
+             "exhausted": variant % 3 == 0}])
+    if kind == "cancel_backfill":
+        return commands.cancel_backfill(backfill_id=backfill_id,
+                                        reason="fuzz" if variant % 2 else None, at_ms=t)
+    assert kind == "purge", kind
+    return commands.purge(at_ms=t, history_max_runs=1 + variant % 3, history_max_age_ms=variant,
+                          finished_job_retention_ms=variant * 100, idempotency_ttl_ms=variant,
+                          runs=[], jobs=[], idem=[], backfills=[backfill_id])
+
+
 JOB_KINDS = ("create", "update", "pause", "resume", "delete", "trigger")
-RUN_KINDS = ("start", "heartbeat", "finish", "expire", "reassign", "cancel", "alert_done")
+RUN_KINDS = ("start", "heartbeat", "finish", "expire", "reassign", "cancel", "alert_done",
+             "retry")
 OTHER_KINDS = ("publish", "commit_offset", "register", "renew", "check_digest")
+BACKFILL_KINDS = ("backfill", "backfill_step", "backfill_step", "cancel_backfill", "purge")
 
 _VALID = {
     "job": st.tuples(st.just("job"), st.sampled_from(JOB_KINDS), st.integers(0, 2),
@@ -180,10 +238,12 @@ _VALID = {
     "run": st.tuples(st.just("run"), st.sampled_from(RUN_KINDS), st.integers(0, 5),
                      st.booleans()),
     "other": st.tuples(st.just("other"), st.sampled_from(OTHER_KINDS), st.integers(0, 7)),
+    "backfill": st.tuples(st.just("backfill"), st.sampled_from(BACKFILL_KINDS),
+                          st.integers(0, 2), st.integers(0, 40)),
 }
 # Weighted towards fires and run reports, which need runs made by earlier entries.
-_valid_op = st.sampled_from(["job", "fire", "fire", "run", "run", "run", "run", "other"]
-                            ).flatmap(_VALID.__getitem__)
+_valid_op = st.sampled_from(["job", "fire", "fire", "run", "run", "run", "run", "other",
+                             "backfill", "backfill"]).flatmap(_VALID.__getitem__)
 # Each log starts with every shard owned by n1 and the three jobs created (in
 # drawn variants), so fires and run reports find something to act on.
 _setup = st.lists(st.integers(0, 40), min_size=len(JOB_IDS), max_size=len(JOB_IDS))
@@ -209,6 +269,8 @@ def _valid_command(store: MemoryStore, op: tuple, t: int) -> dict | None:
         return _fire(store, JOB_IDS[op[1]], t)
     if op[0] == "run":
         return _run_command(store, op[1], op[2], t, op[3])
+    if op[0] == "backfill":
+        return _backfill_command(store, op[1], op[2], t, op[3])
     return _other_command(op[1], op[2], t)
 
 

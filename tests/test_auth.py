@@ -44,6 +44,10 @@ def job_body(**over) -> dict:
     return body
 
 
+# Two past occurrences of job_body()'s daily schedule.
+BACKFILL_BODY = {"start": "2025-01-01T00:00:00Z", "end": "2025-01-03T00:00:00Z"}
+
+
 # (method, route) -> (permission, the statuses of a caller that may, the body).
 # Every route the app has must be here (test_the_matrix_covers_every_route).
 REQUESTS: dict[tuple[str, str], tuple[str, set[int], object]] = {
@@ -62,8 +66,14 @@ REQUESTS: dict[tuple[str, str], tuple[str, set[int], object]] = {
     ("POST", "/v1/jobs/{job_id}:trigger"): ("write", {201}, None),
     ("GET", "/v1/jobs/{job_id}/runs"): ("read", {200}, None),
     ("GET", "/v1/jobs/{job_id}/preview"): ("read", {200}, None),
+    ("POST", "/v1/jobs/{job_id}:backfill"): ("write", {202}, BACKFILL_BODY),
+    ("GET", "/v1/backfills/{backfill_id}"): ("read", {200}, None),
+    ("POST", "/v1/backfills/{backfill_id}:cancel"): ("write", {200}, None),
     ("GET", "/v1/runs/{run_id}"): ("read", {200}, None),
     ("POST", "/v1/runs/{run_id}:cancel"): ("write", {200}, None),
+    # The run is open (retry_wait), not failed: the handler's answer is a 409.
+    ("POST", "/v1/runs/{run_id}:retry"): ("write", {409}, None),
+    ("GET", "/v1/runs"): ("read", {200}, None),
     ("GET", "/v1/runs/{run_id}/logs"): ("read", {200}, None),
     ("POST", "/v1/schedules:preview"): ("read", {200}, {"schedule": {"every": "1h"}}),
     ("GET", "/v1/topics/{topic}/messages"): ("read", {200}, None),
@@ -76,6 +86,7 @@ REQUESTS: dict[tuple[str, str], tuple[str, set[int], object]] = {
     ("GET", "/v1/cluster"): ("any", {200}, None),
     ("GET", "/v1/cluster/shards"): ("any", {200}, None),
     ("GET", "/v1/node"): ("any", {200}, None),
+    ("GET", "/v1/node/clock"): ("any", {200}, None),
     ("GET", "/v1/state/digest"): ("admin", {200}, None),
     ("POST", "/v1/state/digest:check"): ("admin", {200}, None),
     ("POST", "/v1/tokens"): ("admin", {201}, {"role": "reader", "name": "matrix"}),
@@ -86,6 +97,8 @@ REQUESTS: dict[tuple[str, str], tuple[str, set[int], object]] = {
     ("PUT", "/v1/tenants/{tenant}"): ("admin", {200}, {}),
     ("GET", "/v1/audit"): ("admin", {200}, None),
 }
+# Path parameters that name a tenant's object: another tenant's caller gets 404.
+TENANT_IDS = ("{job_id}", "{run_id}", "{backfill_id}")
 # Path parameters that name nothing of a tenant's (or name it by its own name).
 PLAIN_IDS = {"topic": "matrix", "group": "g1", "worker_id": "w1", "tenant": "t9"}
 
@@ -179,7 +192,7 @@ def expected_status(need: str, caller: str, role: str | None, template: str,
         return {401}
     if role not in ALLOWED[need]:
         return {403}
-    if caller == "other_writer" and ("{job_id}" in template or "{run_id}" in template):
+    if caller == "other_writer" and any(name in template for name in TENANT_IDS):
         return {404}    # t1's ids, as t2 sees them: not there
     return ok
 
@@ -188,8 +201,13 @@ def fresh_ids(cluster, nid: str, writer: str, template: str) -> dict[str, str]:
     """Ids of t1 that nobody has touched, for one call that reaches its handler
     (a delete, a cancel or a revocation must find what it names)."""
     ids = dict(PLAIN_IDS)
-    if "{job_id}" in template or "{run_id}" in template:
+    if any(name in template for name in TENANT_IDS):
         ids["job_id"] = create_job(cluster, nid, writer)["job_id"]
+    if "{backfill_id}" in template:
+        started = cluster.api(nid, "POST", f"/v1/jobs/{ids['job_id']}:backfill", BACKFILL_BODY,
+                              token=writer)
+        assert started.status == 202, started
+        ids["backfill_id"] = started.body["backfill_id"]
     if "{run_id}" in template:
         ids["run_id"] = trigger(cluster, nid, writer, ids["job_id"])["run_id"]
     if "{token_id}" in template:
@@ -199,7 +217,7 @@ def fresh_ids(cluster, nid: str, writer: str, template: str) -> dict[str, str]:
 
 # Ids of the right shape for the calls refused before any handler runs.
 UNREACHED_IDS = dict(PLAIN_IDS, job_id="job_" + "0" * 20, run_id="run_" + "0" * 24,
-                     token_id="tok_" + "0" * 16)
+                     token_id="tok_" + "0" * 16, backfill_id="bf_" + "0" * 20)
 
 
 @pytest.mark.parametrize("route", sorted(REQUESTS), ids=lambda r: f"{r[0]} {r[1]}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raftsched import limits
-from raftsched.core import codec, commands, keys
+from raftsched.core import backfill, codec, commands, keys
 from raftsched.core.apply import HANDLERS
 from raftsched.errors import CommandRefused, UnknownCommand
 
@@ -51,12 +51,14 @@ def test_every_key_layout_fits_lmdb_at_the_bounds():
     layouts = [
         keys.job_key(job), keys.due_key(65_535, ms, job), keys.retry_due_key(65_535, ms, run),
         keys.runs_by_job_key(job, ms, limits.run_attempt_max), keys.open_run_key(node, run),
+        keys.runs_by_tenant_key(tenant, ms, run),
         keys.lease_key(ms, run), keys.ready_key(keys.scoped(tenant, part(limits.queue_bytes_max)), 2, ms, run),
         keys.topic_key(topic, ms),
         keys.topic_idem_key(topic, part(limits.execution_id_bytes_max)),
         keys.group_key(topic, part(limits.group_bytes_max)),
         keys.idem_key(part(limits.tenant_bytes_max), part(limits.idempotency_key_bytes_max)),
         node.encode(), run.encode(), topic.encode(),
+        part(limits.key_part_bytes_max).encode(), backfill.tenant_open_counter_key(tenant),
     ]
     assert max(len(key) for key in layouts) <= limits.lmdb_key_bytes_max
 

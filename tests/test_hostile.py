@@ -132,7 +132,7 @@ CORPUS = [
          {"results": [dict(RESULT, attempt=2 ** 64)]}, 400, "results[0].attempt", "json_int_max"),
     case("complete-attempt-2^62", "POST", "/v1/workers/w/complete",
          {"results": [dict(RESULT, attempt=2 ** 62)]}, 400, "results[0].attempt",
-         "retry_max_attempts_max"),
+         "run_attempts_max"),
     case("complete-surrogate-run-id", "POST", "/v1/workers/w/complete",
          {"results": [dict(RESULT, run_id="run_\ud800")]}, 400, "results[0].run_id"),
     case("heartbeat-surrogate-run-id", "POST", "/v1/workers/w/heartbeat",

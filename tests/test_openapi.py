@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from raftsched.api import admin, auth, execution, openapi
 from raftsched.api import app as api_app
-from raftsched.core import jobspec, tenancy
+from raftsched.core import backfill, dag, jobspec, tenancy
 from raftsched.errors import InvalidInput
 from raftsched.testing.http import ADMIN_TOKEN, auth_headers
 
@@ -105,6 +105,22 @@ def test_other_request_bodies_are_the_handlers_field_sets():
     result = SCHEMAS["WorkerComplete"]["properties"]["results"]["items"]
     assert members(result) == execution.RESULT_FIELDS
     assert members(result["properties"]["output"]) == execution.OUTPUT_FIELDS
+
+
+def test_backfill_members_are_the_validators_field_sets():
+    assert members(SCHEMAS["BackfillCreate"]) == backfill.REQUEST_FIELDS
+    assert SCHEMAS["BackfillCreate"]["properties"]["overlap"]["enum"] == list(backfill.OVERLAPS)
+    assert SCHEMAS["Backfill"]["properties"]["state"]["enum"] == list(backfill.STATES)
+
+
+def test_dag_members_are_the_validators_field_sets():
+    assert members(SCHEMAS["Dag"]) == jobspec.DAG_FIELDS
+    task = SCHEMAS["Dag"]["properties"]["tasks"]["items"]
+    assert members(task) == jobspec.DAG_TASK_FIELDS
+    (rules,) = [v["enum"] for v in task["properties"]["trigger_rule"]["anyOf"] if "enum" in v]
+    assert tuple(rules) == dag.RULES
+    tasks = SCHEMAS["Run"]["properties"]["tasks"]["items"]["properties"]
+    assert tuple(tasks["state"]["enum"]) == dag.TASK_STATES
 
 
 def test_every_error_answer_is_a_problem():

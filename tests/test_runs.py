@@ -343,11 +343,15 @@ def test_publish_trims_by_age_and_offsets_commit_per_group():
 
 # --- the table -------------------------------------------------------------------------
 
-def test_the_lifecycle_table_has_no_edge_out_of_a_terminal_state():
+def test_the_lifecycle_table_has_no_edge_out_of_a_terminal_state_but_a_redrive():
     for state in lifecycle.TERMINAL:
         for event in lifecycle.EVENTS:
+            if state == lifecycle.FAILED and event in lifecycle.REDRIVE_EVENTS:
+                continue
             with pytest.raises(InvalidTransition):
                 lifecycle.next_state("r", state, event)
+    assert lifecycle.next_state("r", "failed", "redrive") == "queued"
+    assert lifecycle.next_state("r", "failed", "redrive_wait") == "scheduled"
     assert lifecycle.next_state("r", "running", "retry") == "retry_wait"
     assert lifecycle.next_state("r", "retry_wait", "due") == "queued"
 

@@ -4,6 +4,7 @@ DST dates used (2026):
   America/New_York   spring 03-08 02:00 -> 03:00    autumn 11-01 02:00 -> 01:00
   Europe/Berlin      spring 03-29 02:00 -> 03:00    autumn 10-25 03:00 -> 02:00
   Australia/Lord_Howe autumn 04-05 02:00 -> 01:30   spring 10-04 02:00 -> 02:30
+  Antarctica/Troll   spring 03-29 01:00 -> 03:00    autumn 10-25 03:00 -> 01:00
   Asia/Kolkata       no DST (+05:30)
 """
 
@@ -14,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from croniter import croniter
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from raftsched.core import schedule as sch
@@ -99,6 +100,28 @@ DST_CASES = [
     ("0 1-3 * * *", "Asia/Kolkata", "2026-03-08T00:00:00+05:30",
      ["2026-03-07T19:30:00Z", "2026-03-07T20:30:00Z", "2026-03-07T21:30:00Z",
       "2026-03-08T19:30:00Z"]),
+    # Shifts that are not one hour follow the same rules. Lord Howe's repeated
+    # half hour (01:30-02:00): a stepped minute fires in both copies of 01:40,
+    # the second at 15:10Z, though the first copy of 01:20 comes before the fold.
+    ("*/20 1-3 * * *", "Australia/Lord_Howe", "2026-04-05T00:30:00+11:00",
+     ["2026-04-04T14:00:00Z", "2026-04-04T14:20:00Z", "2026-04-04T14:40:00Z",
+      "2026-04-04T15:10:00Z", "2026-04-04T15:30:00Z", "2026-04-04T15:50:00Z"]),
+    # its missing half hour (02:00-02:30): 02:00 and 02:20 do not exist
+    ("*/20 1-3 * * *", "Australia/Lord_Howe", "2026-10-04T00:30:00+10:30",
+     ["2026-10-03T14:30:00Z", "2026-10-03T14:50:00Z", "2026-10-03T15:10:00Z",
+      "2026-10-03T15:40:00Z", "2026-10-03T16:00:00Z"]),
+    # a fixed time in the repeated half hour: once, in the first copy
+    ("40 1 * * *", "Australia/Lord_Howe", "2026-04-04T12:00:00+11:00",
+     ["2026-04-04T14:40:00Z", "2026-04-05T15:10:00Z"]),
+    # Troll moves by two hours: a fixed time in its two-hour gap fires at its end
+    ("30 2 * * *", "Antarctica/Troll", "2026-03-28T12:00:00+00:00",
+     ["2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"]),
+    ("30 1 * * *", "Antarctica/Troll", "2026-10-24T12:00:00+02:00",
+     ["2026-10-24T23:30:00Z", "2026-10-26T01:30:00Z"]),
+    # and an hourly schedule fires in both copies of 01:00 and of 02:00
+    ("0 * * * *", "Antarctica/Troll", "2026-10-25T00:30:00+02:00",
+     ["2026-10-24T23:00:00Z", "2026-10-25T00:00:00Z", "2026-10-25T01:00:00Z",
+      "2026-10-25T02:00:00Z", "2026-10-25T03:00:00Z"]),
 ]
 
 
@@ -262,11 +285,12 @@ def test_latest_at_or_before():
 # --- properties -------------------------------------------------------------------------
 
 ZONES = ["UTC", "America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Asia/Kolkata",
-         "America/Santiago", "Pacific/Chatham", "Europe/London"]
+         "America/Santiago", "Pacific/Chatham", "Europe/London", "Antarctica/Troll"]
 FIXED_ZONES = ["UTC", "Asia/Kolkata", "Asia/Tokyo"]
 
 minute_field = st.one_of(st.integers(0, 59).map(str), st.just("*"),
-                         st.sampled_from(["*/5", "*/15", "*/30", "0,30", "10-20"]))
+                         st.sampled_from(["*/5", "*/15", "*/30", "0,30", "10-20", "*/20",
+                                          "*/7", "20,40"]))
 hour_field = st.one_of(st.integers(0, 23).map(str), st.just("*"),
                        st.sampled_from(["*/2", "*/6", "1-3", "0,12", "2"]))
 day_field = st.sampled_from(["*", "1", "15", "*/2", "1-7"])
@@ -338,3 +362,98 @@ def test_covered_occurrences_every(every_s, due_steps, late_ms, limit):
     total = late_ms // spec["every_ms"] + 1          # occurrences in [due, now]
     assert len(occurrences) == min(total, limit + 1) or len(occurrences) == total
     assert omitted == (total > limit + 1)
+
+
+# --- DST, by brute force -----------------------------------------------------------------
+
+DST_ZONES = ["America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Antarctica/Troll",
+             "Pacific/Chatham", "America/Santiago", "Europe/London"]
+
+
+def transitions(zone: str, year: int = 2026) -> list[int]:
+    """The instants (ms) where the zone's UTC offset changes in `year`."""
+    tz = ZoneInfo(zone)
+    out, hour_ms = [], 3_600_000
+    start = ms(f"{year}-01-01T00:00:00+00:00")
+    for t in range(start, start + 366 * 24 * hour_ms, hour_ms):
+        if ms_to_datetime(t, tz).utcoffset() != ms_to_datetime(t + hour_ms, tz).utcoffset():
+            out.append(sch._transition_ms(t, t + hour_ms, tz))
+    return out
+
+
+TRANSITIONS = [(zone, t) for zone in DST_ZONES for t in transitions(zone)]
+
+
+def expected_fires(cron: str, zone: str, start_ms: int, end_ms: int,
+                   change_ms: int) -> list[int]:
+    """Debian cron's rules, minute by minute over (start, end], around the one
+    offset change at change_ms: a matching wall time that happens once fires;
+    in a repeated period a wildcard schedule fires in both copies and a
+    fixed-time one in the first; a fixed-time schedule whose time falls in a
+    gap fires at the gap's end."""
+    tz = ZoneInfo(zone)
+    wildcard = sch.is_wildcard(cron)
+    fired = set()
+    for t in range(start_ms - start_ms % 60_000 + 60_000, end_ms + 1, 60_000):
+        local = ms_to_datetime(t, tz)
+        wall = local.replace(tzinfo=None)
+        if not croniter.match(cron, wall):
+            continue
+        repeated = (wall.replace(tzinfo=tz, fold=0).utcoffset()
+                    != wall.replace(tzinfo=tz, fold=1).utcoffset())
+        if wildcard or not repeated or local.fold == 0:
+            fired.add(t)
+    before = ms_to_datetime(change_ms - 60_000, tz)
+    after = ms_to_datetime(change_ms, tz)
+    if not wildcard and after.utcoffset() > before.utcoffset() and start_ms < change_ms <= end_ms:
+        minute = before.replace(tzinfo=None) + dt.timedelta(minutes=1)
+        while minute < after.replace(tzinfo=None):   # the wall times that do not exist
+            if croniter.match(cron, minute):
+                fired.add(change_ms)
+            minute += dt.timedelta(minutes=1)
+    return sorted(fired)
+
+
+LORD_HOWE_FOLD = ("Australia/Lord_Howe", ms("2026-04-05T02:00:00+11:00"))
+FOLDS = [(zone, t) for zone, t in TRANSITIONS
+         if ms_to_datetime(t - 1000, ZoneInfo(zone)).utcoffset()
+         > ms_to_datetime(t, ZoneInfo(zone)).utcoffset()]
+
+
+@settings(deadline=None, max_examples=80)
+@given(cron=crons, where=st.sampled_from(TRANSITIONS),
+       offset_min=st.integers(-180, 30), span_min=st.integers(60, 240))
+@example(cron="*/20 1-3 * * *", where=LORD_HOWE_FOLD, offset_min=-90, span_min=120)
+def test_fires_around_any_transition_follow_the_rules(cron, where, offset_min, span_min):
+    """Whatever the size of the shift (one hour, 30 minutes at Lord Howe, two
+    hours at Troll), the fires in a window around it are exactly what the
+    rules give, computed minute by minute."""
+    zone, change_ms = where
+    start = change_ms + offset_min * 60_000
+    end = start + span_min * 60_000
+    spec = {"kind": "cron", "cron": cron, "timezone": zone}
+    got = [t for t in sch.preview_ms(spec, start, span_min + 5) if t <= end]
+    assert got == expected_fires(cron, zone, start, end, change_ms), (cron, zone, utc(start))
+
+
+stepped_minutes = st.one_of(
+    st.integers(2, 40).map(lambda step: f"*/{step}"),
+    st.tuples(st.integers(0, 30), st.integers(2, 29)).map(lambda p: f"{p[0]}-59/{p[1]}"))
+
+
+@settings(deadline=None, max_examples=50)
+@given(minute=stepped_minutes, hour=st.sampled_from(["*", "0-4", "1,2", "*/2"]),
+       where=st.sampled_from(FOLDS), offset_min=st.integers(-130, -10))
+@example(minute="*/4", hour="*", where=LORD_HOWE_FOLD, offset_min=-10)
+def test_a_stepped_minute_fires_in_both_copies_of_any_repeated_period(minute, hour, where,
+                                                                        offset_min):
+    """The repeated period is 30 minutes at Lord Howe, an hour in most zones and
+    two hours at Troll: every wall time in it that a stepped schedule names
+    fires twice, whichever of its times come before the period starts."""
+    zone, change_ms = where
+    cron = f"{minute} {hour} * * *"
+    start = change_ms + offset_min * 60_000
+    end = change_ms + 130 * 60_000   # past the second copy of Troll's two hours
+    spec = {"kind": "cron", "cron": cron, "timezone": zone}
+    got = [t for t in sch.preview_ms(spec, start, 400) if t <= end]
+    assert got == expected_fires(cron, zone, start, end, change_ms), (cron, zone, utc(start))

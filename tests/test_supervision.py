@@ -15,6 +15,8 @@ from raftsched.core import commands
 from raftsched.executors.command import CommandExecutor
 from raftsched.replication.raft import Replicator
 from raftsched.runtime import node as node_module
+from raftsched.runtime.backfiller import Backfiller
+from raftsched.runtime.clock import ClusterClock
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
 from raftsched.runtime.node import EXIT_INVARIANT, Node, NodeConfig
@@ -243,6 +245,8 @@ LOOP_FAULTS = {
     "prune_outputs": (OutputStore, "prune"),
     "purger": (Purger, "maybe_purge"),
     "storage": (StorageGuard, "check"),
+    "clock": (ClusterClock, "measure_round"),
+    "backfiller": (Backfiller, "maybe_step"),
 }
 
 

@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from raftsched import limits
-from raftsched.api import admin, execution, openapi, policy
+from raftsched.api import admin, backfills, execution, history, openapi, policy
 from raftsched.api.auth import actor_of, auth_middleware, tenant_of
 from raftsched.api.common import (NODE_KEY, int_param, job_secrets, json_body,
                                   json_response, maybe_consistent, node_of, raise_refusal)
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("raftsched.api")
 JOB_ID = "{job_id:%s}" % JOB_ID_PATTERN
-PREVIEW_FIELDS = {"schedule", "run_at", "after", "count"}
+PREVIEW_FIELDS = {"schedule", "run_at", "after", "count", "job_id"}
 
 
 @web.middleware
@@ -89,13 +89,14 @@ def _create_quota(node: "Node", tenant: str) -> dict:
 
 async def create_job(request: web.Request) -> web.Response:
     node = node_of(request)
-    parsed = validate_create(await json_body(request))
+    # The id comes first: `H` in a cron schedule is hashed from it.
+    job_id = "job_" + secrets.token_hex(10)
+    parsed = validate_create(await json_body(request), job_id)
     spec, idem = parsed["spec"], parsed["idempotency_key"]
     policy.check_spec(node.config, spec)
     now = node.now_ms()
     _check_run_at(spec["schedule"], now)
     node.storage.check_room()
-    job_id = "job_" + secrets.token_hex(10)
     tenant = tenant_of(request)
     cmd = commands.create_job(job_id=job_id, tenant=tenant, spec=spec, idempotency_key=idem,
                               shard=keys.shard_of(job_id, node.shard_count),
@@ -174,11 +175,11 @@ def _batch_bodies(body: object) -> list:
 
 def _batch_item(node: "Node", body: object, now: int) -> dict:
     """A job body, checked as POST /v1/jobs checks it, as a create_jobs item."""
-    parsed = validate_create(body)
+    job_id = "job_" + secrets.token_hex(10)
+    parsed = validate_create(body, job_id)
     spec = parsed["spec"]
     policy.check_spec(node.config, spec)
     _check_run_at(spec["schedule"], now)
-    job_id = "job_" + secrets.token_hex(10)
     return commands.create_job_item(job_id=job_id, spec=spec,
                                     idempotency_key=parsed["idempotency_key"],
                                     shard=keys.shard_of(job_id, node.shard_count),
@@ -218,38 +219,13 @@ def _key_reserved(node: "Node", result: dict) -> Conflict:
 
 
 def _check_run_at(schedule: dict, now: int) -> None:
+    """A one-off not too far ahead; a bounded schedule with an occurrence left."""
     if schedule["kind"] == "once" and schedule["run_at_ms"] - now > limits.run_at_ahead_ms_max:
         raise InvalidInput("`run_at` is more than 10 years ahead", field="run_at",
                            limit="run_at_ahead_ms_max")
-
-
-async def list_jobs(request: web.Request) -> web.Response:
-    node = node_of(request)
-    await maybe_consistent(request)
-    limit = int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
-    tenant = tenant_of(request)
-    cursor = request.query.get("cursor")
-    if cursor:
-        validate_job_id(cursor, "cursor")
-    start = keys.job_key(cursor) + b"\x00" if cursor else b""
-    jobs: list[dict] = []
-    # Jobs of every tenant share one table: a page stops after list_scan_rows_max
-    # rows however few were this tenant's, and its cursor goes on from there.
-    scanned, more = 0, False
-    while len(jobs) < limit and scanned < limits.list_scan_rows_max:
-        rows = node.store.scan(JOBS, start=start, limit=limit)
-        scanned += len(rows)
-        more = len(rows) == limit
-        for key, job in rows:
-            start = key + b"\x00"
-            if job["status"] != "deleted" and job["tenant"] == tenant:
-                jobs.append(job_view(job))
-                if len(jobs) >= limit:
-                    break
-        if not more:
-            break
-    next_cursor = start[:-1].decode() if more or len(jobs) == limit else None
-    return json_response({"jobs": jobs, "next_cursor": next_cursor})
+    if "not_after_ms" in schedule and next_fire_ms(schedule, now) is None:
+        raise InvalidInput("the schedule has no occurrence left before `not_after`",
+                           field="not_after")
 
 
 async def get_job(request: web.Request) -> web.Response:
@@ -266,7 +242,7 @@ async def patch_job(request: web.Request) -> web.Response:
     # moment ago through another node may not be applied here yet.
     await node.wait_caught_up()
     job = _live_job(node, request.match_info["job_id"], tenant_of(request))
-    spec = validate_patch(body, job["spec"])
+    spec = validate_patch(body, job["spec"], job["id"])
     policy.check_spec(node.config, spec)
     now = node.now_ms()
     _check_run_at(spec["schedule"], now)
@@ -288,11 +264,27 @@ async def delete_job(request: web.Request) -> web.Response:
 
 
 async def pause_job(request: web.Request) -> web.Response:
+    """Optional body {"note": "..."}: why, kept and shown until the job resumes."""
     node = node_of(request)
+    note = _pause_note(await json_body(request, empty_ok=True))
     result = await node.propose(_scoped(request, commands.pause_job(
-        job_id=request.match_info["job_id"], at_ms=node.now_ms())))
+        job_id=request.match_info["job_id"], at_ms=node.now_ms(), note=note)))
     raise_refusal(result)
     return json_response(job_view(result["job"]))
+
+
+def _pause_note(body: object) -> str | None:
+    if body is None:
+        return None
+    if not isinstance(body, dict) or set(body) - {"note"}:
+        raise InvalidInput('the body is optional: {"note": "why"}', field="note")
+    note = body.get("note")
+    if note is not None and not isinstance(note, str):
+        raise InvalidInput("`note` must be a string", field="note")
+    if note is not None and len(note.encode("utf-8")) > limits.pause_note_bytes_max:
+        raise InvalidInput(f"`note` is longer than {limits.pause_note_bytes_max} bytes of "
+                           "UTF-8", field="note", limit="pause_note_bytes_max")
+    return note
 
 
 async def resume_job(request: web.Request) -> web.Response:
@@ -310,11 +302,15 @@ async def resume_job(request: web.Request) -> web.Response:
 
 
 async def trigger_job(request: web.Request) -> web.Response:
+    """Optional body {"overlap": "allow"}: this run is admitted whatever the
+    job's concurrency policy (api/history.py parse_overlap)."""
     node = node_of(request)
+    overlap = history.parse_overlap(await json_body(request, empty_ok=True))
     now = node.now_ms()
     node.storage.check_room()
     result = await node.propose(_scoped(request, commands.trigger_job(
-        job_id=request.match_info["job_id"], scheduled_ms=now, node=node.node_id, at_ms=now)))
+        job_id=request.match_info["job_id"], scheduled_ms=now, node=node.node_id, at_ms=now,
+        overlap=overlap)))
     raise_refusal(result)
     run = result["run"]
     return json_response(run_view(run, job_secrets(node, run["job_id"])),
@@ -350,8 +346,12 @@ async def job_preview(request: web.Request) -> web.Response:
     node = node_of(request)
     job = _live_job(node, request.match_info["job_id"], tenant_of(request))
     count = int_param(request, "count", 10, limits.preview_count_max)
-    times = preview_ms(job["spec"]["schedule"], node.now_ms(), count)
-    return json_response({"fire_times": [format_in_job_zone(job["spec"], t) for t in times]})
+    schedule = job["spec"]["schedule"]
+    times = preview_ms(schedule, node.now_ms(), count)
+    answer = {"fire_times": [format_in_job_zone(job["spec"], t) for t in times]}
+    if schedule["kind"] == "cron" and "text" in schedule:
+        answer["resolved"] = schedule["cron"]
+    return json_response(answer)
 
 
 async def schedules_preview(request: web.Request) -> web.Response:
@@ -361,7 +361,11 @@ async def schedules_preview(request: web.Request) -> web.Response:
     unknown = sorted(set(body) - PREVIEW_FIELDS)
     if unknown:
         raise InvalidInput(f"unknown field {unknown[0]!r}", field=unknown[0])
-    schedule = parse_schedule(body.get("schedule"), body.get("run_at"))
+    # `H` is hashed from `job_id` when one is given, as it would be for that job.
+    job_id = body.get("job_id")
+    if job_id is not None:
+        validate_job_id(job_id)
+    schedule = parse_schedule(body.get("schedule"), body.get("run_at"), hash_key=job_id or "")
     after = node_of(request).now_ms()
     if body.get("after") is not None:
         after = parse_instant(body["after"], "after")[0]
@@ -372,7 +376,10 @@ async def schedules_preview(request: web.Request) -> web.Response:
                            field="count", limit="preview_count_max")
     spec = {"schedule": schedule}
     times = preview_ms(schedule, after, count)
-    return json_response({"fire_times": [format_in_job_zone(spec, t) for t in times]})
+    answer = {"fire_times": [format_in_job_zone(spec, t) for t in times]}
+    if schedule["kind"] == "cron" and "text" in schedule:
+        answer["resolved"] = schedule["cron"]
+    return json_response(answer)
 
 
 # --- cluster ---------------------------------------------------------------------------
@@ -383,6 +390,8 @@ def _local_status(node: "Node") -> dict:
             "role": status.role, "term": status.term, "commit_index": status.commit_index,
             "applied_index": node.store.applied_index(), "leader_raft": status.leader,
             "has_quorum": status.has_quorum, "shards_owned": len(node.trigger.owned()),
+            # This node's wall clock judged against the cluster's (runtime/clock.py).
+            "clock": node.clock.status(),
             "fired_total": node.trigger.fired_total,
             # Every run this node's fires queued: applied here minus scheduled
             # (runtime/lateness.py).
@@ -402,11 +411,19 @@ def _local_status(node: "Node") -> dict:
             "storage": node.storage.status(),
             "purged": {"runs_total": node.purger.purged_runs_total,
                        "jobs_total": node.purger.purged_jobs_total,
-                       "idempotency_keys_total": node.purger.purged_idem_total}}
+                       "idempotency_keys_total": node.purger.purged_idem_total,
+                       "backfills_total": node.purger.purged_backfills_total}}
 
 
 async def node_status(request: web.Request) -> web.Response:
     return json_response(_local_status(node_of(request)))
+
+
+async def node_clock(request: web.Request) -> web.Response:
+    """This node's own wall clock, in microseconds since the epoch: what its
+    peers measure it by (runtime/clock.py), so it is read as late as possible."""
+    node = node_of(request)
+    return json_response({"node": node.node_id, "wall_us": node.clock.wall_us()})
 
 
 async def cluster(request: web.Request) -> web.Response:
@@ -434,8 +451,12 @@ async def cluster(request: web.Request) -> web.Response:
     leader = by_raft.get(me["leader_raft"]) if me["leader_raft"] else None
     if me["role"] == "leader":
         leader = node.node_id
-    nodes = {s["id"]: {k: s.get(k) for k in ("http", "raft", "role", "term", "commit_index",
-                                              "applied_index", "shards_owned")}
+    offsets = node.clock.offsets_ms()
+    nodes = {s["id"]: {**{k: s.get(k) for k in ("http", "raft", "role", "term", "commit_index",
+                                                 "applied_index", "shards_owned")},
+                       # As this node last judged it: that node's wall clock
+                       # minus the cluster's time (null: not measured yet).
+                       "clock_offset_ms": offsets.get(s["id"])}
              for s in statuses}
     shards = [state for _, state in node.store.scan(SHARDS)]
     return json_response({"leader": leader, "self": node.node_id, "shard_count": node.shard_count,
@@ -525,7 +546,6 @@ def make_app(node: "Node") -> web.Application:
     r.add_get("/v1/openapi.json", openapi_document)
     r.add_post("/v1/jobs", create_job)
     r.add_post("/v1/jobs:batchCreate", batch_create_jobs)
-    r.add_get("/v1/jobs", list_jobs)
     r.add_get(f"/v1/jobs/{JOB_ID}", get_job)
     r.add_patch(f"/v1/jobs/{JOB_ID}", patch_job)
     r.add_delete(f"/v1/jobs/{JOB_ID}", delete_job)
@@ -535,12 +555,15 @@ def make_app(node: "Node") -> web.Application:
     r.add_get(f"/v1/jobs/{JOB_ID}/runs", job_runs)
     r.add_get(f"/v1/jobs/{JOB_ID}/preview", job_preview)
     r.add_get(f"/v1/runs/{execution.RUN_ID}", get_run)
+    history.add_routes(r, execution.RUN_ID)
     r.add_post("/v1/schedules:preview", schedules_preview)
     r.add_get("/v1/cluster", cluster)
     r.add_get("/v1/cluster/shards", cluster_shards)
     r.add_get("/v1/node", node_status)
+    r.add_get("/v1/node/clock", node_clock)
     r.add_get("/v1/state/digest", state_digest)
     r.add_post("/v1/state/digest:check", check_digest)
     execution.add_routes(r)
     admin.add_routes(r)
+    backfills.add_routes(r)
     return app

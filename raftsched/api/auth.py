@@ -8,7 +8,8 @@ role does not grant the permission is a 403.
     public  no token: GET /v1/healthz, the UI's static shell
     any     any valid token: cluster and node status, the OpenAPI document
     read    reader, writer, admin: jobs, runs, logs and topics of the tenant
-    write   writer, admin: create, change and delete jobs; cancel runs; commit offsets
+    write   writer, admin: create, change and delete jobs; cancel and retry runs;
+            commit offsets
     work    worker, admin: claim, heartbeat and complete runs of the tenant's queues
     admin   admin: tokens, tenants and quotas, the audit table, cluster operations
 
@@ -170,8 +171,13 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("POST", "/v1/jobs/{job_id}:trigger"): "write",
     ("GET", "/v1/jobs/{job_id}/runs"): "read",
     ("GET", "/v1/jobs/{job_id}/preview"): "read",
+    ("POST", "/v1/jobs/{job_id}:backfill"): "write",
+    ("GET", "/v1/backfills/{backfill_id}"): "read",
+    ("POST", "/v1/backfills/{backfill_id}:cancel"): "write",
     ("GET", "/v1/runs/{run_id}"): "read",
     ("POST", "/v1/runs/{run_id}:cancel"): "write",
+    ("POST", "/v1/runs/{run_id}:retry"): "write",
+    ("GET", "/v1/runs"): "read",
     ("GET", "/v1/runs/{run_id}/logs"): "read",
     ("POST", "/v1/schedules:preview"): "read",
     ("GET", "/v1/topics/{topic}/messages"): "read",
@@ -183,6 +189,7 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("GET", "/v1/cluster"): "any",
     ("GET", "/v1/cluster/shards"): "any",
     ("GET", "/v1/node"): "any",
+    ("GET", "/v1/node/clock"): "any",
     ("GET", "/v1/state/digest"): "admin",
     ("POST", "/v1/state/digest:check"): "admin",
     ("POST", "/v1/tokens"): "admin",

@@ -256,10 +256,10 @@ def _list_member(body: Any, name: str, maximum: int, limit: str,
         validate_run_id(item.get("run_id"), f"{name}[{i}].run_id")
         attempt = item.get("attempt")
         if isinstance(attempt, bool) or not isinstance(attempt, int) \
-                or not 1 <= attempt <= limits.retry_max_attempts_max:
+                or not 1 <= attempt <= limits.run_attempts_max:
             raise InvalidInput(f"`attempt` must be an integer from 1 to "
-                               f"{limits.retry_max_attempts_max}", field=f"{name}[{i}].attempt",
-                               limit="retry_max_attempts_max")
+                               f"{limits.run_attempts_max}", field=f"{name}[{i}].attempt",
+                               limit="run_attempts_max")
     return body[name]
 
 

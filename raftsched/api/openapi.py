@@ -20,8 +20,8 @@ import functools
 from typing import Any
 
 from raftsched import limits
-from raftsched.api import auth
-from raftsched.core import jobspec
+from raftsched.api import auth, history
+from raftsched.core import backfill, dag, jobspec
 from raftsched.core.tenancy import ROLES
 
 Schema = dict[str, Any]
@@ -154,6 +154,10 @@ def _misfire() -> Schema:
         "misfire_tolerance_s": {"type": "number", "minimum": 0,
                                 "maximum": limits.misfire_tolerance_s_max},
         "catchup_max": {"type": "integer", "minimum": 1, "maximum": limits.catchup_max_max},
+        "catchup_window_s": _nullable({
+            "type": "number", "minimum": 1, "maximum": limits.catchup_window_s_max,
+            "description": "a late fire runs no occurrence older than this (they are "
+                           "recorded missed)"}),
     })]}
 
 
@@ -182,7 +186,34 @@ JOB_EXAMPLES = [
      "history": {"max_runs": 100}},
     {"schedule": {"cron": "*/15 * * * *"},
      "target": {"type": "publish", "topic": "ticks", "message": {"tick": True}}},
+    {"name": "settlement-workflow", "dag": {"tasks": [
+        {"id": "ingest", "target": {"type": "http", "url": "https://ledger.example/ingest"}},
+        {"id": "fx", "target": {"type": "http", "url": "https://rates.example/fx"},
+         "retry": {"max_attempts": 5}},
+        {"id": "reconcile", "depends_on": ["ingest", "fx"],
+         "target": {"type": "http", "url": "https://ledger.example/reconcile"}},
+        {"id": "cleanup", "depends_on": ["reconcile"], "trigger_rule": "all_done",
+         "target": {"type": "http", "url": "https://ledger.example/cleanup"}}]}},
 ]
+
+
+def _dag() -> Schema:
+    task_id = _token(limits.dag_task_id_bytes_max)
+    task = _obj({
+        "id": task_id,
+        "target": _ref("Target"),
+        "depends_on": _nullable({"type": "array", "maxItems": limits.dag_tasks_max,
+                                 "items": task_id}),
+        "trigger_rule": _nullable({"type": "string", "enum": list(dag.RULES),
+                                   "description": f"default {dag.ALL_SUCCESS}"}),
+        "retry": _retry(),
+        "timeout_s": _timeout(),
+    }, ("id", "target"))
+    return _obj({"tasks": {"type": "array", "minItems": 1, "maxItems": limits.dag_tasks_max,
+                           "items": task}}, ("tasks",),
+                description="tasks released as their upstream tasks end, by trigger rule; "
+                            f"ids unique, dependencies known, no cycle, at most "
+                            f"{limits.dag_edges_max} dependencies (docs/workflows.md)")
 
 
 def _job_members() -> dict[str, Schema]:
@@ -192,6 +223,7 @@ def _job_members() -> dict[str, Schema]:
         "schedule": _nullable(_ref("Schedule")),
         "run_at": _nullable(_TIME_IN),
         "target": _ref("Target"),
+        "dag": _ref("Dag"),
         "retry": _retry(),
         "concurrency": _concurrency(),
         "misfire": _misfire(),
@@ -207,7 +239,27 @@ def _job_members() -> dict[str, Schema]:
         "priority": _nullable({"type": "string", "enum": list(jobspec.PRIORITIES),
                                "description": "the order of the tenant's own runs where a "
                                               "backlog forms; null is normal"}),
+        "labels": _labels(),
+        "jitter_s": _nullable({"type": "number", "minimum": 0, "maximum": limits.jitter_s_max,
+                               "description": "each occurrence fires later by a stable delay "
+                                              "from 0 to this, hashed from the job id and the "
+                                              "occurrence"}),
+        "not_before": _nullable(dict(_TIME_IN, description="a recurring schedule's first "
+                                     "possible occurrence (included)")),
+        "not_after": _nullable(dict(_TIME_IN, description="a recurring schedule's last "
+                                    "possible occurrence (included)")),
     }
+
+
+def _labels() -> Schema:
+    return _nullable({
+        "type": "object", "maxProperties": limits.job_labels_max,
+        "propertyNames": {"pattern": "^[A-Za-z0-9._/-]+$", "minLength": 1,
+                          "maxLength": limits.label_key_bytes_max},
+        "additionalProperties": {"type": "string", "description": "at most "
+                                 f"{limits.label_value_bytes_max} bytes of UTF-8, no control "
+                                 "characters"},
+        "description": "filter on them with GET /v1/jobs?label=key:value"})
 
 
 def _secret_keys() -> Schema:
@@ -224,8 +276,10 @@ def job_create_schema() -> Schema:
     members = {k: v for k, v in _job_members().items() if k in jobspec.CREATE_FIELDS}
     # Left out or null, the name is made from the target.
     members["name"] = _nullable(members["name"])
-    return _obj(members, ("target",),
-                description="exactly one of `schedule` and `run_at`", examples=JOB_EXAMPLES)
+    return _obj(members, oneOf=[{"required": ["target"]}, {"required": ["dag"]}],
+                description="exactly one of `target` and `dag`; exactly one of `schedule` "
+                            "and `run_at`, or neither for a DAG job run only when triggered",
+                examples=JOB_EXAMPLES)
 
 
 def job_patch_schema() -> Schema:
@@ -238,16 +292,36 @@ def job_patch_schema() -> Schema:
 def _preview_request() -> Schema:
     return _obj({"schedule": _nullable(_ref("Schedule")), "run_at": _nullable(_TIME_IN),
                  "after": _nullable(_TIME_IN),
+                 "job_id": _nullable({"type": "string", "pattern": f"^{jobspec.JOB_ID_PATTERN}$",
+                                      "description": "the job `H` is hashed from (default: "
+                                                     "an empty id)"}),
                  "count": {"type": "integer", "minimum": 1,
                            "maximum": limits.preview_count_max}},
                 examples=[{"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
                            "after": "2026-03-28T00:00:00Z", "count": 3}])
 
 
+def _backfill_request() -> Schema:
+    return _obj({
+        "start": dict(_TIME_IN, description="the first instant of the range (included)"),
+        "end": dict(_TIME_IN, description="the end of the range (excluded); not in the future"),
+        "overlap": {"type": "string", "enum": list(backfill.OVERLAPS), "description":
+                    "allow (default): the backfill's runs neither wait for nor hold back the "
+                    "job's own; job: each goes through the job's concurrency policy, one at a "
+                    "time unless that policy is allow"},
+        "max_concurrent": {"type": "integer", "minimum": 1,
+                           "maximum": limits.backfill_concurrent_max,
+                           "description": "the backfill's runs open at once; default "
+                                          f"{limits.backfill_concurrent_default}"},
+        "dry_run": {"type": "boolean", "description": "list the occurrences, run nothing"},
+    }, ("start", "end"), examples=[{"start": "2026-01-01T00:00:00Z",
+                                    "end": "2026-02-01T00:00:00Z", "max_concurrent": 4}])
+
+
 def _run_ref_item(extra: dict[str, Schema] | None = None) -> dict[str, Schema]:
     return {"run_id": {"type": "string", "pattern": f"^{jobspec.RUN_ID_PATTERN}$"},
             "attempt": {"type": "integer", "minimum": 1,
-                        "maximum": limits.retry_max_attempts_max}, **(extra or {})}
+                        "maximum": limits.run_attempts_max}, **(extra or {})}
 
 
 def _claim_request() -> Schema:
@@ -311,16 +385,23 @@ def _quota_request() -> Schema:
 def _job() -> Schema:
     return _obj({
         "job_id": _STR, "name": _STR, "status": _STR,
-        "schedule": _obj({"cron": _STR, "timezone": _STR, "every": _STR}, closed=False),
+        "schedule": _nullable(_obj({"cron": _STR, "timezone": _STR, "every": _STR},
+                                   closed=False)),
         "run_at": _TIME, "next_run_at": _TIME_OR_NULL,
-        "target": {"type": "object", "description": "secret header and env values (see "
-                   '`secret_keys`) show as "***"; a PATCH that sends "***" keeps the value'},
+        "target": {"type": ["object", "null"], "description": "null for a DAG job. Secret "
+                   'header and env values (see `secret_keys`) show as "***"; a PATCH that '
+                   'sends "***" keeps the value'},
+        "dag": {"type": "object", "description": "a DAG job's tasks, their targets' secrets "
+                                                 'shown as "***"'},
         "retry": {"type": "object"},
         "alert": {"type": "object"}, "concurrency": {"type": "object"},
         "misfire": {"type": "object"}, "misfires_omitted": _INT,
         "metadata": {"type": "object"}, "history": {"type": "object"},
         "secret_keys": {"type": "array", "items": _STR},
         "priority": {"type": "string", "enum": list(jobspec.PRIORITIES)},
+        "labels": {"type": "object", "additionalProperties": _STR},
+        "jitter_s": {"type": "number"}, "not_before": _TIME_OR_NULL, "not_after": _TIME_OR_NULL,
+        "pause_note": _STR_OR_NULL, "paused_at": _TIME_OR_NULL,
         "idempotency_key": _STR_OR_NULL, "shard": _INT, "version": _INT,
         "last_run_id": _STR_OR_NULL, "created_at": _TIME, "updated_at": _TIME,
     }, ("job_id", "name", "status", "next_run_at", "target", "retry", "concurrency",
@@ -333,17 +414,63 @@ def _run() -> Schema:
                     "finished_at": _TIME_OR_NULL, "http_status": _INT_OR_NULL,
                     "exit_code": _INT_OR_NULL, "error": _STR_OR_NULL,
                     "retry_delay_ms": _INT_OR_NULL}, ("attempt",), closed=False)
+    task = _obj({"id": _STR, "state": {"type": "string", "enum": list(dag.TASK_STATES)},
+                 "attempt": _INT, "started_at": _TIME_OR_NULL, "finished_at": _TIME_OR_NULL,
+                 "error": _STR_OR_NULL, "run_id": _STR_OR_NULL,
+                 "depends_on": {"type": "array", "items": _STR}, "trigger_rule": _STR},
+                ("id", "state", "attempt", "started_at", "finished_at", "error"), closed=False)
     return _obj({
         "run_id": _STR, "job_id": _STR, "scheduled_for": _TIME, "attempt": _INT,
-        "state": _STR, "trigger": _STR, "execution_id": _STR, "node": _STR_OR_NULL,
+        "state": _STR, "trigger": {"type": "string", "enum": list(history.RUN_TRIGGERS),
+                                   "description": "how the run started; retry once re-driven"},
+        "first_trigger": {"type": "string", "enum": list(history.RUN_TRIGGERS[:3]),
+                          "description": "how the run first started"},
+        "redrives": _INT, "jitter_ms": _INT,
+        "execution_id": _STR, "node": _STR_OR_NULL,
         "queue": _STR_OR_NULL, "holder": _STR_OR_NULL, "lease_expires_at": _TIME_OR_NULL,
         "next_attempt_at": _TIME_OR_NULL, "created_at": _TIME_OR_NULL,
         "started_at": _TIME_OR_NULL, "finished_at": _TIME_OR_NULL,
         "http_status": _INT_OR_NULL, "exit_code": _INT_OR_NULL, "error": _STR_OR_NULL,
         "reason": _STR_OR_NULL, "fencing_token": _INT,
         "attempts": {"type": "array", "items": attempt}, "alert": _STR_OR_NULL,
+        "tasks": {"type": "array", "items": task,
+                  "description": "a DAG run's tasks, in the DAG's order"},
+        "dag_run_id": {"type": "string", "description": "a task run's DAG run"},
+        "task_id": {"type": "string", "description": "the task a task run executes"},
     }, ("run_id", "job_id", "scheduled_for", "attempt", "state", "execution_id"),
         closed=False)
+
+
+def _backfill() -> Schema:
+    return _obj({
+        "backfill_id": _STR, "job_id": _STR, "state": {"enum": list(backfill.STATES)},
+        "reason": _STR_OR_NULL,
+        "total": {"type": "integer", "description": "occurrences in the range"},
+        "done": {"type": "integer", "description": "succeeded + failed + skipped"},
+        "succeeded": _INT, "failed": _INT,
+        "skipped": {"type": "integer", "description": "ended without running: skipped, "
+                    "missed or cancelled"},
+        "running": {"type": "integer", "description": "its runs open now"},
+        "existing": {"type": "integer", "description": "occurrences that had a run already "
+                     "(not run again; counted by how that run ended)"},
+        "launched": {"type": "integer", "description": "occurrences taken so far"},
+        "start": _TIME, "end": _TIME, "overlap": {"enum": list(backfill.OVERLAPS)},
+        "max_concurrent": _INT, "created_at": _TIME, "updated_at": _TIME,
+        "finished_at": _TIME_OR_NULL,
+    }, ("backfill_id", "job_id", "state", "total", "done", "succeeded", "failed", "running"),
+        closed=False)
+
+
+def _backfill_started() -> Schema:
+    started = _obj({"backfill_id": _STR, "occurrences": _INT, "dry_run": {"const": False},
+                    "state": _STR}, ("backfill_id", "occurrences"), closed=False)
+    listed = _obj({"backfill_id": {"type": "null"}, "occurrences": _INT,
+                   "dry_run": {"const": True},
+                   "existing": {"type": "integer", "description": "occurrences that already "
+                                "have a run: a backfill would not run them again"},
+                   "scheduled_for": {"type": "array", "items": _TIME}},
+                  ("occurrences", "scheduled_for"), closed=False)
+    return {"started": started, "listed": listed}
 
 
 def _problem() -> Schema:
@@ -360,15 +487,31 @@ def _problem() -> Schema:
 
 
 def _node_status() -> Schema:
+    number_or_null = {"type": ["number", "null"]}
+    clock = _obj({"synced": _BOOL, "median_node": _STR_OR_NULL, "offset_ms": number_or_null,
+                  "error_ms": number_or_null, "in_bound": {"type": ["boolean", "null"]},
+                  "max_clock_skew_ms": _INT, "probes_failed_total": _INT},
+                 ("synced", "offset_ms", "in_bound", "max_clock_skew_ms"), closed=False)
     return _obj({"id": _STR, "http": _STR, "raft": _STR, "role": _STR, "term": _INT,
                  "commit_index": _INT, "applied_index": _INT, "leader_raft": _STR_OR_NULL,
-                 "has_quorum": _BOOL, "shards_owned": _INT}, ("id", "role"), closed=False)
+                 "has_quorum": _BOOL, "shards_owned": _INT, "clock": clock},
+                ("id", "role"), closed=False)
+
+
+def _node_clock() -> Schema:
+    return _obj({"node": _STR, "wall_us": {
+        "type": "integer", "description": "this node's wall clock, microseconds since the epoch"}},
+        ("node", "wall_us"), closed=False)
 
 
 def _cluster() -> Schema:
     member = _obj({"http": _STR_OR_NULL, "raft": _STR_OR_NULL, "role": _STR_OR_NULL,
                    "term": _INT_OR_NULL, "commit_index": _INT_OR_NULL,
-                   "applied_index": _INT_OR_NULL, "shards_owned": _INT_OR_NULL},
+                   "applied_index": _INT_OR_NULL, "shards_owned": _INT_OR_NULL,
+                   "clock_offset_ms": {**_INT_OR_NULL, "description": (
+                       "that node's wall clock minus the cluster's time (the median of the "
+                       "nodes' clocks), as the answering node last measured it; null: not "
+                       "measured yet")}},
                   closed=False)
     return _obj({"leader": _STR_OR_NULL, "self": _STR, "shard_count": _INT,
                  "nodes": {"type": "object", "additionalProperties": member},
@@ -438,7 +581,7 @@ def _audit_record() -> Schema:
     return _obj({"seq": _INT, "at": _TIME, "actor": _STR_OR_NULL,
                  "action": {"type": "string", "description": "token.create, token.revoke, "
                             "tenant.put, job.create, job.update, job.delete, job.pause, "
-                            "job.resume, job.trigger"},
+                            "job.resume, job.trigger, backfill.create, backfill.cancel"},
                  "tenant": _STR_OR_NULL, "subject": _STR, "detail": {"type": "object"}},
                 ("seq", "at", "actor", "action", "subject"), closed=False)
 
@@ -452,11 +595,13 @@ def _components() -> Schema:
         "JobCreate": job_create_schema(), "JobPatch": job_patch_schema(),
         "Schedule": _schedule(),
         "Target": {"oneOf": [_http_target(), _command_target(), _publish_target()]},
+        "Dag": _dag(),
         "SchedulePreview": _preview_request(),
         "WorkerClaim": _claim_request(), "WorkerHeartbeat": _heartbeat_request(),
         "WorkerComplete": _complete_request(),
         "TokenCreate": _token_request(), "Token": _token_view(), "TokenCreated": _token_created(),
         "TenantQuota": _quota_request(), "Tenant": _tenant(), "AuditRecord": _audit_record(),
+        "BackfillCreate": _backfill_request(), "Backfill": _backfill(),
     }}
 
 
@@ -536,6 +681,11 @@ _TENANT = _in_query("tenant", {"type": "string", "pattern": f"^{limits.tenant_na
                     "role naming a tenant other than its own is a 403")
 _CONSISTENT = _in_query("consistent", {"type": "string", "enum": ["true", "false"]},
                         "true: answer after this node applied what the leader had committed")
+_PAGE_TOKEN = _in_query("page_token", {"type": "string",
+                                      "maxLength": limits.page_token_chars_max},
+                        "next_page_token of the previous page, with the same filters")
+_OVERLAP = _obj({"overlap": {"type": "string", "enum": ["allow"], "description":
+                             "admit this one run whatever the job's concurrency policy"}})
 _JOB_ID = _in_path("job_id", {"type": "string", "pattern": f"^{jobspec.JOB_ID_PATTERN}$"})
 _RUN_ID = _in_path("run_id", {"type": "string", "pattern": f"^{jobspec.RUN_ID_PATTERN}$"})
 _TOPIC = _in_path("topic", _token(limits.topic_bytes_max))
@@ -547,18 +697,32 @@ def _job_paths() -> dict[str, Schema]:
     job = _json(_ref("Job"), "The job")
     run = _json(_ref("Run"), "The run")
     jobs = _obj({"jobs": {"type": "array", "items": _ref("Job")},
-                 "next_cursor": _STR_OR_NULL}, ("jobs", "next_cursor"), closed=False)
+                 "next_page_token": _STR_OR_NULL, "next_cursor": _STR_OR_NULL},
+                ("jobs", "next_page_token", "next_cursor"), closed=False)
     runs = _obj({"runs": {"type": "array", "items": _ref("Run")}}, ("runs",), closed=False)
+    run_page = _obj({"runs": {"type": "array", "items": _ref("Run")},
+                     "next_page_token": _STR_OR_NULL}, ("runs", "next_page_token"),
+                    closed=False)
     return {
         "/v1/jobs": {
             "post": _op("Create a job", {201: _json(_ref("Job"), "Created"),
                                          200: _json(_ref("Job"), "The job created earlier "
                                                     "with this idempotency_key")},
                         body=_ref("JobCreate"), errors=CREATE_ERRORS),
-            "get": _op("List jobs in id order", {200: _json(jobs, "A page of jobs")}, params=[
-                _limit(limits.list_limit_max), _CONSISTENT,
+            "get": _op("List jobs in id order, filtered", {200: _json(jobs, "A page of jobs")},
+                       params=[
+                _limit(limits.list_limit_max), _CONSISTENT, _PAGE_TOKEN,
                 _in_query("cursor", {"type": "string", "pattern": f"^{jobspec.JOB_ID_PATTERN}$"},
-                          "next_cursor of the previous page")]),
+                          "next_cursor of the previous page (an older form of page_token)"),
+                _in_query("status", {"type": "string", "enum": list(history.JOB_STATUSES)},
+                          "only jobs of this status"),
+                _in_query("name_prefix", {"type": "string", "minLength": 1,
+                                          "maxLength": limits.job_name_chars_max},
+                          "only jobs whose name starts with this"),
+                dict(_in_query("label", {"type": "array", "maxItems": limits.label_filters_max,
+                                         "items": {"type": "string", "pattern": "^[^:]+:"}},
+                               "key:value; repeat for more (all must match)"),
+                     explode=True)]),
         },
         "/v1/jobs:batchCreate": {"post": _op(
             "Create up to 1000 jobs, proposed as entries of at most 250 jobs",
@@ -577,14 +741,18 @@ def _job_paths() -> dict[str, Schema]:
             "delete": _op("Delete a job", {204: {"description": "Deleted"}}, params=[_JOB_ID],
                           errors=WRITE_ERRORS),
         },
-        "/v1/jobs/{job_id}:pause": {"post": _op("Pause a job", {200: job}, params=[_JOB_ID],
-                                                errors=WRITE_ERRORS)},
+        "/v1/jobs/{job_id}:pause": {"post": _op(
+            "Pause a job", {200: job}, params=[_JOB_ID], errors=WRITE_ERRORS,
+            body=_obj({"note": _nullable({"type": "string", "description": "why: kept and "
+                                          "shown until the job resumes; at most "
+                                          f"{limits.pause_note_bytes_max} bytes of UTF-8"})}),
+            body_required=False)},
         "/v1/jobs/{job_id}:resume": {"post": _op("Resume a job from now", {200: job},
                                                  params=[_JOB_ID], errors=WRITE_ERRORS)},
         "/v1/jobs/{job_id}:trigger": {"post": _op(
             "Run a job now", {201: _json(_ref("Run"), "The new run"),
                               200: _json(_ref("Run"), "The run of this instant, made before")},
-            params=[_JOB_ID], errors=WRITE_ERRORS)},
+            params=[_JOB_ID], errors=WRITE_ERRORS, body=_OVERLAP, body_required=False)},
         "/v1/jobs/{job_id}/runs": {"get": _op(
             "A job's runs, newest first", {200: _json(runs, "Runs")},
             params=[_JOB_ID, _limit(limits.list_limit_max), _CONSISTENT])},
@@ -594,6 +762,21 @@ def _job_paths() -> dict[str, Schema]:
                                                  limits.preview_count_max}, "how many")])},
         "/v1/runs/{run_id}": {"get": _op("Get a run", {200: run},
                                          params=[_RUN_ID, _CONSISTENT])},
+        "/v1/runs": {"get": _op(
+            "The tenant's runs, newest first, filtered (state=failed: the dead letters)",
+            {200: _json(run_page, "A page of runs")}, params=[
+                _limit(limits.list_limit_max), _CONSISTENT, _PAGE_TOKEN,
+                _in_query("job_id", {"type": "string", "pattern": f"^{jobspec.JOB_ID_PATTERN}$"},
+                          "only this job's runs"),
+                _in_query("state", {"type": "string", "enum": list(history.RUN_STATES)},
+                          "only runs in this state"),
+                _in_query("trigger", {"type": "string", "enum": list(history.RUN_TRIGGERS)},
+                          "only runs started this way"),
+                _in_query("scheduled_after", _TIME_IN, "only runs scheduled at or after this"),
+                _in_query("scheduled_before", _TIME_IN, "only runs scheduled before this")])},
+        "/v1/runs/{run_id}:retry": {"post": _op(
+            "Give a failed run a new attempt under the same execution id", {200: run},
+            params=[_RUN_ID], errors=WRITE_ERRORS, body=_OVERLAP, body_required=False)},
         "/v1/runs/{run_id}:cancel": {"post": _op(
             "Cancel a run", {200: run}, params=[_RUN_ID], errors=WRITE_ERRORS,
             body=_obj({"reason": _STR}), body_required=False)},
@@ -616,8 +799,30 @@ def _batch_results() -> Schema:
 
 
 def _fire_times() -> Schema:
-    return _obj({"fire_times": {"type": "array", "items": _TIME}}, ("fire_times",),
-                closed=False)
+    return _obj({"fire_times": {"type": "array", "items": _TIME},
+                 "resolved": {"type": "string", "description": "the cron expression with its "
+                              "H terms hashed (only for a schedule that has some)"}},
+                ("fire_times",), closed=False)
+
+
+def _backfill_paths() -> dict[str, Schema]:
+    answers = _backfill_started()
+    view = _json(_ref("Backfill"), "The backfill and its progress")
+    backfill_id = _in_path("backfill_id", {"type": "string",
+                                           "pattern": f"^{backfill.ID_PATTERN}$"})
+    return {
+        "/v1/jobs/{job_id}:backfill": {"post": _op(
+            "Run every occurrence of the job's schedule in [start, end)",
+            {202: _json(answers["started"], "Started: GET /v1/backfills/{id} (Location) "
+                        "follows it"),
+             200: _json(answers["listed"], "dry_run: the occurrences; nothing was run")},
+            params=[_JOB_ID], body=_ref("BackfillCreate"), errors=WRITE_ERRORS)},
+        "/v1/backfills/{backfill_id}": {"get": _op(
+            "A backfill's progress", {200: view}, params=[backfill_id, _CONSISTENT])},
+        "/v1/backfills/{backfill_id}:cancel": {"post": _op(
+            "Cancel a backfill and its runs not finished", {200: view}, params=[backfill_id],
+            errors=WRITE_ERRORS, body=_obj({"reason": _STR}), body_required=False)},
+    }
 
 
 def _topic_paths() -> dict[str, Schema]:
@@ -678,6 +883,8 @@ def _cluster_paths() -> dict[str, Schema]:
             _shards(), "Shards")}, params=[_CONSISTENT])},
         "/v1/node": {"get": _op("This node's status", {200: _json(_node_status(), "Node")},
                                 errors=(500,))},
+        "/v1/node/clock": {"get": _op("This node's wall clock (its peers measure it)", {
+            200: _json(_node_clock(), "Clock")}, errors=(500,))},
         "/v1/state/digest": {"get": _op("This node's state digest", {200: digest}, params=[
             _in_query("index", {"type": "integer"},
                       "the digest recorded when the check at this index was applied")])},
@@ -760,8 +967,8 @@ def document() -> Schema:
 @functools.cache
 def _document() -> Schema:
     """Built once: it depends on nothing at run time."""
-    paths = {**_job_paths(), **_topic_paths(), **_worker_paths(), **_cluster_paths(),
-             **_admin_paths()}
+    paths = {**_job_paths(), **_backfill_paths(), **_topic_paths(), **_worker_paths(),
+             **_cluster_paths(), **_admin_paths()}
     _secure(paths)
     return {
         "openapi": "3.1.0",

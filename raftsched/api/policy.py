@@ -27,9 +27,9 @@ def check_addresses(config: "NodeConfig", spec: dict) -> None:
     (executors/netguard.py). A name is judged when it is called, by what it
     resolves to then: its answer at create could change before the call."""
     policy = policy_for(config.allow_target_cidrs)
-    target = spec["target"]
-    urls = {"target.url": target["url"] if target["type"] == "http" else None,
-            "alert.webhook_url": (spec.get("alert") or {}).get("webhook_url")}
+    urls = {f"{prefix}.url": target["url"] for prefix, target in targets(spec)
+            if target["type"] == "http"}
+    urls["alert.webhook_url"] = (spec.get("alert") or {}).get("webhook_url")
     for field, url in urls.items():
         refused = policy.url_refusal(url) if url else None
         if refused is not None:
@@ -42,10 +42,20 @@ def check_command_queue(config: "NodeConfig", spec: dict) -> None:
     name a `target.queue` that `raftsched worker` processes serve, on machines
     an operator chose for it. Nodes should agree on the flag; a node without it
     that is handed such a run anyway fails it (runtime/dispatcher.py)."""
-    target = spec["target"]
-    if target["type"] != "command" or config.allow_commands:
+    if config.allow_commands:
         return
-    if target.get("queue", DEFAULT_QUEUE) == DEFAULT_QUEUE:
-        raise InvalidInput("a command without `target.queue` would run on the nodes, which "
-                           "were not started with --allow-commands: name a queue that "
-                           "`raftsched worker --queue NAME` serves", field="target.queue")
+    for prefix, target in targets(spec):
+        if target["type"] == "command" and target.get("queue", DEFAULT_QUEUE) == DEFAULT_QUEUE:
+            raise InvalidInput(f"a command without `{prefix}.queue` would run on the nodes, "
+                               "which were not started with --allow-commands: name a queue "
+                               "that `raftsched worker --queue NAME` serves",
+                               field=f"{prefix}.queue")
+
+
+def targets(spec: dict) -> list[tuple[str, dict]]:
+    """(the member's name, the target) of each target a job calls: its own, or
+    each of its DAG's tasks'."""
+    if "target" in spec:
+        return [("target", spec["target"])]
+    return [(f"dag.tasks[{i}].target", task["target"])
+            for i, task in enumerate(spec["dag"]["tasks"])]

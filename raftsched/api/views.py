@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from raftsched.core.redact import redact_spec_target, redact_text
+from raftsched.core.redact import redact_spec_dag, redact_spec_target, redact_text
 from raftsched.core.timeutil import format_ms, format_ms_offset
 
 
 def schedule_view(spec: dict) -> dict:
     schedule = spec["schedule"]
+    if schedule["kind"] == "none":
+        return {"schedule": None}   # a DAG job that runs when triggered
     if schedule["kind"] == "cron":
-        return {"schedule": {"cron": schedule["cron"], "timezone": schedule["timezone"]}}
+        view = {"cron": schedule.get("text", schedule["cron"]), "timezone": schedule["timezone"]}
+        if "text" in schedule:
+            view["resolved"] = schedule["cron"]   # its H terms, hashed from the job id
+        return {"schedule": view}
     if schedule["kind"] == "every":
         return {"schedule": {"every": schedule.get("text") or f"{schedule['every_ms'] // 1000}s"}}
     return {"run_at": format_ms_offset(schedule["run_at_ms"], schedule["offset_min"])}
@@ -34,6 +39,7 @@ def job_view(job: dict) -> dict:
         **schedule_view(spec),
         "next_run_at": format_in_job_zone(spec, job["next_ms"]),
         "target": redact_spec_target(spec),
+        **({"dag": redact_spec_dag(spec)} if "dag" in spec else {}),
         "secret_keys": list(spec.get("secret_keys") or ()),
         # Jobs stored before priorities existed rank as normal.
         "priority": spec.get("priority", "normal"),
@@ -44,6 +50,12 @@ def job_view(job: dict) -> dict:
         "misfires_omitted": job.get("misfires_omitted", 0),
         "metadata": spec["metadata"],
         "history": _history_view(spec.get("history")),
+        "labels": spec.get("labels") or {},
+        "jitter_s": spec.get("jitter_ms", 0) / 1000,
+        "not_before": format_in_job_zone(spec, spec["schedule"].get("not_before_ms")),
+        "not_after": format_in_job_zone(spec, spec["schedule"].get("not_after_ms")),
+        "pause_note": job.get("pause_note"),
+        "paused_at": format_ms(job.get("paused_ms")),
         "idempotency_key": job["idempotency_key"],
         "shard": job["shard"],
         "version": job["version"],
@@ -64,6 +76,9 @@ def run_view(run: dict, secrets: tuple[str, ...] = ()) -> dict:
         "attempt": run["attempt"],
         "state": run["state"],
         "trigger": run["trigger"],
+        # How a re-driven run first started, and how often it was re-driven.
+        "first_trigger": run.get("first_trigger", run["trigger"]),
+        "redrives": run.get("redrives", 0),
         "execution_id": run["execution_id"],
         "node": run["node"],
         "queue": run.get("queue"),
@@ -78,9 +93,26 @@ def run_view(run: dict, secrets: tuple[str, ...] = ()) -> dict:
         "error": _masked(run["error"], secrets),
         "reason": run.get("reason"),
         "fencing_token": run.get("token", 0),
+        # The delay a job's jitter_s added to this occurrence's fire.
+        "jitter_ms": run.get("jitter_ms", 0),
         "attempts": [_attempt_view(a, secrets) for a in run.get("attempts", [])],
         "alert": run.get("alert"),
+        **_dag_members(run, secrets),
     }
+
+
+def _dag_members(run: dict, secrets: tuple[str, ...]) -> dict:
+    """A DAG run's tasks, or the DAG run and task a task run executes."""
+    if "tasks" in run:
+        return {"tasks": [{"id": t["id"], "state": t["state"], "attempt": t["attempt"],
+                           "started_at": format_ms(t["started_ms"]),
+                           "finished_at": format_ms(t["finished_ms"]),
+                           "error": _masked(t["error"], secrets), "run_id": t["run_id"],
+                           "depends_on": t["upstream"], "trigger_rule": t["rule"]}
+                          for t in run["tasks"]]}
+    if "dag_run" in run:
+        return {"dag_run_id": run["dag_run"], "task_id": run["task_id"]}
+    return {}
 
 
 def _masked(error: str | None, secrets: tuple[str, ...]) -> str | None:
@@ -112,4 +144,6 @@ def _misfire_view(misfire: dict | None) -> dict:
     view = {"policy": misfire["policy"], "catchup_max": misfire["catchup_max"]}
     if misfire["policy"] == "skip":
         view["misfire_tolerance_s"] = misfire["tolerance_ms"] / 1000
+    if "catchup_window_ms" in misfire:
+        view["catchup_window_s"] = misfire["catchup_window_ms"] / 1000
     return view

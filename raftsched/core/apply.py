@@ -26,7 +26,9 @@ from __future__ import annotations
 import traceback
 from typing import Callable
 
-from raftsched.core import commands, keys, lifecycle, retention, runs, tenancy, topics
+from raftsched.core import (backfill, commands, keys, lifecycle, redrive, retention, runs,
+                            tenancy, topics)
+from raftsched.core.firing import DEFAULT_MISFIRE, due_at_ms
 from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOBS, LEASES, NODES, READY,
                                RECORD_VERSION, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS, TABLES,
                                TENANTS, TOKENS,
@@ -96,14 +98,15 @@ def _stack_text(exc: BaseException) -> str:
 
 def _arm(tx: Tx, job: dict) -> None:
     if job["next_ms"] is not None and job["status"] == "active":
-        tx.put(DUE, keys.due_key(job["shard"], job["next_ms"], job["id"]),
+        due_ms = due_at_ms(job, job["next_ms"])
+        tx.put(DUE, keys.due_key(job["shard"], due_ms, job["id"]),
                keys.due_value(job["tenant"], job["spec"].get("priority")))
-        tx.effects.append(DueArmed(shard=job["shard"], due_ms=job["next_ms"]))
+        tx.effects.append(DueArmed(shard=job["shard"], due_ms=due_ms))
 
 
 def _disarm(tx: Tx, job: dict) -> None:
     if job["next_ms"] is not None:
-        tx.delete(DUE, keys.due_key(job["shard"], job["next_ms"], job["id"]))
+        tx.delete(DUE, keys.due_key(job["shard"], due_at_ms(job, job["next_ms"]), job["id"]))
 
 
 def _create_job(tx: Tx, cmd: dict, counter: tenancy.CreateCounter | None = None) -> dict:
@@ -210,13 +213,22 @@ def _delete_job(tx: Tx, cmd: dict) -> dict:
 
 
 def _pause_job(tx: Tx, cmd: dict) -> dict:
+    """Pause an active job, keeping the command's note (why) until it resumes.
+    A paused job is left as it is, but for a new note, which replaces its own."""
     job = _scoped_job(tx, cmd)
     if job is None:
         return _refuse("not_found", f"job {cmd['job_id']} not found")
+    note = cmd.get("note")
+    if job["status"] == "paused" and note is not None and note != job.get("pause_note"):
+        job.update(pause_note=note, updated_ms=cmd["at_ms"], version=job["version"] + 1)
+        tx.put(JOBS, keys.job_key(job["id"]), job)
+        tenancy.audit(tx, cmd, "job.pause", job["tenant"], job["id"])
+        return {"ok": True, "job": job}
     if job["status"] != "active":
         return {"ok": True, "job": job}
     _disarm(tx, job)
-    job.update(status="paused", next_ms=None, updated_ms=cmd["at_ms"], version=job["version"] + 1)
+    job.update(status="paused", next_ms=None, updated_ms=cmd["at_ms"], version=job["version"] + 1,
+               pause_note=note, paused_ms=cmd["at_ms"])
     tx.put(JOBS, keys.job_key(job["id"]), job)
     tenancy.audit(tx, cmd, "job.pause", job["tenant"], job["id"])
     return {"ok": True, "job": job}
@@ -229,9 +241,9 @@ def _resume_job(tx: Tx, cmd: dict) -> dict:
     if job["status"] != "paused":
         return {"ok": True, "job": job}
     job.update(status="active", next_ms=cmd["next_ms"], updated_ms=cmd["at_ms"],
-               version=job["version"] + 1)
-    if job["next_ms"] is None:
-        job["status"] = "completed"
+               version=job["version"] + 1, pause_note=None, paused_ms=None)
+    if job["next_ms"] is None and job["spec"]["schedule"]["kind"] != "none":
+        job["status"] = "completed"   # (a DAG job without a schedule never completes)
     tx.put(JOBS, keys.job_key(job["id"]), job)
     _arm(tx, job)
     tenancy.audit(tx, cmd, "job.resume", job["tenant"], job["id"])
@@ -240,25 +252,48 @@ def _resume_job(tx: Tx, cmd: dict) -> dict:
 
 # --- runs ------------------------------------------------------------------------------
 
-DEFAULT_MISFIRE = {"policy": "fire_once", "tolerance_ms": 60_000, "catchup_max": 100}
-
 
 def _shard_state(tx: Tx, shard: int) -> dict:
     return tx.get(SHARDS, keys.shard_key(shard)) or {
         "v": 1, "owner": None, "token": 0, "checkpoint_ms": 0, "stale_fires": 0}
 
 
-def misfire_decisions(policy: dict, occurrences: list[int], at_ms: int
+def misfire_decisions(policy: dict, occurrences: list[int], at_ms: int,
+                      due_at: Callable[[int], int] | None = None
                       ) -> list[tuple[int, str, str | None]]:
     """For each occurrence a fire covers: (occurrence_ms, state, reason), where
-    state is queued (run it), missed or skipped (record why it did not run)."""
+    state is queued (run it), missed or skipped (record why it did not run).
+
+    Lateness is at_ms minus when the occurrence was due to fire (`due_at`: the
+    occurrence plus the job's jitter delay; the occurrence itself by default).
+    With a `catchup_window_ms`, an occurrence later than the window is missed
+    and the policy decides among the others."""
+    window_ms = policy.get("catchup_window_ms")
+    if window_ms is None:
+        return _policy_decisions(policy, occurrences, at_ms, due_at)
+    due_at = due_at or _itself
+    inside = [o for o in occurrences if at_ms - due_at(o) <= window_ms]
+    outside = [(o, lifecycle.MISSED, f"fired {at_ms - due_at(o)} ms late, older than the "
+                                     f"catch-up window of {window_ms} ms")
+               for o in occurrences if at_ms - due_at(o) > window_ms]
+    decided = _policy_decisions(policy, inside, at_ms, due_at) if inside else []
+    return sorted(outside + decided, key=lambda decision: decision[0])
+
+
+def _itself(occurrence_ms: int) -> int:
+    return occurrence_ms
+
+
+def _policy_decisions(policy: dict, occurrences: list[int], at_ms: int,
+                      due_at: Callable[[int], int] | None) -> list[tuple[int, str, str | None]]:
     kind = policy["policy"]
     if kind == "fire_all":
         return [(o, lifecycle.QUEUED, None) for o in occurrences]
     if kind == "skip":
         tolerance = policy["tolerance_ms"]
-        return [(o, lifecycle.QUEUED, None) if at_ms - o <= tolerance else
-                (o, lifecycle.SKIPPED, f"fired {at_ms - o} ms late, over the misfire "
+        due_at = due_at or _itself
+        return [(o, lifecycle.QUEUED, None) if at_ms - due_at(o) <= tolerance else
+                (o, lifecycle.SKIPPED, f"fired {at_ms - due_at(o)} ms late, over the misfire "
                                        f"tolerance of {tolerance} ms (skip policy)")
                 for o in occurrences]
     assert kind == "fire_once", kind
@@ -283,17 +318,27 @@ def _fire(tx: Tx, cmd: dict) -> dict:
                           f"token {state['token']} owned by {state['owner']}"}
     fired = stale = 0
     for job_id, due_ms, next_ms, occurrences, omitted in cmd["items"]:
-        due = keys.due_key(shard, due_ms, job_id)
         job = _live_job(tx, job_id)
-        if tx.get(DUE, due) is None or job is None or job["next_ms"] != due_ms:
-            stale += 1  # fired already, or the job changed since the proposer looked
+        if job is None or job["next_ms"] != due_ms:
+            stale += 1  # the job changed since the proposer looked
+            continue
+        # due_ms is the occurrence; its due entry is keyed by when it fires.
+        due = keys.due_key(shard, due_at_ms(job, due_ms), job_id)
+        if tx.get(DUE, due) is None:
+            stale += 1  # fired already
             continue
         assert occurrences[0] == due_ms, (job_id, due_ms, occurrences)
         tx.delete(DUE, due)
         policy = job["spec"].get("misfire", DEFAULT_MISFIRE)
-        for occurrence, run_state, reason in misfire_decisions(policy, occurrences, cmd["at_ms"]):
+        jittered = bool(job["spec"].get("jitter_ms"))
+        due_at = (lambda o, job=job: due_at_ms(job, o)) if jittered else None
+        for occurrence, run_state, reason in misfire_decisions(policy, occurrences, cmd["at_ms"],
+                                                               due_at):
             run, created = runs.create_run(tx, job, occurrence, cmd["node"], cmd["at_ms"],
                                            "schedule", cmd["token"], run_state, reason)
+            if created and jittered:
+                run["jitter_ms"] = due_at_ms(job, occurrence) - occurrence
+                runs.put_run(tx, run)
             if run_state == lifecycle.QUEUED:
                 fired += int(created)
                 job["last_run_id"] = run["id"]
@@ -305,6 +350,9 @@ def _fire(tx: Tx, cmd: dict) -> dict:
         else:
             assert next_ms is None or next_ms > occurrences[-1], (job_id, occurrences, next_ms)
             job["next_ms"] = next_ms
+            if next_ms is None:
+                # A schedule with no occurrence left (past its not_after).
+                job["status"], job["updated_ms"] = "completed", cmd["at_ms"]
             _arm(tx, job)
         tx.put(JOBS, keys.job_key(job_id), job)
     retried, retries_stale = runs.fire_retries(tx, shard, cmd["node"], cmd["token"],
@@ -347,7 +395,7 @@ def _trigger_job(tx: Tx, cmd: dict) -> dict:
     if job is None:
         return _refuse("not_found", f"job {cmd['job_id']} not found")
     run, created = runs.create_run(tx, job, cmd["scheduled_ms"], cmd["node"], cmd["at_ms"],
-                                   "manual")
+                                   "manual", overlap=cmd.get("overlap"))
     job["last_run_id"] = run["id"]
     tx.put(JOBS, keys.job_key(job["id"]), job)
     tenancy.audit(tx, cmd, "job.trigger", job["tenant"], job["id"], run_id=run["id"])
@@ -401,4 +449,8 @@ HANDLERS: dict[str, Callable[[Tx, dict], dict]] = {
     "create_token": tenancy.handle_create_token,
     "revoke_token": tenancy.handle_revoke_token,
     "put_tenant": tenancy.handle_put_tenant,
+    "retry_run": redrive.handle_retry_run,
+    "create_backfill": backfill.handle_create_backfill,
+    "backfill_step": backfill.handle_backfill_step,
+    "cancel_backfill": backfill.handle_cancel_backfill,
 }

@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from raftsched import limits
-from raftsched.core import codec
+from raftsched.core import codec, dag
 from raftsched.core.shape import Check, ShapeError
 from raftsched.core.shape import boolean as _bool
 from raftsched.core.shape import by_member as _by
 from raftsched.core.shape import integer as _int
 from raftsched.core.shape import json_value as _json
 from raftsched.core.shape import list_of as _list
+from raftsched.core.shape import map_of as _map
 from raftsched.core.shape import may_be_absent as _may
 from raftsched.core.shape import number as _num
 from raftsched.core.shape import one_of as _enum
@@ -33,7 +34,8 @@ TAGS = frozenset({"create_job", "update_job", "delete_job", "pause_job", "resume
                   "trigger_job", "fire", "assign_shards", "run_updates", "register_node", "renew",
                   "check_digest", "expire_leases", "reassign_runs", "cancel_run", "alert_done",
                   "publish", "commit_offset", "purge", "create_jobs", "create_token",
-                  "revoke_token", "put_tenant", "fire_many"})
+                  "revoke_token", "put_tenant", "fire_many", "retry_run", "create_backfill",
+                  "backfill_step", "cancel_backfill"})
 
 
 def encode(command: dict) -> bytes:
@@ -136,6 +138,8 @@ _QUOTA_VALUE = {"jobs_max": _may(_opt(_int(1, limits.quota_jobs_max_max))),
                 "weight": _may(_opt(_int(1, limits.tenant_weight_max)))}
 _TEXT = _str(limits.command_text_bytes_max)
 _OPT_TEXT = _opt(_TEXT)
+# A backfill's id is its record's whole key (the API makes it bf_ and 20 hex digits).
+_BACKFILL_ID = _str(limits.key_part_bytes_max, key=True)
 
 
 def _fields(**members: Check) -> dict[str, Check]:
@@ -150,15 +154,22 @@ def _command(**members: Check) -> Check:
 # A job spec is stored whole; apply and the loops that read it (trigger,
 # dispatcher, reaper) dereference the members typed here. Members not listed
 # must at least be bounded JSON values.
+# A recurring schedule's bounds (inclusive): no occurrence before or after them.
+_BOUNDS = {"not_before_ms": _may(_TIME_MS), "not_after_ms": _may(_TIME_MS)}
 _SCHEDULE = _by("kind", {
+    # `text`: the expression as given, when `cron` is its H terms resolved.
     "cron": _record({"kind": _str(16), "cron": _str(limits.command_text_bytes_max),
-                     "timezone": _str(limits.command_text_bytes_max)}, extra=_json()),
+                     "timezone": _str(limits.command_text_bytes_max),
+                     "text": _may(_str(limits.command_text_bytes_max)), **_BOUNDS},
+                    extra=_json()),
     # Bounded as at the edge, so that a next occurrence (a multiple of every_ms
     # after now) stays a time: a fire carrying one past it would be refused whole.
-    "every": _record({"kind": _str(16), "every_ms": _int(1, limits.every_ms_max)},
+    "every": _record({"kind": _str(16), "every_ms": _int(1, limits.every_ms_max), **_BOUNDS},
                      extra=_json()),
     "once": _record({"kind": _str(16), "run_at_ms": _TIME_MS,
                      "offset_min": _may(_int(-24 * 60, 24 * 60))}, extra=_json()),
+    # A DAG job without a schedule: it runs when triggered.
+    "none": _record({"kind": _str(16)}, extra=_json()),
 })
 _TIMEOUT_S = _num(0, limits.target_timeout_s_max)
 _TARGET = _by("type", {
@@ -186,14 +197,30 @@ _CONCURRENCY = _opt(_record({
 }, extra=_json()))
 _MISFIRE = _by("policy", {
     policy: _record({"policy": _str(16), "tolerance_ms": _int(0, limits.command_int_max),
-                     "catchup_max": _int(1, limits.catchup_max_max)}, extra=_json())
+                     "catchup_max": _int(1, limits.catchup_max_max),
+                     "catchup_window_ms": _may(_int(1, limits.command_int_max))},
+                    extra=_json())
     for policy in ("fire_once", "skip", "fire_all")})
 _ALERT = _opt(_record({"webhook_url": _may(_opt(_str(limits.command_text_bytes_max)))},
                       extra=_json()))
-_SPEC = _record({
+_TASK_ID = _str(limits.dag_task_id_bytes_max, key=True)
+# apply keeps a DAG run's task instances by id and counts each task's upstream
+# tasks down to zero: ids must be unique, dependencies known, the graph acyclic
+# (core/dag.py graph_problem, the same check as at the edge).
+_DAG = _record({
+    "tasks": _list(_record({
+        "id": _TASK_ID, "target": _TARGET, "depends_on": _list(_TASK_ID, limits.dag_tasks_max),
+        "trigger_rule": _enum(*dag.RULES), "retry": _may(_RETRY)}, extra=_json()),
+        limits.dag_tasks_max, min_len=1),
+}, extra=_json(), where=lambda d: dag.graph_problem(d["tasks"]) is None,
+    why="task ids must be unique, dependencies known and listed once, and the graph acyclic "
+        f"with at most {limits.dag_edges_max} dependencies")
+_SPEC_MEMBERS = _record({
     "name": _opt(_TEXT),
     "schedule": _SCHEDULE,
-    "target": _TARGET,
+    # A job calls one target, or runs a DAG of tasks that each call one.
+    "target": _may(_TARGET),
+    "dag": _may(_DAG),
     "retry": _RETRY,
     "concurrency": _CONCURRENCY,
     "misfire": _may(_MISFIRE),
@@ -204,7 +231,20 @@ _SPEC = _record({
     "priority": _may(_enum("high", "normal", "low")),
     # Left out by jobs created before secret_keys existed: they have none.
     "secret_keys": _may(_list(_str(limits.secret_key_bytes_max), limits.secret_keys_max)),
+    "labels": _may(_map(_str(limits.label_key_bytes_max, key=True),
+                        _str(limits.label_value_bytes_max), limits.job_labels_max)),
+    # The most a stable per-occurrence delay adds to each fire (core/schedule.py).
+    "jitter_ms": _may(_int(0, limits.jitter_s_max * 1000)),
 }, extra=_json())
+
+
+def _SPEC(spec: Any) -> None:
+    """A job spec: the members above, with exactly one of target and dag."""
+    _SPEC_MEMBERS(spec)
+    if "target" in spec and "dag" in spec:
+        raise ShapeError("a job has a target or a dag, not both").within("dag")
+    if "target" not in spec and "dag" not in spec:
+        raise ShapeError("is required (or dag, for a DAG job)").within("target")
 
 
 def _ascending(values: list[int]) -> bool:
@@ -255,10 +295,14 @@ SCHEMAS: dict[str, Check] = {
         job_id=_JOB_ID, spec=_SPEC, expected_version=_int(0, limits.command_int_max),
         next_ms=_OPT_TIME_MS, at_ms=_TIME_MS, **_SCOPE),
     "delete_job": _command(job_id=_JOB_ID, at_ms=_TIME_MS, **_SCOPE),
-    "pause_job": _command(job_id=_JOB_ID, at_ms=_TIME_MS, **_SCOPE),
+    "pause_job": _command(job_id=_JOB_ID, at_ms=_TIME_MS,
+                          note=_may(_opt(_str(limits.pause_note_bytes_max))), **_SCOPE),
     "resume_job": _command(job_id=_JOB_ID, next_ms=_OPT_TIME_MS, at_ms=_TIME_MS, **_SCOPE),
     "trigger_job": _command(job_id=_JOB_ID, scheduled_ms=_TIME_MS, node=_NODE_ID,
-                            at_ms=_TIME_MS, **_SCOPE),
+                            at_ms=_TIME_MS, overlap=_may(_enum("allow")), **_SCOPE),
+    # A failed run's new attempt (core/redrive.py), run by `node`.
+    "retry_run": _command(run_id=_RUN_ID, node=_NODE_ID, at_ms=_TIME_MS,
+                          overlap=_may(_enum("allow")), **_SCOPE),
     "fire": _record(_fields(
         shard=_SHARD, token=_TOKEN, upto_ms=_TIME_MS, node=_NODE_ID, at_ms=_TIME_MS,
         items=_list(_FIRE_ITEM, limits.fire_batch_max),
@@ -309,9 +353,12 @@ SCHEMAS: dict[str, Check] = {
         jobs=_list(_JOB_ID, limits.purge_batch_max),
         idem=_list(_tuple(_str(limits.tenant_bytes_max, key=True),
                           _str(limits.idempotency_key_bytes_max, key=True)),
-                   limits.purge_batch_max)),
-        where=lambda c: len(c["runs"]) + len(c["jobs"]) + len(c["idem"]) <= limits.purge_batch_max,
-        why=f"runs, jobs and idem together must be at most {limits.purge_batch_max}"),
+                   limits.purge_batch_max),
+        # Left out by purges proposed before backfills existed.
+        backfills=_may(_list(_BACKFILL_ID, limits.purge_batch_max))),
+        where=lambda c: len(c["runs"]) + len(c["jobs"]) + len(c["idem"])
+        + len(c.get("backfills", ())) <= limits.purge_batch_max,
+        why=f"runs, jobs, idem and backfills together must be at most {limits.purge_batch_max}"),
     "create_token": _command(
         token_id=_str(limits.key_part_bytes_max, key=True), tenant=_TENANT,
         role=_enum("admin", "writer", "reader", "worker"),
@@ -320,6 +367,30 @@ SCHEMAS: dict[str, Check] = {
                              at_ms=_TIME_MS, tenant=_may(_TENANT)),
     "put_tenant": _command(tenant=_TENANT, quota=_record(_QUOTA_VALUE), actor=_ACTOR,
                            at_ms=_TIME_MS),
+    # The proposer counted `total` occurrences of the job's schedule (as of
+    # expected_version) in [start_ms, end_ms); apply copies that schedule.
+    "create_backfill": _record(_fields(
+        backfill_id=_BACKFILL_ID, job_id=_JOB_ID, tenant=_TENANT, actor=_may(_ACTOR),
+        expected_version=_int(0, limits.command_int_max), start_ms=_TIME_MS, end_ms=_TIME_MS,
+        overlap=_enum("allow", "job"), max_concurrent=_int(1, limits.backfill_concurrent_max),
+        total=_int(1, limits.backfill_occurrences_max), at_ms=_TIME_MS),
+        extra=_json(), where=lambda c: c["start_ms"] < c["end_ms"],
+        why="start_ms must come before end_ms"),
+    # Per backfill, the next occurrences (ascending) and whether none is left after them.
+    "backfill_step": _record(_fields(
+        node=_NODE_ID, at_ms=_TIME_MS,
+        items=_list(_record({"backfill_id": _BACKFILL_ID,
+                             "occurrences": _list(_TIME_MS, limits.backfill_concurrent_max),
+                             "exhausted": _bool()}, extra=_json(),
+                            where=lambda i: _ascending(i["occurrences"]),
+                            why="occurrences must ascend"),
+                    limits.backfills_open_max, min_len=1)),
+        extra=_json(),
+        where=lambda c: sum(len(i["occurrences"]) for i in c["items"])
+        <= limits.backfill_step_runs_max,
+        why=f"occurrences of all items together must be at most {limits.backfill_step_runs_max}"),
+    "cancel_backfill": _command(backfill_id=_BACKFILL_ID, reason=_OPT_TEXT, at_ms=_TIME_MS,
+                                **_SCOPE),
 }
 
 
@@ -379,16 +450,35 @@ def delete_job(*, job_id: str, at_ms: int) -> dict:
     return _cmd("delete_job", job_id=job_id, at_ms=at_ms)
 
 
-def pause_job(*, job_id: str, at_ms: int) -> dict:
-    return _cmd("pause_job", job_id=job_id, at_ms=at_ms)
+def pause_job(*, job_id: str, at_ms: int, note: str | None = None) -> dict:
+    """`note`: why, kept in the job while it is paused (None: none)."""
+    command = _cmd("pause_job", job_id=job_id, at_ms=at_ms)
+    if note is not None:
+        command["note"] = note
+    return command
 
 
 def resume_job(*, job_id: str, next_ms: int | None, at_ms: int) -> dict:
     return _cmd("resume_job", job_id=job_id, next_ms=next_ms, at_ms=at_ms)
 
 
-def trigger_job(*, job_id: str, scheduled_ms: int, node: str, at_ms: int) -> dict:
-    return _cmd("trigger_job", job_id=job_id, scheduled_ms=scheduled_ms, node=node, at_ms=at_ms)
+def trigger_job(*, job_id: str, scheduled_ms: int, node: str, at_ms: int,
+                overlap: str | None = None) -> dict:
+    """`overlap="allow"`: admit this one run as the allow policy would,
+    whatever the job's concurrency policy."""
+    command = _cmd("trigger_job", job_id=job_id, scheduled_ms=scheduled_ms, node=node,
+                   at_ms=at_ms)
+    if overlap is not None:
+        command["overlap"] = overlap
+    return command
+
+
+def retry_run(*, run_id: str, node: str, at_ms: int, overlap: str | None = None) -> dict:
+    """A new attempt of a failed run, under its execution id (core/redrive.py)."""
+    command = _cmd("retry_run", run_id=run_id, node=node, at_ms=at_ms)
+    if overlap is not None:
+        command["overlap"] = overlap
+    return command
 
 
 def fire(*, shard: int, token: int, upto_ms: int, node: str, at_ms: int,
@@ -456,16 +546,18 @@ def commit_offset(*, topic: str, group: str, offset: int, at_ms: int) -> dict:
 
 def purge(*, at_ms: int, history_max_runs: int, history_max_age_ms: int,
           finished_job_retention_ms: int, idempotency_ttl_ms: int,
-          runs: list[tuple[str, str]], jobs: list[str], idem: list[tuple[str, str]]) -> dict:
+          runs: list[tuple[str, str]], jobs: list[str], idem: list[tuple[str, str]],
+          backfills: list[str] = ()) -> dict:
     """The leader's purger: remove what is past its bound by at_ms (see
     core/retention.py). runs: (run_id, job_id); jobs: job ids; idem: (tenant,
-    key). The bounds are the proposer's cluster defaults; a job's own history
-    members take precedence over the history defaults."""
+    key); backfills: ids of ended backfills. The bounds are the proposer's
+    cluster defaults; a job's own history members take precedence over the
+    history defaults."""
     return _cmd("purge", at_ms=at_ms, history_max_runs=history_max_runs,
                 history_max_age_ms=history_max_age_ms,
                 finished_job_retention_ms=finished_job_retention_ms,
                 idempotency_ttl_ms=idempotency_ttl_ms, runs=[list(r) for r in runs],
-                jobs=list(jobs), idem=[list(i) for i in idem])
+                jobs=list(jobs), idem=[list(i) for i in idem], backfills=list(backfills))
 
 
 def register_node(*, node: str, http: str, raft: str, at_ms: int) -> dict:
@@ -493,6 +585,31 @@ def create_token(*, token_id: str, tenant: str, role: str, name: str, sha256: st
 
 def revoke_token(*, token_id: str, actor: str | None, at_ms: int) -> dict:
     return _cmd("revoke_token", token_id=token_id, actor=actor, at_ms=at_ms)
+
+
+def create_backfill(*, backfill_id: str, job_id: str, tenant: str, expected_version: int,
+                    start_ms: int, end_ms: int, overlap: str, max_concurrent: int, total: int,
+                    at_ms: int, actor: str | None = None) -> dict:
+    """A backfill of `job_id`'s schedule in [start_ms, end_ms), of `total`
+    occurrences as the proposer counted them (core/backfill.py)."""
+    command = _cmd("create_backfill", backfill_id=backfill_id, job_id=job_id, tenant=tenant,
+                   expected_version=expected_version, start_ms=start_ms, end_ms=end_ms,
+                   overlap=overlap, max_concurrent=max_concurrent, total=total, at_ms=at_ms)
+    if actor is not None:
+        command["actor"] = actor
+    return command
+
+
+def backfill_step(*, node: str, at_ms: int, items: list[dict]) -> dict:
+    """The leader's backfiller. items: {backfill_id, occurrences (ascending, the
+    next ones after the backfill's cursor), exhausted (none is left after them)}."""
+    return _cmd("backfill_step", node=node, at_ms=at_ms, items=[
+        {"backfill_id": i["backfill_id"], "occurrences": list(i["occurrences"]),
+         "exhausted": i["exhausted"]} for i in items])
+
+
+def cancel_backfill(*, backfill_id: str, reason: str | None, at_ms: int) -> dict:
+    return _cmd("cancel_backfill", backfill_id=backfill_id, reason=reason, at_ms=at_ms)
 
 
 def put_tenant(*, tenant: str, quota: dict, actor: str | None, at_ms: int) -> dict:

@@ -8,23 +8,26 @@ command is proposed, so a bad request writes nothing.
 from __future__ import annotations
 
 import re
+from typing import Callable, TypeVar
 from urllib.parse import urlsplit
 
 from raftsched import limits
-from raftsched.core import codec, redact
+from raftsched.core import codec, dag, redact
 from raftsched.core.retry import DEFAULT_POLICY
-from raftsched.core.schedule import parse_schedule
+from raftsched.core.schedule import bound_schedule, parse_instant, parse_schedule
 from raftsched.errors import InvalidInput
 
-CREATE_FIELDS = {"name", "schedule", "run_at", "target", "retry", "concurrency", "misfire",
-                 "alert", "idempotency_key", "metadata", "history", "secret_keys", "priority"}
-PATCH_FIELDS = {"name", "schedule", "run_at", "target", "retry", "concurrency", "misfire",
-                "alert", "history", "secret_keys", "priority"}
+CREATE_FIELDS = {"name", "schedule", "run_at", "target", "dag", "retry", "concurrency",
+                 "misfire", "alert", "idempotency_key", "metadata", "history", "secret_keys",
+                 "priority", "labels", "jitter_s", "not_before", "not_after"}
+PATCH_FIELDS = {"name", "schedule", "run_at", "target", "dag", "retry", "concurrency",
+                "misfire", "alert", "history", "secret_keys", "priority", "labels", "jitter_s",
+                "not_before", "not_after"}
 # A job's rank among its tenant's runs where a backlog forms (firing, dispatch,
 # worker claims); tenants share by weight first, whatever their jobs' priority.
 PRIORITIES = ("high", "normal", "low")
 MISFIRE_POLICIES = ("fire_once", "skip", "fire_all")
-MISFIRE_FIELDS = {"policy", "misfire_tolerance_s", "catchup_max"}
+MISFIRE_FIELDS = {"policy", "misfire_tolerance_s", "catchup_max", "catchup_window_s"}
 TARGET_TYPES = ("http", "command", "publish")
 HTTP_TARGET_FIELDS = {"type", "url", "method", "headers", "body", "timeout_s"}
 COMMAND_TARGET_FIELDS = {"type", "argv", "env", "cwd", "timeout_s", "queue", "shell"}
@@ -43,6 +46,8 @@ JOB_ID_PATTERN = "job_[0-9a-f]{20}"
 RUN_ID_PATTERN = "run_[0-9a-f]{24}"
 _JOB_ID_RE = re.compile(JOB_ID_PATTERN)
 _RUN_ID_RE = re.compile(RUN_ID_PATTERN)
+# Label keys: what a filter `label=key:value` can name before its colon.
+_LABEL_KEY_RE = re.compile(r"[A-Za-z0-9._/-]+")
 # Header names are RFC 9110 tokens.
 _HEADER_NAME_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 # Headers raftsched sets itself on every call; a job may not override them.
@@ -66,19 +71,22 @@ def _int_from_1(value: object, field: str, limit: str) -> int:
     return value
 
 
-def validate_create(body: object) -> dict:
-    """Return {name, schedule, target, retry, concurrency, metadata, idempotency_key}."""
+def validate_create(body: object, job_id: str = "") -> dict:
+    """Return {spec, idempotency_key}. `job_id`, the id the job will have, is
+    what `H` in a cron schedule is hashed from."""
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object", field="body")
     _reject_unknown(body, CREATE_FIELDS, "")
     secret_keys = validate_secret_keys(body.get("secret_keys"))
     # A create has no stored secret for "***" to stand for: it is refused.
-    target = validate_target(redact.restore_secrets(body.get("target"), None, secret_keys))
+    work = validate_work(body, secret_keys)
     name = body.get("name")
     spec = {
-        "name": default_name(target) if name is None else validate_name(name),
-        "schedule": parse_schedule(body.get("schedule"), body.get("run_at")),
-        "target": target,
+        "name": default_work_name(work) if name is None else validate_name(name),
+        "schedule": NO_SCHEDULE if unscheduled_dag(body, work)
+        else _bounded(parse_schedule(body.get("schedule"), body.get("run_at"),
+                                     hash_key=job_id), body, {}),
+        **work,
         "retry": validate_retry(body.get("retry")),
         "concurrency": validate_concurrency(body.get("concurrency")),
         "misfire": validate_misfire(body.get("misfire")),
@@ -87,7 +95,11 @@ def validate_create(body: object) -> dict:
         "history": validate_history(body.get("history")),
         "secret_keys": secret_keys,
         "priority": validate_priority(body.get("priority")),
+        "labels": validate_labels(body.get("labels")),
     }
+    jitter_ms = validate_jitter(body.get("jitter_s"))
+    if jitter_ms:
+        spec["jitter_ms"] = jitter_ms
     key = body.get("idempotency_key")
     if key is not None:
         key = validate_key_text(key, "idempotency_key", limits.idempotency_key_bytes_max,
@@ -144,8 +156,9 @@ def validate_run_id(value: object, field: str = "run_id") -> str:
     return value
 
 
-def validate_patch(body: object, current: dict) -> dict:
-    """Merge a PATCH body into the current spec; return the new spec."""
+def validate_patch(body: object, current: dict, job_id: str = "") -> dict:
+    """Merge a PATCH body into the current spec; return the new spec. `job_id`
+    is what `H` in a new cron schedule is hashed from."""
     if not isinstance(body, dict):
         raise InvalidInput("the request body must be a JSON object", field="body")
     _reject_unknown(body, PATCH_FIELDS, "")
@@ -156,15 +169,24 @@ def validate_patch(body: object, current: dict) -> dict:
     if "name" in body:
         spec["name"] = validate_name(body["name"])
     if "schedule" in body or "run_at" in body:
-        spec["schedule"] = parse_schedule(body.get("schedule"), body.get("run_at"))
+        spec["schedule"] = NO_SCHEDULE if unscheduled_dag(body, current) \
+            else parse_schedule(body.get("schedule"), body.get("run_at"), hash_key=job_id)
+    if {"schedule", "run_at", "not_before", "not_after"} & set(body):
+        spec["schedule"] = _bounded(spec["schedule"], body, current["schedule"])
+    if "labels" in body:
+        spec["labels"] = validate_labels(body["labels"])
+    if "jitter_s" in body:
+        spec.pop("jitter_ms", None)
+        jitter_ms = validate_jitter(body["jitter_s"])
+        if jitter_ms:
+            spec["jitter_ms"] = jitter_ms
     if "secret_keys" in body:
         spec["secret_keys"] = validate_secret_keys(body["secret_keys"])
-    if "target" in body:
+    if "target" in body or "dag" in body:
         # "***" keeps the stored value of a name that is secret before or after
         # this change: it is what the caller read, or what it now hides.
         names = [*(current.get("secret_keys") or ()), *spec.get("secret_keys", ())]
-        spec["target"] = validate_target(redact.restore_secrets(body["target"],
-                                                                current["target"], names))
+        spec.update(validate_work(body, names, current))
     validators = {"misfire": validate_misfire, "retry": validate_retry,
                   "concurrency": validate_concurrency, "alert": validate_alert,
                   "history": validate_history, "priority": validate_priority}
@@ -172,6 +194,69 @@ def validate_patch(body: object, current: dict) -> dict:
         if name in body:
             spec[name] = validate(body[name])
     return spec
+
+
+def _bounded(schedule: dict, body: dict, previous: dict) -> dict:
+    """The schedule with the bounds the body gives (`not_before`, `not_after`,
+    RFC 3339; null clears one), else those it had. Bounds apply to recurring
+    schedules: a one-off refuses them, and drops those of the schedule it replaces."""
+    bounds = {}
+    for name in ("not_before", "not_after"):
+        if name in body:
+            given = body[name]
+            bounds[name] = None if given is None else parse_instant(given, name)[0]
+        else:
+            bounds[name] = previous.get(f"{name}_ms")
+    if schedule["kind"] not in ("cron", "every"):
+        given = [name for name in ("not_before", "not_after") if body.get(name) is not None]
+        if given:
+            raise InvalidInput(f"`{given[0]}` bounds a recurring schedule (cron or every); "
+                               "this job has none", field=given[0])
+        return bound_schedule(schedule, None, None)
+    if None not in bounds.values() and bounds["not_before"] > bounds["not_after"]:
+        raise InvalidInput("`not_after` must not come before `not_before`", field="not_after")
+    return bound_schedule(schedule, bounds["not_before"], bounds["not_after"])
+
+
+def validate_labels(value: object) -> dict:
+    """{key: value}: at most job_labels_max labels; a key is 1 to
+    label_key_bytes_max bytes of [A-Za-z0-9._/-], a value a string of at most
+    label_value_bytes_max bytes of UTF-8 without control characters. Null is none."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput("`labels` must be an object of strings such as "
+                           "{\"team\": \"payments\"}", field="labels")
+    if len(value) > limits.job_labels_max:
+        raise InvalidInput(f"`labels` holds {len(value)} labels; at most "
+                           f"{limits.job_labels_max}", field="labels", limit="job_labels_max")
+    for key, text in value.items():
+        field = f"labels.{key}"
+        if not _LABEL_KEY_RE.fullmatch(key):
+            raise InvalidInput("a label key is letters, digits, '.', '_', '/' or '-'",
+                               field=field)
+        if len(key) > limits.label_key_bytes_max:
+            raise InvalidInput(f"a label key is at most {limits.label_key_bytes_max} bytes",
+                               field=field, limit="label_key_bytes_max")
+        if not isinstance(text, str) or any(ord(c) < 32 or ord(c) == 127 for c in text):
+            raise InvalidInput("a label value is a string without control characters",
+                               field=field)
+        _check_storable(text, field)
+        if len(text.encode("utf-8")) > limits.label_value_bytes_max:
+            raise InvalidInput(f"a label value is at most {limits.label_value_bytes_max} bytes "
+                               "of UTF-8", field=field, limit="label_value_bytes_max")
+    return dict(value)
+
+
+def validate_jitter(value: object) -> int:
+    """`jitter_s`: 0 to jitter_s_max seconds (null is 0), stored in ms."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 <= value <= limits.jitter_s_max:
+        raise InvalidInput(f"`jitter_s` must be a number of seconds from 0 to "
+                           f"{limits.jitter_s_max}", field="jitter_s", limit="jitter_s_max")
+    return int(value * 1000)
 
 
 def validate_priority(value: object) -> str:
@@ -481,8 +566,9 @@ def validate_alert(value: object) -> dict:
 def validate_misfire(value: object) -> dict:
     """What a fire does with occurrences it is late for (see docs/schedules.md).
 
-    Accepts "skip" or {"policy": "skip", "misfire_tolerance_s": 30, "catchup_max": 100}.
-    Stored as {"policy", "tolerance_ms", "catchup_max"}.
+    Accepts "skip" or {"policy": "skip", "misfire_tolerance_s": 30, "catchup_max": 100,
+    "catchup_window_s": 3600}. Stored as {"policy", "tolerance_ms", "catchup_max"}
+    and, when given, "catchup_window_ms".
     """
     if value is None:
         value = {}
@@ -506,7 +592,16 @@ def validate_misfire(value: object) -> dict:
                            field="misfire.misfire_tolerance_s")
     catchup = _int_from_1(value.get("catchup_max", limits.catchup_max_default),
                           "misfire.catchup_max", "catchup_max_max")
-    return {"policy": policy, "tolerance_ms": int(tolerance * 1000), "catchup_max": catchup}
+    out = {"policy": policy, "tolerance_ms": int(tolerance * 1000), "catchup_max": catchup}
+    window = value.get("catchup_window_s")
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, (int, float)) \
+                or not 1 <= window <= limits.catchup_window_s_max:
+            raise InvalidInput(f"`misfire.catchup_window_s` must be a number of seconds from 1 "
+                               f"to {limits.catchup_window_s_max}",
+                               field="misfire.catchup_window_s", limit="catchup_window_s_max")
+        out["catchup_window_ms"] = int(window * 1000)
+    return out
 
 
 def validate_history(value: object) -> dict:
@@ -544,3 +639,135 @@ def validate_metadata(value: object) -> dict:
                            field="metadata", status=413, type_="too-large",
                            limit="metadata_bytes_max")
     return value
+
+
+# --- DAG jobs --------------------------------------------------------------------------
+
+DAG_FIELDS = {"tasks"}
+DAG_TASK_FIELDS = {"id", "target", "depends_on", "trigger_rule", "retry", "timeout_s"}
+# The schedule of a DAG job created without `schedule` and `run_at`: it runs
+# when triggered (POST /v1/jobs/{id}:trigger), and never on its own.
+NO_SCHEDULE = {"kind": "none"}
+
+
+def unscheduled_dag(body: dict, spec: dict) -> bool:
+    """A DAG job whose body gives no schedule (neither `schedule` nor `run_at`).
+    `spec` is what the job will run: the new one's work, or a stored spec."""
+    return "dag" in spec and body.get("schedule") is None and body.get("run_at") is None
+
+
+def validate_work(body: dict, secret_keys: list[str], current: dict | None = None) -> dict:
+    """What a job runs: {"target": ...} (one call) or {"dag": ...} (tasks that
+    each make one), exactly one. `current` is the stored spec of a PATCH, whose
+    secrets "***" keeps; a PATCH may not turn one kind of job into the other."""
+    has_target, has_dag = "target" in body, "dag" in body
+    if has_target and has_dag:
+        raise InvalidInput("give `target` (one call) or `dag` (a workflow of tasks), not both",
+                           field="dag")
+    if current is not None and has_target and "dag" in current:
+        raise InvalidInput("this job runs a DAG: change its `dag`, or create a job for one "
+                           "target", field="target")
+    if current is not None and has_dag and "target" in current:
+        raise InvalidInput("this job calls one target: change its `target`, or create a job "
+                           "for a DAG", field="dag")
+    if has_dag:
+        return {"dag": validate_dag(body["dag"], secret_keys,
+                                    current.get("dag") if current else None)}
+    stored = current.get("target") if current else None
+    return {"target": validate_target(redact.restore_secrets(body.get("target"), stored,
+                                                             secret_keys))}
+
+
+def default_work_name(work: dict) -> str:
+    """The name of a job created without one: default_name of its target, or
+    for a DAG, its task ids ("dag ingest, fx, reconcile")."""
+    if "target" in work:
+        return default_name(work["target"])
+    text = "dag " + ", ".join(task["id"] for task in work["dag"]["tasks"])
+    return text if len(text) <= limits.job_name_chars_max \
+        else text[:limits.job_name_chars_max - 1] + "…"
+
+
+def validate_dag(value: object, secret_keys: list[str], current: dict | None = None) -> dict:
+    """{"tasks": [task, ...]}: 1 to dag_tasks_max tasks whose graph is acyclic,
+    with unique ids and known dependencies (core/dag.py). A cycle is refused
+    naming its tasks. `current`: the stored DAG of a PATCH, whose task targets
+    "***" keeps (by task id)."""
+    if not isinstance(value, dict):
+        raise InvalidInput('`dag` must be an object: {"tasks": [{"id", "target", '
+                           '"depends_on"}, ...]}', field="dag")
+    _reject_unknown(value, DAG_FIELDS, "dag.")
+    tasks = value.get("tasks")
+    if not isinstance(tasks, list) or not tasks:
+        raise InvalidInput("`dag.tasks` must be a non-empty list of tasks", field="dag.tasks")
+    if len(tasks) > limits.dag_tasks_max:
+        raise InvalidInput(f"`dag.tasks` holds {len(tasks)} tasks; at most "
+                           f"{limits.dag_tasks_max}", field="dag.tasks", limit="dag_tasks_max")
+    stored = {task["id"]: task["target"] for task in (current or {}).get("tasks", ())}
+    out = [_validate_task(task, f"dag.tasks[{i}]", secret_keys, stored)
+           for i, task in enumerate(tasks)]
+    problem = dag.graph_problem(out)
+    if problem is not None:
+        raise InvalidInput(problem.detail, field=f"dag.tasks[{problem.index}].{problem.member}",
+                           limit=problem.limit)
+    return {"tasks": out}
+
+
+def _validate_task(task: object, field: str, secret_keys: list[str], stored: dict) -> dict:
+    if not isinstance(task, dict):
+        raise InvalidInput(f'`{field}` must be an object: {{"id", "target", "depends_on", '
+                           '"trigger_rule", "retry", "timeout_s"}', field=field)
+    _reject_unknown(task, DAG_TASK_FIELDS, field + ".")
+    task_id = _task_id(task.get("id"), f"{field}.id")
+    depends_on = task.get("depends_on")
+    if depends_on is None:
+        depends_on = []
+    if not isinstance(depends_on, list) or len(depends_on) > limits.dag_tasks_max:
+        raise InvalidInput(f"`{field}.depends_on` must be a list of at most "
+                           f"{limits.dag_tasks_max} task ids", field=f"{field}.depends_on",
+                           limit="dag_tasks_max")
+    upstream = [_task_id(dep, f"{field}.depends_on[{j}]") for j, dep in enumerate(depends_on)]
+    rule = task.get("trigger_rule")
+    if rule is None:
+        rule = dag.ALL_SUCCESS
+    if rule not in dag.RULES:
+        raise InvalidInput(f"`{field}.trigger_rule` must be one of {', '.join(dag.RULES)}",
+                           field=f"{field}.trigger_rule")
+    target = _within(field, lambda: validate_target(redact.restore_secrets(
+        task.get("target"), stored.get(task_id), secret_keys)))
+    if task.get("timeout_s") is not None:
+        # The task's timeout is its target's: each attempt is abandoned after it.
+        target["timeout_s"] = _task_timeout(task["timeout_s"], f"{field}.timeout_s")
+    retry = None
+    if task.get("retry") is not None:
+        retry = _within(field, lambda: validate_retry(task["retry"]))
+    return {"id": task_id, "target": target, "depends_on": upstream, "trigger_rule": rule,
+            "retry": retry, "timeout_s": target.get("timeout_s")}
+
+
+def _task_id(value: object, field: str) -> str:
+    return validate_name_token(value, field, max_bytes=limits.dag_task_id_bytes_max,
+                               limit="dag_task_id_bytes_max")
+
+
+def _task_timeout(value: object, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not limits.target_timeout_s_min <= value <= limits.target_timeout_s_max:
+        raise InvalidInput(f"`{field}` must be a number from {limits.target_timeout_s_min} to "
+                           f"{limits.target_timeout_s_max}", field=field,
+                           limit="target_timeout_s_max")
+    return float(value)
+
+
+_T = TypeVar("_T")
+
+
+def _within(prefix: str, check: Callable[[], _T]) -> _T:
+    """`check()`, with the field of an InvalidInput it raises named from `prefix`:
+    a task's target and retry are checked as a job's are, and named as the task's."""
+    try:
+        return check()
+    except InvalidInput as exc:
+        exc.field = f"{prefix}.{exc.field}" if exc.field else prefix
+        exc.detail = f"{prefix}: {exc.detail}"
+        raise

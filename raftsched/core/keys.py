@@ -37,6 +37,20 @@ def run_id(job_id: str, scheduled_ms: int, attempt: int) -> str:
     return "run_" + digest[:24]
 
 
+def task_execution_id(job_id: str, scheduled_ms: int, task_id: str) -> str:
+    """A DAG task's execution id: stable across its retries and failover, and
+    distinct from every other task's of the same run."""
+    digest = hashlib.sha256(f"{job_id}|{scheduled_ms}|{task_id}".encode()).hexdigest()
+    return "exe_" + digest[:32]
+
+
+def task_run_id(dag_run_id: str, task_id: str) -> str:
+    """The id of the run that executes task `task_id` of DAG run `dag_run_id`:
+    a run id like any other, so executors, workers and the API take it as one."""
+    digest = hashlib.sha256(f"{dag_run_id}|task|{task_id}".encode()).hexdigest()
+    return "run_" + digest[:24]
+
+
 def job_key(job_id: str) -> bytes:
     return job_id.encode()
 
@@ -69,6 +83,20 @@ def runs_by_job_prefix(job_id: str) -> bytes:
 
 def runs_by_job_key(job_id: str, scheduled_ms: int, attempt: int) -> bytes:
     return runs_by_job_prefix(job_id) + _U64.pack(scheduled_ms) + _U16.pack(attempt)
+
+
+def runs_by_tenant_prefix(tenant: str) -> bytes:
+    return tenant.encode() + b"\x00"
+
+
+def runs_by_tenant_key(tenant: str, scheduled_ms: int, run: str) -> bytes:
+    """A tenant's runs in (scheduled_for, run id) order: what GET /v1/runs pages
+    through, newest first, from the last key a page showed."""
+    return runs_by_tenant_prefix(tenant) + _U64.pack(scheduled_ms) + run.encode()
+
+
+def parse_runs_by_tenant_key(prefix: bytes, key: bytes) -> tuple[int, str]:
+    return _U64.unpack_from(key, len(prefix))[0], key[len(prefix) + 8:].decode()
 
 
 def open_run_key(node: str, run: str) -> bytes:

@@ -18,6 +18,11 @@ fired) queues the next attempt. The reaper ends an attempt whose lease expired
 with `retry` or `fail`. `reassign` moves a queued run off a node that died
 before starting it.
 
+A failed run is terminal, with one way out: `redrive` (POST /v1/runs/{id}:retry)
+gives it a new attempt under the same execution id, queued, or `redrive_wait`
+behind an open run of its job (the `queue` policy). Every other terminal state
+is final.
+
 `next_state` raises InvalidTransition for any other pair. apply treats a
 transition the table does not allow as a stale report (counted, not applied):
 reports are delivered at least once.
@@ -58,11 +63,17 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (RUNNING, "cancel"): CANCELLED,
     (RETRY_WAIT, "due"): QUEUED,
     (RETRY_WAIT, "cancel"): CANCELLED,
+    (FAILED, "redrive"): QUEUED,
+    (FAILED, "redrive_wait"): SCHEDULED,
 }
+# The only edges out of a terminal state: a failed run re-driven.
+REDRIVE_EVENTS = frozenset({"redrive", "redrive_wait"})
 
 EVENTS = frozenset(event for _, event in TRANSITIONS)
 
-assert TERMINAL.isdisjoint(state for state, _ in TRANSITIONS)
+assert TERMINAL.isdisjoint(state for state, event in TRANSITIONS
+                          if event not in REDRIVE_EVENTS)
+assert {state for state, event in TRANSITIONS if event in REDRIVE_EVENTS} == {FAILED}
 assert set(TRANSITIONS.values()) | CREATED_STATES == set(STATES)
 
 

@@ -2,7 +2,7 @@
 
 A job's secrets are the values of its HTTP target's `Authorization`, `Cookie`
 and `Proxy-Authorization` headers (in any case), and of each header or env
-variable its `secret_keys` names. Header names compare case-insensitively, as
+variable its `secret_keys` names; a DAG job's, those of every task's target. Header names compare case-insensitively, as
 HTTP compares them; env names compare exactly, as the process environment does
 (`TOKEN` and `token` are two variables).
 
@@ -70,9 +70,27 @@ def redact_target(target: dict, secret_keys: Iterable[str]) -> dict:
                                     for name, value in values.items()}})
 
 
-def redact_spec_target(spec: dict) -> dict:
-    """The spec's target as a read shows it."""
+def redact_spec_target(spec: dict) -> dict | None:
+    """The spec's target as a read shows it (None for a DAG job)."""
+    if "target" not in spec:
+        return None
     return redact_target(spec["target"], spec.get("secret_keys") or ())
+
+
+def redact_spec_dag(spec: dict) -> dict | None:
+    """A DAG job's tasks as a read shows them: each target's secrets masked."""
+    if "dag" not in spec:
+        return None
+    keys = spec.get("secret_keys") or ()
+    return {"tasks": [dict(task, target=redact_target(task["target"], keys))
+                      for task in spec["dag"]["tasks"]]}
+
+
+def spec_targets(spec: dict) -> list[dict]:
+    """Every target a job calls: its own, or each of its DAG's tasks'."""
+    if "dag" in spec:
+        return [task["target"] for task in spec["dag"]["tasks"]]
+    return [spec.get("target") or {}]
 
 
 def secret_values(spec: dict) -> tuple[str, ...]:
@@ -81,17 +99,17 @@ def secret_values(spec: dict) -> tuple[str, ...]:
     secret value, the credentials of an Authorization header without their
     scheme, each cookie value of a Cookie header, and the JSON-escaped form of
     each, all of at least secret_redact_chars_min characters."""
-    target = spec.get("target") or {}
-    _, values = _named_values(target)
     keys = list(spec.get("secret_keys") or ())
     found: set[str] = set()
-    for name, value in values.items():
-        if not isinstance(value, str) or not is_secret(target["type"], name, keys):
-            continue
-        for piece in (value, *_pieces(target["type"], name, value)):
-            piece = piece.strip()
-            found.update({piece, json.dumps(piece)[1:-1],
-                          json.dumps(piece, ensure_ascii=False)[1:-1]})
+    for target in spec_targets(spec):
+        _, values = _named_values(target)
+        for name, value in values.items():
+            if not isinstance(value, str) or not is_secret(target["type"], name, keys):
+                continue
+            for piece in (value, *_pieces(target["type"], name, value)):
+                piece = piece.strip()
+                found.update({piece, json.dumps(piece)[1:-1],
+                              json.dumps(piece, ensure_ascii=False)[1:-1]})
     kept = (v for v in found if len(v) >= limits.secret_redact_chars_min)
     return tuple(sorted(kept, key=lambda v: (-len(v), v)))
 

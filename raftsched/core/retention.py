@@ -10,10 +10,13 @@ refused and left alone, on every replica alike.
         delivery) past a bound of its job's history: more finished runs than
         `max_runs`, or finished more than `max_age_ms` before at_ms; or any
         finished run of a job that was deleted or completed more than the
-        retention before at_ms. Its runs_by_job entry goes with it.
+        retention before at_ms. Its runs_by_job and runs_by_tenant entries go
+        with it, and so do the task runs of a DAG run (core/dagrun.py).
   jobs  job_id: a job deleted or completed more than the retention before
         at_ms, with no runs left and none open.
   idem  (tenant, key): an idempotency key created more than the TTL before at_ms.
+  backfills  backfill_id: a backfill that ended (succeeded, failed or was
+        cancelled) more than the finished-job retention before at_ms.
 
 A job's history bounds are its spec's `history` members, else the cluster
 defaults the command carries (the proposer's --history-max-runs and
@@ -25,9 +28,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from raftsched.core import keys, tenancy
+from raftsched.core import backfill, dagrun, keys, tenancy
 from raftsched.core.lifecycle import TERMINAL
-from raftsched.core.tx import ALERTS, IDEM, JOBS, RUNS, RUNS_BY_JOB, RunsPurged, Tx
+from raftsched.core.tx import (ALERTS, IDEM, JOBS, RUNS, RUNS_BY_JOB, RUNS_BY_TENANT, RunsPurged,
+                               Tx)
 
 # Statuses of a job that will not fire again on its own: deleted, or completed
 # (a one-off that fired, or a schedule with no occurrence left).
@@ -103,13 +107,27 @@ def _purge_run(tx: Tx, cmd: dict, run_id: str, job_id: str) -> bool:
     if job is not None and not run_past_bounds(job, run, cmd):
         return False
     tx.delete(RUNS, run_id.encode())
+    _purge_task_runs(tx, run)
     by_job = keys.runs_by_job_key(job_id, run["scheduled_ms"], 1)
     if tx.get(RUNS_BY_JOB, by_job) == run_id:
         tx.delete(RUNS_BY_JOB, by_job)
+    # (A run made before this index existed has no entry: the delete is a no-op.)
+    tx.delete(RUNS_BY_TENANT, keys.runs_by_tenant_key(run["tenant"], run["scheduled_ms"], run_id))
     if job is not None:
         job["runs_count"] = max(0, job.get("runs_count", 0) - 1)
         tx.put(JOBS, keys.job_key(job_id), job)
     return True
+
+
+def _purge_task_runs(tx: Tx, run: dict) -> None:
+    """A DAG run goes with the task runs it made (they ended before it did):
+    at most dag_tasks_max of them."""
+    task_runs = [run_id for run_id in dagrun.task_run_ids(run)
+                 if tx.get(RUNS, run_id.encode()) is not None]
+    for run_id in task_runs:
+        tx.delete(RUNS, run_id.encode())
+    if task_runs:
+        tx.effects.append(RunsPurged(run_ids=tuple(task_runs)))
 
 
 def _purge_job(tx: Tx, cmd: dict, job_id: str) -> bool:
@@ -139,13 +157,14 @@ def _purge_idem(tx: Tx, cmd: dict, tenant: str, key: str) -> bool:
 
 def handle_purge(tx: Tx, cmd: dict) -> dict:
     """Runs first, then jobs (a job goes only once its runs are gone, possibly
-    earlier in this same command), then idempotency keys."""
+    earlier in this same command), then idempotency keys, then backfills."""
     purged = [run_id for run_id, job_id in cmd["runs"] if _purge_run(tx, cmd, run_id, job_id)]
     if purged:
         tx.effects.append(RunsPurged(run_ids=tuple(purged)))
     runs = len(purged)
     jobs = sum(_purge_job(tx, cmd, job_id) for job_id in cmd["jobs"])
     idem = sum(_purge_idem(tx, cmd, tenant, key) for tenant, key in cmd["idem"])
-    asked = len(cmd["runs"]) + len(cmd["jobs"]) + len(cmd["idem"])
-    return {"ok": True, "runs": runs, "jobs": jobs, "idem": idem,
-            "refused": asked - runs - jobs - idem}
+    backfills = sum(backfill.purge(tx, cmd, ident) for ident in cmd.get("backfills", ()))
+    asked = len(cmd["runs"]) + len(cmd["jobs"]) + len(cmd["idem"]) + len(cmd.get("backfills", ()))
+    return {"ok": True, "runs": runs, "jobs": jobs, "idem": idem, "backfills": backfills,
+            "refused": asked - runs - jobs - idem - backfills}

@@ -12,15 +12,19 @@ follow a run's state are kept here and only here:
 
 Callers that pass a `job` record in mutate it and must put it afterwards
 (`put_job`); run records are put here.
+
+A DAG job's run is executed by the task runs it releases (core/dagrun.py):
+the hooks here hand a DAG run to dagrun where an ordinary run would be queued,
+started or cancelled, and tell it of each task run's start, retry and end.
 """
 
 from __future__ import annotations
 
 from raftsched import limits
-from raftsched.core import keys, lifecycle, retry
+from raftsched.core import dag, dagrun, keys, lifecycle, retry
 from raftsched.core.lifecycle import ACTIVE, QUEUED, RETRY_WAIT, RUNNING, SCHEDULED, SKIPPED
 from raftsched.core.tx import (ALERTS, DUE, JOBS, LEASES, READY, RECORD_VERSION, RUNS,
-                               RUNS_BY_JOB, RUNS_OPEN, SHARDS, AlertPending, DueArmed,
+                               RUNS_BY_JOB, RUNS_BY_TENANT, RUNS_OPEN, SHARDS, AlertPending, DueArmed,
                                RunCancelled, RunQueued, Tx)
 
 DEFAULT_QUEUE = "default"
@@ -28,8 +32,11 @@ DEFAULT_QUEUE = "default"
 
 def worker_queue(spec: dict) -> str | None:
     """The worker queue a job's runs wait in, or None when a node executes them
-    (HTTP and publish targets, commands on the default queue)."""
-    target = spec["target"]
+    (HTTP and publish targets, commands on the default queue). `spec` is a
+    job's or a DAG task's; a DAG job's own runs have no queue."""
+    target = spec.get("target")
+    if target is None:
+        return None
     if target["type"] == "command" and target.get("queue", DEFAULT_QUEUE) != DEFAULT_QUEUE:
         return target["queue"]
     return None
@@ -55,11 +62,12 @@ def _move(run: dict, event: str) -> None:
 
 def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str, at_ms: int, trigger: str,
                token: int = 0, state: str = QUEUED,
-               reason: str | None = None) -> tuple[dict, bool]:
+               reason: str | None = None, overlap: str | None = None) -> tuple[dict, bool]:
     """Create the run (job, scheduled_for) unless it exists: a second fire of
     the same occurrence is a no-op. A run asked for as queued goes through the
-    job's concurrency policy first; one created missed or skipped only records
-    the occurrence."""
+    job's concurrency policy first (`overlap="allow"` admits it as the allow
+    policy would, whatever the job's); one created missed or skipped only
+    records the occurrence."""
     by_job = keys.runs_by_job_key(job["id"], scheduled_ms, 1)
     existing = tx.get(RUNS_BY_JOB, by_job)
     if existing is not None:
@@ -74,8 +82,11 @@ def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str, at_ms: int, trig
            "reason": reason, "attempts": [], "alert": None,
            "priority": job["spec"].get("priority", "normal")}
     if state == QUEUED:
-        state, run["reason"] = _admit(tx, job, run, at_ms)
+        state, run["reason"] = _admit(tx, job, run, at_ms, overlap)
+    if "dag" in job["spec"]:
+        dagrun.prepare(run, job["spec"], state)
     tx.put(RUNS_BY_JOB, by_job, run["id"])
+    tx.put(RUNS_BY_TENANT, keys.runs_by_tenant_key(job["tenant"], scheduled_ms, run["id"]), 1)
     # Runs in the job's history: the purger's count bound reads it (core/retention.py).
     job["runs_count"] = job.get("runs_count", 0) + 1
     if state == QUEUED:
@@ -90,10 +101,12 @@ def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str, at_ms: int, trig
     return run, True
 
 
-def _admit(tx: Tx, job: dict, run: dict, at_ms: int) -> tuple[str, str | None]:
-    """The concurrency policy's answer for a new occurrence: (state, reason)."""
+def _admit(tx: Tx, job: dict, run: dict, at_ms: int,
+           overlap: str | None = None) -> tuple[str, str | None]:
+    """The concurrency policy's answer for a new occurrence: (state, reason).
+    `overlap="allow"`: the allow policy's answer, whatever the job's policy."""
     concurrency = job["spec"].get("concurrency") or {"policy": "allow"}
-    policy = concurrency["policy"]
+    policy = "allow" if overlap == "allow" else concurrency["policy"]
     active, waiting = job.get("active", []), job.get("waiting", [])
     if policy == "skip_if_running" and active:
         return SKIPPED, f"run {active[0]} of this job was still open (skip_if_running)"
@@ -116,8 +129,12 @@ def _admit(tx: Tx, job: dict, run: dict, at_ms: int) -> tuple[str, str | None]:
 
 
 def _enqueue(tx: Tx, run: dict, node: str | None, at_ms: int) -> None:
-    """Hand a queued run to its executor: the node named, or its worker queue."""
+    """Hand a queued run to its executor: the node named, or its worker queue.
+    A DAG run has no executor: its first tasks are released instead."""
     assert run["state"] == QUEUED, run
+    if dagrun.is_dag_run(run):
+        dagrun.begin(tx, run, node, at_ms)
+        return
     run["queued_ms"] = at_ms
     if run.get("queue"):
         run["node"] = None
@@ -158,6 +175,8 @@ def start(tx: Tx, run: dict, update: dict) -> bool:
         return False
     if not run.get("queue") and run["node"] != update["holder"]:
         return False   # a node-executed run starts only on the node it was given to
+    if dagrun.is_dag_run(run):
+        return False   # it starts with its first task
     if run.get("queue"):
         _dequeue(tx, run)
     _move(run, "start")
@@ -169,6 +188,8 @@ def start(tx: Tx, run: dict, update: dict) -> bool:
          "output_node": None, "retry_delay_ms": None}]
     tx.put(LEASES, keys.lease_key(run["lease_ms"], run["id"]), update["holder"])
     put_run(tx, run)
+    if "dag_run" in run:
+        dagrun.task_moved(tx, run)
     return True
 
 
@@ -195,11 +216,12 @@ def finish(tx: Tx, run: dict, update: dict) -> bool:
                                                      "output_node")}
     run["attempts"][-1].update(summary, finished_ms=at_ms)
     run.update({k: v for k, v in summary.items() if k != "output_node"})
-    policy = retry.policy_of(job["spec"].get("retry"))
+    policy = retry.policy_of(dag.retry_of(job["spec"], run.get("task_id")))
+    # A re-driven run counts its attempts from the re-drive (core/redrive.py).
     if update["ok"]:
         _move(run, "succeed")
     elif update.get("retryable", True) and job["status"] != "deleted" \
-            and run["attempt"] < policy["max_attempts"]:
+            and run["attempt"] - run.get("redrive_base", 0) < policy["max_attempts"]:
         _move(run, "retry")
         delay_ms = update["retry_delay_ms"]
         assert delay_ms is not None and delay_ms >= 0, update
@@ -210,11 +232,17 @@ def finish(tx: Tx, run: dict, update: dict) -> bool:
         tx.effects.append(DueArmed(shard=job["shard"], due_ms=run["retry_due_ms"]))
     else:
         _move(run, "fail")
-        _raise_alert(tx, job, run, at_ms)
+        if "dag_run" not in run:   # a task's failure is its DAG run's to report
+            _raise_alert(tx, job, run, at_ms)
     if run["state"] != RETRY_WAIT:
         run["finished_ms"] = at_ms
-        settle(tx, job, run, at_ms)
+        if "dag_run" in run:
+            dagrun.task_ended(tx, job, run, at_ms)
+        else:
+            settle(tx, job, run, at_ms)
         put_job(tx, job)
+    elif "dag_run" in run:
+        dagrun.task_moved(tx, run)
     put_run(tx, run)
     return True
 
@@ -237,12 +265,15 @@ def retry_due(tx: Tx, run: dict, node: str, token: int, at_ms: int) -> bool:
     run["retry_due_ms"] = None
     _enqueue(tx, run, node, at_ms)
     put_run(tx, run)
+    if "dag_run" in run:
+        dagrun.task_moved(tx, run)
     return True
 
 
 def reassign(tx: Tx, run: dict, from_node: str, to_node: str, at_ms: int) -> bool:
     """A queued run whose node died before starting it moves to a live node."""
-    if run["state"] != QUEUED or run.get("queue") or run["node"] != from_node:
+    if run["state"] != QUEUED or run.get("queue") or run["node"] != from_node \
+            or dagrun.is_dag_run(run):
         return False
     _dequeue(tx, run)
     _move(run, "reassign")
@@ -270,11 +301,14 @@ def settle(tx: Tx, job: dict, run: dict, at_ms: int) -> None:
 
 
 def cancel(tx: Tx, job: dict, run: dict, at_ms: int, reason: str) -> None:
-    """Cancel an open run wherever it is; its holder is told to stop."""
+    """Cancel an open run wherever it is; its holder is told to stop. A DAG
+    run cancels its tasks that have not ended."""
     previous = run["state"]
     _move(run, "cancel")
     if previous == SCHEDULED:
         job["waiting"].remove(run["id"])
+    if dagrun.is_dag_run(run):
+        dagrun.cancel_tasks(tx, job, run, at_ms, reason)
     elif previous == QUEUED:
         _dequeue(tx, run)
     elif previous == RUNNING:
@@ -286,7 +320,7 @@ def cancel(tx: Tx, job: dict, run: dict, at_ms: int, reason: str) -> None:
         tx.delete(DUE, keys.retry_due_key(job["shard"], run["retry_due_ms"], run["id"]))
         run["retry_due_ms"] = None
     run["reason"], run["finished_ms"] = reason, at_ms
-    if previous in ACTIVE:
+    if previous in ACTIVE and "dag_run" not in run:
         settle(tx, job, run, at_ms)
     put_run(tx, run)
 
@@ -297,6 +331,13 @@ def _raise_alert(tx: Tx, job: dict, run: dict, at_ms: int) -> None:
                                         "url": url, "created_ms": at_ms})
     run["alert"] = "pending"
     tx.effects.append(AlertPending(run_id=run["id"]))
+
+
+# What core/dagrun.py uses to queue, place and report the task runs and DAG
+# runs it makes, as this module does its own.
+enqueue, shard_owner, raise_alert = _enqueue, _shard_owner, _raise_alert
+# What core/redrive.py uses to admit and queue a failed run again.
+admit, move = _admit, _move
 
 
 # --- handlers --------------------------------------------------------------------------
@@ -323,8 +364,8 @@ def handle_expire_leases(tx: Tx, cmd: dict) -> dict:
     for run_id, attempt, delay_ms in cmd["items"]:
         run = get_run(tx, run_id)
         if run is None or run["state"] != RUNNING or run["attempt"] != attempt \
-                or run["lease_ms"] > cmd["at_ms"]:
-            continue
+                or run["lease_ms"] is None or run["lease_ms"] > cmd["at_ms"]:
+            continue   # (a DAG run holds no lease: its tasks' runs do)
         update = {"holder": run["holder"], "attempt": attempt, "at_ms": cmd["at_ms"],
                   "ok": False, "retryable": True, "retry_delay_ms": delay_ms,
                   "error": f"lease expired: {run['holder']} stopped heartbeating"}
@@ -347,6 +388,9 @@ def handle_cancel_run(tx: Tx, cmd: dict) -> dict:
     if not lifecycle.allows(run["state"], "cancel"):
         return {"ok": False, "error": "conflict",
                 "detail": f"run {run['id']} is {run['state']}; only an open run can be cancelled"}
+    refusal = dagrun.cancel_refusal(run)
+    if refusal is not None:
+        return refusal
     job = tx.get(JOBS, keys.job_key(run["job_id"]))
     cancel(tx, job, run, cmd["at_ms"], cmd["reason"])
     put_job(tx, job)

@@ -14,6 +14,17 @@ is where the DST rules live (they match Debian cron):
   - a local time inside an autumn fold happens twice: a fixed-time schedule
     fires once, in the first copy; a wildcard schedule fires in both copies.
 
+The rules hold for shifts of any size: Australia/Lord_Howe moves by 30 minutes
+and Antarctica/Troll by two hours, and the second copy of a repeated period is
+found from the size of the shift, not assumed to be an hour.
+
+Jenkins' hashed spread: `H` in a cron field stands for a value picked by a
+stable hash of the job id (`H`, `H(0-29)`, `H/15`, `H(0-29)/10`), so jobs that
+all say "hourly" spread over the hour. It is resolved once, when the job is
+created or changed, into a plain expression (`cron`); the text as given is
+kept as `text`. A cron or every schedule may carry `not_before_ms` and
+`not_after_ms`: no occurrence falls outside them.
+
 Next-fire results are memoised per (expression, timezone, after): a burst of
 jobs that share an expression costs one evaluation, not one per job. Pure: the
 caller passes `after_ms`; nothing here reads a clock.
@@ -30,6 +41,7 @@ from croniter import croniter
 from croniter.croniter import CroniterBadCronError, CroniterBadDateError, CroniterError
 
 from raftsched import limits
+from raftsched.core.keys import stable_hash
 from raftsched.core.timeutil import datetime_to_ms, ms_to_datetime, parse_rfc3339
 from raftsched.errors import InvalidInput
 
@@ -51,8 +63,10 @@ _SECOND = dt.timedelta(seconds=1)
 
 # --- parsing --------------------------------------------------------------------------
 
-def parse_schedule(schedule: object, run_at: object, field_prefix: str = "") -> dict:
-    """Validate the `schedule` / `run_at` members of a job body into a stored spec."""
+def parse_schedule(schedule: object, run_at: object, field_prefix: str = "",
+                   hash_key: str = "") -> dict:
+    """Validate the `schedule` / `run_at` members of a job body into a stored spec.
+    `hash_key` (the job id) is what `H` in a cron field is hashed from."""
     has_schedule = schedule is not None
     has_run_at = run_at is not None
     if has_schedule == has_run_at:
@@ -77,11 +91,26 @@ def parse_schedule(schedule: object, run_at: object, field_prefix: str = "") -> 
         every_ms = parse_every(schedule["every"], f"{field_prefix}schedule.every")
         return {"kind": "every", "every_ms": every_ms, "text": schedule["every"].strip()}
     tz = parse_timezone(schedule.get("timezone", "UTC"), f"{field_prefix}schedule.timezone")
-    cron = normalise_cron(schedule["cron"], f"{field_prefix}schedule.cron")
+    text = normalise_cron(schedule["cron"], f"{field_prefix}schedule.cron")
+    cron = resolve_hashed(text, hash_key, f"{field_prefix}schedule.cron")
     if next_fire_cron(cron, tz, 0) is None:
         raise InvalidInput(f"cron expression {schedule['cron']!r} never fires",
                            field=f"{field_prefix}schedule.cron")
-    return {"kind": "cron", "cron": cron, "timezone": tz}
+    spec = {"kind": "cron", "cron": cron, "timezone": tz}
+    if cron != text:
+        spec["text"] = text
+    return spec
+
+
+def bound_schedule(schedule: dict, not_before_ms: int | None,
+                   not_after_ms: int | None) -> dict:
+    """The schedule with its bounds (inclusive); a bound that is None is dropped."""
+    out = {k: v for k, v in schedule.items() if k not in ("not_before_ms", "not_after_ms")}
+    if not_before_ms is not None:
+        out["not_before_ms"] = not_before_ms
+    if not_after_ms is not None:
+        out["not_after_ms"] = not_after_ms
+    return out
 
 
 def parse_run_at(value: object, field: str) -> dict:
@@ -150,11 +179,76 @@ def normalise_cron(value: object, field: str) -> str:
     if len(fields) not in (5, 6):
         raise InvalidInput(f"cron needs 5 fields (minute hour day month weekday) or 6 with "
                            f"seconds first; got {len(fields)}", field=field)
+    # H is checked here and resolved with any key: whether the expression is
+    # valid does not depend on the values the hash picks.
+    plain = resolve_hashed(text, "", field)
     try:
-        croniter(text, dt.datetime(2026, 1, 1), second_at_beginning=len(fields) == 6)
+        croniter(plain, dt.datetime(2026, 1, 1), second_at_beginning=len(fields) == 6)
     except (CroniterError, ValueError, KeyError) as exc:
         raise InvalidInput(f"invalid cron expression {value!r}: {exc}", field=field) from None
     return text
+
+
+# --- hashed spread (H) -----------------------------------------------------------------
+
+_HASH_TERM_RE = re.compile(r"H(?:\((\d{1,2})-(\d{1,2})\))?(?:/(\d{1,2}))?")
+_FIELD_NAMES = ("minute", "hour", "day of month", "month", "day of week")
+# What a bare `H` (or `H/n`) picks from in each field: Jenkins keeps the day of
+# the month to 1-28, which every month has, and the day of the week to 0-6.
+_HASH_SPAN = {"second": (0, 59), "minute": (0, 59), "hour": (0, 23),
+              "day of month": (1, 28), "month": (1, 12), "day of week": (0, 6)}
+# What `H(a-b)` may name.
+_FIELD_SPAN = dict(_HASH_SPAN, **{"day of month": (1, 31)})
+
+
+def resolve_hashed(cron: str, hash_key: str, field: str = "schedule.cron") -> str:
+    """The expression with every `H` term replaced by the values a stable hash of
+    (hash_key, field, term) picks, Jenkins' way:
+
+      H          one value of the field (day of month 1-28, day of week 0-6)
+      H(a-b)     one value in a..b
+      H/n        every n from a hashed start in 0..n-1 (from 1 for days, months)
+      H(a-b)/n   every n within a..b, from a hashed start in a..a+n-1
+
+    A stepped term that yields two values or more becomes `start-b/n`, so it
+    stays a stepped field for the DST rules; one value becomes that value.
+    Terms without H, and expressions without H, are returned unchanged."""
+    if "H" not in cron:
+        return cron
+    fields = cron.split(" ")
+    names = (("second",) if len(fields) == 6 else ()) + _FIELD_NAMES
+    out = []
+    for index, (name, text) in enumerate(zip(names, fields)):
+        if "H" not in text:
+            out.append(text)
+            continue
+        # Day and month names hold an H too (THU); an H term starts with it.
+        out.append(",".join(_resolve_term(term, name, f"{hash_key}|{index}|{n}", field)
+                            if term.startswith("H") else term
+                            for n, term in enumerate(text.split(","))))
+    return " ".join(out)
+
+
+def _resolve_term(term: str, name: str, seed: str, field: str) -> str:
+    match = _HASH_TERM_RE.fullmatch(term)
+    if match is None:
+        raise InvalidInput(f"cannot read {term!r} in the {name} field: write H, H(a-b), H/n "
+                           "or H(a-b)/n", field=field)
+    low, high = _HASH_SPAN[name]
+    if match.group(1) is not None:
+        low, high = int(match.group(1)), int(match.group(2))
+        least, most = _FIELD_SPAN[name]
+        if not least <= low <= high <= most:
+            raise InvalidInput(f"{term!r}: the {name} range must lie within {least}-{most}, "
+                               "low to high", field=field)
+    step = int(match.group(3)) if match.group(3) is not None else 1
+    if not 1 <= step <= high - low + 1:
+        raise InvalidInput(f"{term!r}: the step must be from 1 to {high - low + 1}", field=field)
+    picked = stable_hash(seed)
+    if step == 1:
+        return str(low + picked % (high - low + 1))
+    start = low + picked % step
+    return f"{start}-{high}/{step}" if start + step <= high else str(start)
 
 
 def is_wildcard(cron: str) -> bool:
@@ -174,13 +268,23 @@ def next_fire_ms(spec: dict, after_ms: int) -> int | None:
     in the past fires once, at once (the fire_once misfire rule).
     """
     kind = spec["kind"]
+    if kind == "none":
+        return None   # a DAG job without a schedule runs when triggered
+    if kind == "once":
+        return spec["run_at_ms"]
+    floor_ms = spec.get("not_before_ms")
+    if floor_ms is not None and after_ms < floor_ms:
+        after_ms = floor_ms - 1
     if kind == "cron":
-        return next_fire_cron(spec["cron"], spec["timezone"], after_ms)
-    if kind == "every":
+        found = next_fire_cron(spec["cron"], spec["timezone"], after_ms)
+    else:
+        assert kind == "every", kind
         every_ms = spec["every_ms"]
-        return (after_ms // every_ms + 1) * every_ms
-    assert kind == "once", kind
-    return spec["run_at_ms"]
+        found = (after_ms // every_ms + 1) * every_ms
+    ceiling_ms = spec.get("not_after_ms")
+    if found is not None and ceiling_ms is not None and found > ceiling_ms:
+        return None
+    return found
 
 
 def preview_ms(spec: dict, after_ms: int, count: int) -> list[int]:
@@ -197,30 +301,39 @@ def preview_ms(spec: dict, after_ms: int, count: int) -> list[int]:
     return out
 
 
-def covered_occurrences(spec: dict, due_ms: int, now_ms: int,
-                        limit: int) -> tuple[list[int], bool, int | None]:
+def covered_occurrences(spec: dict, due_ms: int, now_ms: int, limit: int,
+                        window_start_ms: int | None = None
+                        ) -> tuple[list[int], bool, int | None]:
     """The occurrences a fire at `now_ms` covers, for a job due at `due_ms`.
 
     Returns (occurrences, omitted, next_ms): the occurrences at or before now,
     ascending, starting with `due_ms`: at most `limit` from the start, plus the
     latest one at or before now (then `omitted` is True if any in between were
     left out); and the first occurrence after now (None if there is none).
+    With `window_start_ms` (a catch-up window), the ones after due_ms and
+    before it are left out too (and `omitted` says so).
     On time, this is ([due_ms], False, next) for the cost of one memoised call.
     """
     if spec["kind"] == "once":
         return [due_ms], False, None
     occurrences = [due_ms]
     cursor = due_ms
+    skipped = False
+    if window_start_ms is not None:
+        first = next_fire_ms(spec, due_ms)
+        if first is not None and first < window_start_ms and first <= now_ms:
+            cursor, skipped = window_start_ms - 1, True   # go on from the window's start
     while True:
         nxt = next_fire_ms(spec, cursor)
         if nxt is None or nxt > now_ms:
-            return occurrences, False, nxt
+            return occurrences, skipped, nxt
         if len(occurrences) >= limit:
             break
         occurrences.append(nxt)
         cursor = nxt
     latest = latest_at_or_before(spec, now_ms, cursor)
-    omitted = latest != occurrences[-1] and next_fire_ms(spec, occurrences[-1]) != latest
+    omitted = skipped or (latest != occurrences[-1]
+                          and next_fire_ms(spec, occurrences[-1]) != latest)
     if latest != occurrences[-1]:
         occurrences.append(latest)
     return occurrences, omitted, next_fire_ms(spec, now_ms)
@@ -234,6 +347,9 @@ _WALK_STEPS_MAX = 100_000
 
 def latest_at_or_before(spec: dict, now_ms: int, floor_ms: int) -> int:
     """The latest occurrence in [floor_ms, now_ms]; floor_ms if there is none later."""
+    now_ms = min(now_ms, spec.get("not_after_ms", now_ms))
+    if now_ms <= floor_ms:
+        return floor_ms
     if spec["kind"] == "every":
         every_ms = spec["every_ms"]
         return max(floor_ms, now_ms // every_ms * every_ms)
@@ -312,17 +428,26 @@ def _next_forward(cron: str, tz: ZoneInfo, wildcard: bool, wall: dt.datetime,
 
 def _next_in_second_copy(cron: str, tz: ZoneInfo, after: dt.datetime,
                          after_ms: int) -> int | None:
-    """When `after` lies in the first copy of a repeated hour, a wildcard schedule's
-    next run may be a second-copy time whose wall clock is before `after`'s."""
+    """When `after` lies in the first copy of a repeated period, a wildcard
+    schedule's next run may be a second-copy time whose wall clock is at or
+    before `after`'s: one in (wall - shift, wall], where shift is the size of
+    the change (an hour, 30 minutes at Lord Howe, two hours at Troll). The
+    period's wall clock starts where the offset changes, so the search starts
+    there at the earliest: a candidate before it is not repeated."""
     wall = after.replace(tzinfo=None)
     first = wall.replace(tzinfo=tz, fold=0).utcoffset()
     second = wall.replace(tzinfo=tz, fold=1).utcoffset()
     if after.fold != 0 or first is None or second is None or first <= second:
         return None
+    shift = first - second
+    change_ms = _transition_ms(after_ms, after_ms + shift // dt.timedelta(milliseconds=1), tz)
+    period_start = ms_to_datetime(change_ms, tz).replace(tzinfo=None)
     try:
-        cand = _iter(cron, wall - (first - second)).get_next(dt.datetime)
+        cand = _iter(cron, max(wall - shift, period_start - _SECOND)).get_next(dt.datetime)
     except CroniterBadDateError:
         return None
+    if cand > wall:
+        return None   # a later wall clock: its first copy comes sooner (_next_forward)
     a_ms, b_ms = _both_ms(cand, tz)
     if a_ms == b_ms or _is_gap(cand, tz, a_ms):
         return None
@@ -351,5 +476,18 @@ def _transition_ms(lo_ms: int, hi_ms: int, tz: ZoneInfo) -> int:
     return hi * 1000
 
 
-__all__ = ["CroniterBadCronError", "covered_occurrences", "is_wildcard", "latest_at_or_before", "next_fire_cron", "next_fire_ms",
+# --- jitter ------------------------------------------------------------------------------
+
+def fire_delay_ms(job_id: str, occurrence_ms: int, jitter_ms: int) -> int:
+    """A job's delay for one occurrence: 0 to `jitter_ms`, picked by a stable hash
+    of (job id, occurrence). It is a hash rather than a random draw so that the
+    proposer, every replica and every later fire of the same occurrence agree
+    on it without carrying it."""
+    if not jitter_ms:
+        return 0
+    return stable_hash(f"{job_id}|{occurrence_ms}|jitter") % (jitter_ms + 1)
+
+
+__all__ = ["CroniterBadCronError", "bound_schedule", "covered_occurrences", "fire_delay_ms",
+           "resolve_hashed", "is_wildcard", "latest_at_or_before", "next_fire_cron", "next_fire_ms",
            "normalise_cron", "parse_instant", "parse_schedule", "parse_timezone", "preview_ms"]

@@ -64,9 +64,10 @@ def text(max_bytes: int, *, key: bool = False) -> Check:
     """A string of at most `max_bytes` UTF-8 bytes. `key=True`: a part of a
     storage key, so also non-empty and free of NUL (the key separator)."""
     def check(value: Any) -> None:
-        if not isinstance(value, str):
+        if value.__class__ is not str and not isinstance(value, str):
             raise ShapeError(f"must be a string, not {type(value).__name__}")
-        size = _utf8_bytes(value)
+        # ASCII (ids, names) is as many bytes as characters: no encoding needed.
+        size = len(value) if value.isascii() else _utf8_bytes(value)
         if size > max_bytes:
             raise ShapeError(f"is {size} bytes of UTF-8, over {max_bytes}")
         if key and not value:
@@ -180,16 +181,19 @@ def record(members: Mapping[str, Check], *, extra: Check | None = None,
     across members, said by `why`."""
     required = [name for name, c in members.items() if not isinstance(c, _MayBeAbsent)]
 
+    lookup = dict(members)
+
     def check(value: Any) -> None:
-        if not isinstance(value, dict):
+        if value.__class__ is not dict and not isinstance(value, dict):
             raise ShapeError(f"must be a map, not {type(value).__name__}")
         for name in required:
             if name not in value:
                 raise ShapeError("is required").within(name)
+        get = lookup.get
         for name, member in value.items():
-            if not isinstance(name, str):
+            if name.__class__ is not str and not isinstance(name, str):
                 raise ShapeError(f"has a member named by a {type(name).__name__}")
-            inner = members.get(name, extra)
+            inner = get(name, extra)
             if inner is None:
                 raise ShapeError("is not a member of this map").within(name)
             try:
@@ -198,6 +202,26 @@ def record(members: Mapping[str, Check], *, extra: Check | None = None,
                 raise exc.within(name)
         if where is not None and not where(value):
             raise ShapeError(why)
+    return check
+
+
+def map_of(key: Check, item: Check, max_len: int) -> Check:
+    """A map of at most `max_len` members, each name checked by `key` and each
+    value by `item` (a map whose names are data, such as a job's labels)."""
+    def check(value: Any) -> None:
+        if not isinstance(value, dict):
+            raise ShapeError(f"must be a map, not {type(value).__name__}")
+        if len(value) > max_len:
+            raise ShapeError(f"must hold at most {max_len} members, not {len(value)}")
+        for name, member in value.items():
+            try:
+                key(name)
+            except ShapeError as exc:
+                raise ShapeError(f"has a member name that {exc.why}") from None
+            try:
+                item(member)
+            except ShapeError as exc:
+                raise exc.within(name)
     return check
 
 

@@ -32,9 +32,15 @@ COUNTERS = "counters"        # name -> cluster-wide count apply keeps (topics, t
 TOKENS = "tokens"            # token_id -> tenant, role, name, sha256 of the token
 TENANTS = "tenants"          # tenant -> quotas, jobs counted, the create-rate bucket
 AUDIT = "audit"              # seq -> who did what (bounded by audit_entries_max)
+BACKFILLS = "backfills"      # backfill_id -> a backfill's range, progress and state
+BACKFILLS_OPEN = "backfills_open"   # backfill_id -> 1 while it runs: what the backfiller scans
+# tenant | scheduled_ms | run_id -> 1: a tenant's runs in time order (GET /v1/runs),
+# written with the run and removed with it, as runs_by_job is.
+RUNS_BY_TENANT = "runs_by_tenant"
 # Every replicated table, in digest order.
 TABLES = (JOBS, DUE, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS, IDEM, NODES, LEASES, READY, ALERTS,
-          TOPICS, TOPIC_META, TOPIC_IDEM, GROUPS, COUNTERS, TOKENS, TENANTS, AUDIT)
+          TOPICS, TOPIC_META, TOPIC_IDEM, GROUPS, COUNTERS, TOKENS, TENANTS, AUDIT,
+          BACKFILLS, BACKFILLS_OPEN, RUNS_BY_TENANT)
 
 RECORD_VERSION = 1
 

@@ -3,7 +3,8 @@
     await executor.run(attempt, target, deadline_ms) -> Outcome
 
 Preconditions: `target` is a validated target spec (raftsched.core.jobspec);
-`deadline_ms` is the wall-clock instant after which the call is abandoned.
+`deadline_ms` is the instant after which the call is abandoned, on the executor's
+clock (`now_ms`: its node's, the cluster's time; the wall clock by default).
 Postconditions: returns an Outcome for every job failure (a 500, a refused
 connection, a timeout): a failed job is data, not an exception. Raises only for
 bugs. Never retries by itself: retries are durable and belong to the scheduler.
@@ -45,6 +46,11 @@ class Outcome:
 
 class Executor(Protocol):
     async def run(self, attempt: Attempt, target: dict, deadline_ms: int) -> Outcome: ...
+
+
+def wall_ms() -> int:
+    """The wall clock in milliseconds: an executor's clock unless its node gives its own."""
+    return time.time_ns() // 1_000_000
 
 
 def since_ms(started: float) -> int:

@@ -34,10 +34,11 @@ import os
 import signal
 import sys
 import time
+from typing import Callable
 
 from raftsched import limits
 from raftsched.core.timeutil import format_ms
-from raftsched.executors.base import Attempt, Outcome, short_error, since_ms
+from raftsched.executors.base import Attempt, Outcome, short_error, since_ms, wall_ms
 
 # Run by path with `python -I -S`: it imports nothing of raftsched.
 SHIM_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "command_shim.py")
@@ -77,8 +78,11 @@ class _Capture:
 class CommandExecutor:
     def __init__(self, *, output_bytes_max: int = limits.output_bytes_max,
                  kill_grace_s: float = limits.command_kill_grace_s,
-                 base_env: dict[str, str] | None = None) -> None:
+                 base_env: dict[str, str] | None = None,
+                 now_ms: Callable[[], int] = wall_ms) -> None:
         self._output_bytes_max = output_bytes_max
+        # Deadlines are instants on this clock: its node's (the cluster's time).
+        self._now_ms = now_ms
         self._kill_grace_s = kill_grace_s
         self._base_env = base_env if base_env is not None else {
             name: os.environ[name] for name in BASE_ENV_NAMES if name in os.environ}
@@ -98,7 +102,7 @@ class CommandExecutor:
 
     async def run(self, attempt: Attempt, target: dict, deadline_ms: int) -> Outcome:
         started = time.monotonic()
-        timeout_s = max(0.001, min(target["timeout_s"], deadline_ms / 1000 - time.time()))
+        timeout_s = max(0.001, min(target["timeout_s"], (deadline_ms - self._now_ms()) / 1000))
         status_read, status_write = os.pipe()
         try:
             proc = await self._spawn(attempt, target, status_write)

@@ -24,7 +24,7 @@ import aiohttp
 from raftsched import limits
 from raftsched.core.retry import http_status_retryable
 from raftsched.core.timeutil import format_ms
-from raftsched.executors.base import Attempt, Outcome, short_error, since_ms
+from raftsched.executors.base import Attempt, Outcome, short_error, since_ms, wall_ms
 from raftsched.executors.netguard import (AddressPolicy, AddressRefused, GuardedResolver,
                                           guarded_socket_factory, refusal_in)
 
@@ -70,8 +70,11 @@ def request_body(target: dict, headers: dict[str, str]) -> bytes | None:
 class HttpExecutor:
     """`policy`: where calls may go (default: public addresses only)."""
 
-    def __init__(self, policy: AddressPolicy | None = None, send: Send | None = None) -> None:
+    def __init__(self, policy: AddressPolicy | None = None, send: Send | None = None, *,
+                 now_ms: Callable[[], int] = wall_ms) -> None:
         self._policy = policy if policy is not None else AddressPolicy()
+        # Deadlines are instants on this clock: its node's (the cluster's time).
+        self._now_ms = now_ms
         self._session: aiohttp.ClientSession | None = None
         self.send = send or self._send_aiohttp
 
@@ -79,7 +82,8 @@ class HttpExecutor:
         allowed = ", ".join(str(net) for net in self._policy.allowed) or "none"
         log.info("HTTP targets and alert webhooks may call public addresses; ranges allowed "
                  "besides (--allow-target-cidr): %s", allowed)
-        connector = aiohttp.TCPConnector(limit=limits.runs_inflight_max, limit_per_host=0,
+        connector = aiohttp.TCPConnector(limit=limits.runs_inflight_max,
+                                         limit_per_host=limits.http_connections_per_host_max,
                                          ttl_dns_cache=60,
                                          resolver=GuardedResolver(self._policy),
                                          socket_factory=guarded_socket_factory(self._policy))
@@ -92,7 +96,7 @@ class HttpExecutor:
 
     async def run(self, attempt: Attempt, target: dict, deadline_ms: int) -> Outcome:
         started = time.monotonic()
-        timeout_s = max(0.001, min(target["timeout_s"], deadline_ms / 1000 - time.time()))
+        timeout_s = max(0.001, min(target["timeout_s"], (deadline_ms - self._now_ms()) / 1000))
         headers = request_headers(attempt, target)
         body = request_body(target, headers)
         try:
@@ -102,8 +106,9 @@ class HttpExecutor:
             return Outcome(ok=False, retryable=retryable, error=error,
                            duration_ms=since_ms(started))
         text = reply.head.decode("utf-8", "replace")
-        output = {"http_body": text}
-        if len(reply.head) >= limits.http_response_head_bytes_max:
+        # An empty body leaves nothing to keep: no output record, no write.
+        output = {"http_body": text} if text else None
+        if output and len(reply.head) >= limits.http_response_head_bytes_max:
             output["http_body"] += (f"\n[raftsched: response body cut at "
                                     f"http_response_head_bytes_max={len(reply.head)} bytes]")
         if 200 <= reply.status < 300:

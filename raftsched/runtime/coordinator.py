@@ -10,7 +10,8 @@ been silent (pysyncobj's own view of its peers restarts at election). A peer
 whose Raft connection is down (a killed process) is also dead at once.
 
 The shards of a dead node move to live nodes with new fencing tokens, so a
-former owner that wakes up has every fire refused. Raft leadership alone is
+former owner that wakes up has every fire refused. So do the shards of a node
+whose wall clock is out of bound (runtime/clock.py), while it is. Raft leadership alone is
 never the fence: a cut-off leader may believe it leads for a while, but it
 cannot commit.
 """
@@ -47,6 +48,7 @@ class Coordinator:
         self.rebalances_total = 0
         self._renewed: dict[str, float] = {}   # node id -> time.monotonic() of apply
         self._started = time.monotonic()
+        self._no_candidates_logged = False
 
     def renewed(self, node_id: str, at_ms: int) -> None:
         """Loop thread, from apply's NodeRenewed effect. A renewal proposed more
@@ -99,19 +101,36 @@ class Coordinator:
             except Unavailable as exc:
                 log.warning("shard assignment not committed: %s", exc.detail)
 
+    def owner_candidates(self) -> list[str]:
+        """The live nodes whose clocks are not judged out of bound (runtime/clock.py):
+        a node with a wrong clock owns no shards, the leader itself included."""
+        skewed = self._node.clock.out_of_bound()
+        return [nid for nid in self.live_nodes() if nid not in skewed]
+
     async def maybe_rebalance(self) -> bool:
         """Propose the placement changes live nodes need; say whether it did."""
         node = self._node
-        live = self.live_nodes()
-        changes = plan_assignments(node.shard_count, self.owners(), live)
+        candidates = self.owner_candidates()
+        if not candidates:
+            # Placing shards nowhere would stop every fire: the placement stays.
+            if not self._no_candidates_logged:
+                log.error("no live node has a wall clock within the bound; shards stay where "
+                          "they are")
+            self._no_candidates_logged = True
+            return False
+        self._no_candidates_logged = False
+        changes = plan_assignments(node.shard_count, self.owners(), candidates)
         if not changes:
             return False
         moved_from = {}
         owners = self.owners()
         for shard, _ in changes:
             moved_from[owners.get(shard)] = moved_from.get(owners.get(shard), 0) + 1
-        log.info("assigning %d shards over live nodes %s (taken from %s)", len(changes),
-                 ",".join(live), ", ".join(f"{k or 'nobody'}: {v}" for k, v in moved_from.items()))
+        skewed = sorted(node.clock.out_of_bound())
+        log.info("assigning %d shards over live nodes %s (taken from %s)%s", len(changes),
+                 ",".join(candidates),
+                 ", ".join(f"{k or 'nobody'}: {v}" for k, v in moved_from.items()),
+                 f"; clocks out of bound: {','.join(skewed)}" if skewed else "")
         await node.propose(commands.assign_shards(assignments=changes, at_ms=node.now_ms()))
         self.rebalances_total += 1
         return True

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from raftsched import limits
-from raftsched.core import commands, keys, retry
+from raftsched.core import commands, dag, keys, retry
 from raftsched.core.apply import JOBS, RUNS, RUNS_OPEN
 from raftsched.core.redact import redact_output, redact_text, secret_values
 from raftsched.errors import Unavailable
@@ -175,9 +175,10 @@ class Dispatcher:
 
     def _host(self, run: dict) -> str | None:
         job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
-        if job is None or job["spec"]["target"]["type"] != "http":
+        target = dag.target_of(job["spec"], run.get("task_id")) if job is not None else None
+        if target is None or target["type"] != "http":
             return None
-        return urlsplit(job["spec"]["target"]["url"]).netloc
+        return urlsplit(target["url"]).netloc
 
     async def heartbeat_loop(self) -> None:
         while True:
@@ -224,8 +225,8 @@ class Dispatcher:
         job = node.store.get(JOBS, keys.job_key(run["job_id"]))
         outcome = Outcome(ok=False, error=f"node {node.node_id} restarted during the attempt")
         self._active.add(run["id"])
-        future = node.reporter.send(finish_update(node, run, node.node_id, outcome,
-                                                  retry.policy_of(job["spec"].get("retry"))),
+        policy = dag.retry_policy(job["spec"], run.get("task_id"))
+        future = node.reporter.send(finish_update(node, run, node.node_id, outcome, policy),
                                     run["tenant"])
         future.add_done_callback(lambda _: self._active.discard(run["id"]))
 
@@ -270,7 +271,10 @@ class Dispatcher:
         if job is None or job["status"] == "deleted":
             return Outcome(ok=False, retryable=False,
                            error="the job was deleted before the run started")
-        target = job["spec"]["target"]
+        target = dag.target_of(job["spec"], run.get("task_id"))
+        if target is None:
+            return Outcome(ok=False, retryable=False,
+                           error=f"task {run.get('task_id')!r} is no longer in the job's DAG")
         deadline_ms = node.now_ms() + int(target.get("timeout_s", 30) * 1000)
         attempt = attempt_of(run)
         if target["type"] == "http":
@@ -285,7 +289,7 @@ class Dispatcher:
                                error=f"commands do not run on node {node.node_id} (started "
                                      "without --allow-commands); give the job a target.queue "
                                      "served by `raftsched worker`")
-            codes = retry.policy_of(job["spec"].get("retry"))["non_retryable_exit_codes"]
+            codes = dag.retry_policy(job["spec"], run.get("task_id"))["non_retryable_exit_codes"]
             return await node.command_executor.run(
                 attempt, dict(target, non_retryable_exit_codes=codes), deadline_ms)
         assert target["type"] == "publish", target
@@ -322,7 +326,7 @@ class Dispatcher:
                              dict(outcome.output, holder=node.node_id,
                                   http_status=outcome.http_status, exit_code=outcome.exit_code),
                              now_ms=node.now_ms())
-        policy = retry.policy_of(job["spec"].get("retry") if job else None)
+        policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
         future = node.reporter.send(finish_update(node, run, node.node_id, outcome, policy),
                                     run["tenant"])
         future.add_done_callback(lambda _: self._active.discard(run["id"]))

@@ -20,6 +20,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import aiohttp
 from aiohttp import web
@@ -35,6 +36,8 @@ from raftsched.executors.command import CommandExecutor
 from raftsched.executors.http import HttpExecutor
 from raftsched.executors.netguard import policy_for
 from raftsched.replication.raft import Replicator, log_compaction_entries_default
+from raftsched.runtime.backfiller import Backfiller
+from raftsched.runtime.clock import ClusterClock
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
 from raftsched.runtime.lateness import LatenessHistogram
@@ -112,6 +115,10 @@ class NodeConfig:
     tenant_creates_per_s: int = limits.tenant_creates_per_s_default
     tenant_runs_concurrent_max: int = limits.tenant_runs_concurrent_max_default
     tenant_weight: int = limits.tenant_weight_default
+    # --max-clock-skew-ms: a node whose wall clock is further than this from the
+    # cluster's time (the median of the nodes' clocks) owns no shards
+    # (runtime/clock.py). Positive; give every node the same.
+    max_clock_skew_ms: int = limits.max_clock_skew_ms_default
 
     @property
     def admin_token_sha256(self) -> str | None:
@@ -138,13 +145,16 @@ class Node:
         self.config = config
         self.node_id = config.node_id
         self.shard_count = config.shard_count
+        # First: everything below may read the time (now_ms).
+        self.clock = ClusterClock(node_id=config.node_id, cluster_size=len(config.peers) + 1,
+                                  max_skew_ms=config.max_clock_skew_ms, data_dir=config.data_dir)
         self.store = LmdbStore(os.path.join(config.data_dir, "state"),
                                map_size=config.max_data_bytes,
                                durable_commits=config.fsync == "always")
         self.storage = StorageGuard(self)
         self.outputs = OutputStore(os.path.join(config.data_dir, "output"))
-        self.http_executor = HttpExecutor(policy_for(config.allow_target_cidrs))
-        self.command_executor = CommandExecutor()
+        self.http_executor = HttpExecutor(policy_for(config.allow_target_cidrs), now_ms=self.now_ms)
+        self.command_executor = CommandExecutor(now_ms=self.now_ms)
         self.breaker = Breaker(window=limits.breaker_window,
                                failure_ratio=limits.breaker_failure_ratio,
                                cooloff_s=limits.breaker_cooloff_s, clock=self.monotonic)
@@ -154,8 +164,11 @@ class Node:
         self.workers = WorkerService(self)
         self.reaper = Reaper(self)
         self.purger = Purger(self)
+        self.backfiller = Backfiller(self)
         self.topic_events: dict[str, asyncio.Event] = {}
         self.trigger = TriggerLoop(self)
+        # A node that just learnt the cluster's time may fire what is due at once.
+        self.clock.on_synced = self.trigger.ownership_changed
         self.coordinator = Coordinator(self)
         self._loop: asyncio.AbstractEventLoop | None = None
         # Every background task of the node runs under it (runtime/supervise.py).
@@ -193,9 +206,9 @@ class Node:
     def forget_quota(self, tenant: str) -> None:
         self._quotas.pop(tenant, None)
 
-    @staticmethod
-    def now_ms() -> int:
-        return time.time_ns() // 1_000_000
+    def now_ms(self) -> int:
+        """The cluster's time (runtime/clock.py): what every proposal is dated by."""
+        return self.clock.now_ms()
 
     @staticmethod
     def monotonic() -> float:
@@ -213,12 +226,7 @@ class Node:
         try:
             if index <= self.store.applied_index():
                 return {"ok": True, "replayed": True}   # persisted before a restart
-            tag, transition = apply_entry(self.store, data, index)
-            if tag == "check_digest":
-                # Noted before the index is committed, so a reader that sees
-                # the index applied also sees that a digest is on its way.
-                self._note_digest(index, DIGEST_PENDING)
-            self.store.commit(transition, index)
+            tag, transition = self.store.apply_commit(index, self._apply_noting(data, index))
             if tag in ("fire", "fire_many") and transition.result.get("node") == self.node_id:
                 self._note_trigger_lateness(transition.effects)
             self._log_refusal(index, tag or "malformed", transition.result)
@@ -233,6 +241,16 @@ class Node:
             self._loop.call_soon_threadsafe(self._handle_effects, transition.effects)
         return transition.result
 
+    def _apply_noting(self, data: bytes, index: int) -> Callable[[Any], tuple]:
+        def apply_one(view: Any) -> tuple:
+            tag, transition = apply_entry(view, data, index)
+            if tag == "check_digest":
+                # Noted before the index is committed, so a reader that sees
+                # the index applied also sees that a digest is on its way.
+                self._note_digest(index, DIGEST_PENDING)
+            return tag, transition
+        return apply_one
+
     def _note_trigger_lateness(self, effects: tuple) -> None:
         """Raft thread, right after this node's own fire became durable here:
         each run it queued is as late as now minus its scheduled time
@@ -240,7 +258,9 @@ class Node:
         now = self.now_ms()
         for effect in effects:
             if isinstance(effect, RunQueued) and effect.run["attempt"] == 1:
-                self.trigger_lateness.record(now - effect.run["scheduled_ms"])
+                # A jittered job's run is due at its occurrence plus its delay.
+                self.trigger_lateness.record(now - effect.run["scheduled_ms"]
+                                             - effect.run.get("jitter_ms", 0))
 
     @staticmethod
     def _log_refusal(index: int, tag: str, result: dict) -> None:
@@ -475,10 +495,17 @@ class Node:
                  "reporter": self.reporter.run, "reaper": self.reaper.run,
                  "coordinator": self.coordinator.run, "renew": self.coordinator.renew_loop,
                  "sync": self._sync_loop, "prune_outputs": self._prune_outputs_loop,
-                 "purger": self.purger.run, "storage": self.storage.run}
+                 "purger": self.purger.run, "storage": self.storage.run,
+                 "backfiller": self.backfiller.run,
+                 "clock": lambda: self.clock.run(self._peer_urls, self.config.peer_headers())}
         for name, loop in loops.items():
             self.supervisor.start(name, loop)
         self.supervisor.start("register", self._register_loop, finite=True)
+
+    def _peer_urls(self) -> dict[str, str]:
+        """The HTTP address of every other registered node, by node id."""
+        return {rec["id"]: rec["http"] for _, rec in self.store.scan(NODES)
+                if rec["id"] != self.node_id}
 
     async def _register_loop(self) -> None:
         """Record this node's id and addresses in the replicated state, once."""

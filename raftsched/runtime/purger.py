@@ -8,11 +8,13 @@ fills its batch and removes something, the next pass starts at once):
     max_runs: the oldest go first; or finished longer than max_age ago);
   - every finished run of a job deleted or completed longer than
     --finished-job-retention-s ago, and then the job record itself;
-  - idempotency keys older than --idempotency-ttl-s.
+  - idempotency keys older than --idempotency-ttl-s;
+  - backfills that ended longer than --finished-job-retention-s ago.
 
 A pass visits at most `purge_scan_jobs_max` jobs, from a cursor that goes
 round the jobs table, and at most `purge_scan_idem_max` idempotency keys, from
-a cursor of its own, so the cost of a pass does not grow with the state.
+a cursor of its own (and `purge_scan_backfills_max` backfills, from a third),
+so the cost of a pass does not grow with the state.
 Open runs and runs whose failure alert is not yet delivered are never chosen.
 apply (core/retention.py) checks every item again against the command's at_ms
 and the state as it is then: this module only chooses.
@@ -26,8 +28,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from raftsched import limits
-from raftsched.core import commands, keys, retention
+from raftsched.core import backfill, commands, keys, retention
 from raftsched.core.apply import IDEM, JOBS, RUNS, RUNS_BY_JOB
+from raftsched.core.tx import BACKFILLS
 from raftsched.errors import Unavailable
 
 if TYPE_CHECKING:
@@ -48,12 +51,14 @@ class Plan:
     runs: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     jobs: list[str] = dataclasses.field(default_factory=list)
     idem: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    backfills: list[str] = dataclasses.field(default_factory=list)
 
     def room(self) -> int:
-        return limits.purge_batch_max - len(self.runs) - len(self.jobs) - len(self.idem)
+        return (limits.purge_batch_max - len(self.runs) - len(self.jobs) - len(self.idem)
+                - len(self.backfills))
 
     def empty(self) -> bool:
-        return not (self.runs or self.jobs or self.idem)
+        return not (self.runs or self.jobs or self.idem or self.backfills)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -71,10 +76,12 @@ class Purger:
         self._node = node
         self._job_cursor = b""
         self._idem_cursor = b""
+        self._backfill_cursor = b""
         self.passes_total = 0
         self.purged_runs_total = 0
         self.purged_jobs_total = 0
         self.purged_idem_total = 0
+        self.purged_backfills_total = 0
         self.refused_total = 0
 
     async def run(self) -> None:
@@ -112,15 +119,16 @@ class Purger:
             history_max_age_ms=bounds.history_max_age_ms,
             finished_job_retention_ms=bounds.finished_job_retention_ms,
             idempotency_ttl_ms=bounds.idempotency_ttl_ms,
-            runs=plan.runs, jobs=plan.jobs, idem=plan.idem))
+            runs=plan.runs, jobs=plan.jobs, idem=plan.idem, backfills=plan.backfills))
         if not result.get("ok"):
             log.error("purge refused: %s", result.get("detail"))
             return False
         self.purged_runs_total += result["runs"]
         self.purged_jobs_total += result["jobs"]
         self.purged_idem_total += result["idem"]
+        self.purged_backfills_total += result.get("backfills", 0)
         self.refused_total += result["refused"]
-        removed = result["runs"] + result["jobs"] + result["idem"]
+        removed = result["runs"] + result["jobs"] + result["idem"] + result.get("backfills", 0)
         log.debug("purged %d runs, %d jobs, %d idempotency keys (%d refused)", result["runs"],
                   result["jobs"], result["idem"], result["refused"])
         return plan.room() == 0 and removed > 0
@@ -131,6 +139,7 @@ class Purger:
         plan = Plan()
         self._plan_jobs(plan, bounds)
         self._plan_idem(plan, bounds)
+        self._plan_backfills(plan, bounds)
         return plan
 
     def _plan_jobs(self, plan: Plan, bounds: Bounds) -> None:
@@ -195,3 +204,18 @@ class Purger:
                 plan.idem.append((tenant.decode(), idem.decode()))
         full_page = len(rows) == limits.purge_scan_idem_max
         self._idem_cursor = rows[-1][0] + b"\x00" if full_page else b""
+
+    def _plan_backfills(self, plan: Plan, bounds: Bounds) -> None:
+        if plan.room() == 0:
+            return
+        cutoff_ms = bounds.now_ms - bounds.finished_job_retention_ms
+        rows = self._node.store.scan(BACKFILLS, start=self._backfill_cursor,
+                                     limit=limits.purge_scan_backfills_max)
+        for key, record in rows:
+            if plan.room() == 0:
+                self._backfill_cursor = key
+                return
+            if backfill.purgeable(record, cutoff_ms):
+                plan.backfills.append(record["id"])
+        full_page = len(rows) == limits.purge_scan_backfills_max
+        self._backfill_cursor = rows[-1][0] + b"\x00" if full_page else b""

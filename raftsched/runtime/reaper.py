@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from raftsched import limits
-from raftsched.core import commands, keys, retry
+from raftsched.core import commands, dag, keys, retry
 from raftsched.core.apply import ALERTS, JOBS, LEASES, NODES, RUNS, RUNS_OPEN, SHARDS
 from raftsched.core.redact import redact_text, secret_values
 from raftsched.core.timeutil import format_ms
@@ -93,7 +93,7 @@ class Reaper:
             if run is None or run["state"] != "running":
                 continue
             job = node.store.get(JOBS, keys.job_key(run["job_id"]))
-            policy = retry.policy_of(job["spec"].get("retry"))
+            policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
             items.append((run_id, run["attempt"],
                           retry.draw_delay_ms(policy, run["attempt"], random.random)))
             log.warning("run %s attempt %d: lease held by %s expired %d ms ago; ending the "
@@ -182,7 +182,9 @@ class Reaper:
         job = store.get(JOBS, keys.job_key(alert["job_id"]))
         last = run["attempts"][-1] if run["attempts"] else {}
         error = run["error"] and redact_text(run["error"], secret_values(job["spec"]))
-        return {"type": "run_failed", "alert_id": "alert_" + run["id"], "run_id": run["id"],
+        # A re-driven run that fails again raises a new alert, with an id of its own.
+        alert_id = "alert_" + run["id"] + (f"_{run['redrives']}" if run.get("redrives") else "")
+        return {"type": "run_failed", "alert_id": alert_id, "run_id": run["id"],
                 "job_id": job["id"], "job_name": job["spec"]["name"],
                 "execution_id": run["execution_id"],
                 "scheduled_for": format_ms(run["scheduled_ms"]),
@@ -197,7 +199,7 @@ class Reaper:
         --alert-webhook-url is trusted and may be internal. Neither follows
         redirects. A refused address or a redirect is final: another try
         would end the same way."""
-        headers = {"Idempotency-Key": "alert_" + alert["run_id"],
+        headers = {"Idempotency-Key": body["alert_id"],
                    "Content-Type": "application/json"}
         data = json.dumps(body, separators=(",", ":")).encode()
         send = self._node.http_executor.send if alert["url"] else _send_trusted

@@ -1,7 +1,9 @@
 """Batch run reports (start, heartbeat, finish) into `run_updates` commands.
 
 Every `run_update_period_ms`, Raft entries of up to `run_update_batch_max`
-reports are proposed, up to `run_update_inflight_reports_max` reports at once, from this
+reports are proposed, up to `run_update_inflight_reports_max` of a tenant's
+reports at once (`run_update_inflight_reports_solo_max` while it is the only
+tenant reporting), from this
 node's dispatcher and from the workers that talk to this node; while several
 tenants' reports wait, a batch holds a fair share of each (runtime/fair.py). Each report gets a future that resolves to whether apply accepted it
 (a start or heartbeat is refused when the run was cancelled, reassigned, or
@@ -138,9 +140,14 @@ class Reporter:
     def _take_batch(self) -> list[tuple[str, dict, asyncio.Future]]:
         """Up to run_update_batch_max reports of one tenant; when several wait,
         up to run_update_fair_batch_max, a quantum (by weight) of each in turn.
-        A tenant with run_update_inflight_reports_max reports in flight waits."""
-        room = {t: limits.run_update_inflight_reports_max - self._inflight_reports[t]
-                for t, q in self._pending.items() if q}
+        A tenant with run_update_inflight_reports_max reports in flight waits
+        (run_update_inflight_reports_solo_max while no other tenant has
+        reports waiting or in flight here)."""
+        waiting = {t for t, q in self._pending.items() if q}
+        bound = (limits.run_update_inflight_reports_max
+                 if len(waiting | set(self._inflight_reports)) > 1
+                 else limits.run_update_inflight_reports_solo_max)
+        room = {t: bound - self._inflight_reports[t] for t in waiting}
         tenants = [t for t, r in room.items() if r > 0]
         several = len(tenants) > 1
         size = limits.run_update_fair_batch_max if several else limits.run_update_batch_max

@@ -9,11 +9,13 @@ token: one Raft entry fires up to `fire_batch_max` runs. When a pass holds
 items of more than one tenant or priority, it proposes them in fair order
 (deficit round robin by tenant weight, then priority and due time:
 runtime/fair.py). Either way at most `fire_inflight_items_max` of a tenant's
-items are in fires not yet committed.
+items are in fires not yet committed while another tenant has items due or
+in flight, and `fire_inflight_items_solo_max` while it is alone.
 
 For each due entry the proposer computes what apply may not: the occurrences
 the fire covers (only the due one when on time; the missed ones after an
-outage, for the job's misfire policy) and the next occurrence after now.
+outage, for the job's misfire policy) and the next occurrence after now
+(core/firing.py: a job's jitter and catch-up window count there too).
 A retry's due entry (a run in retry_wait) fires the same way: its next
 attempt is queued on this node, under this shard's token.
 """
@@ -28,9 +30,9 @@ from typing import TYPE_CHECKING
 
 from raftsched import limits
 from raftsched.core import commands
-from raftsched.core.apply import DEFAULT_MISFIRE, DUE, JOBS, RUNS, SHARDS
+from raftsched.core.apply import DUE, JOBS, RUNS, SHARDS
+from raftsched.core.firing import fire_item
 from raftsched.core.keys import KIND_RETRY, job_key, parse_due_key, shard_prefix
-from raftsched.core.schedule import covered_occurrences
 from raftsched.errors import Unavailable
 from raftsched.runtime.fair import drr_order
 from raftsched.storage.base import due_rows
@@ -118,7 +120,10 @@ class TriggerLoop:
 
     def maybe_fire_due(self) -> int | None:
         """Propose fires for every owned shard that is due; return the earliest
-        future due instant (or None)."""
+        future due instant (or None). Nothing before this node knows the
+        cluster's time: its own clock may be wrong (runtime/clock.py)."""
+        if not self._node.clock.synced():
+            return None
         now = self._node.now_ms()
         earliest: int | None = None
         due: list[int] = []
@@ -165,13 +170,18 @@ class TriggerLoop:
 
     def _within_room(self, order: list[tuple[int, tuple]]) -> list[tuple[int, tuple]]:
         """The items of `order`, in order, that fit their tenant's room: at
-        most fire_inflight_items_max of a tenant's items in flight."""
+        most fire_inflight_items_max of a tenant's items in flight while
+        another tenant has items due or in flight here, else
+        fire_inflight_items_solo_max."""
         room: dict[str, int] = {}
         chosen = []
+        tenants = {entry[1] for _, entry in order} | set(self._inflight_items)
+        bound = (limits.fire_inflight_items_max if len(tenants) > 1
+                 else limits.fire_inflight_items_solo_max)
         for shard, entry in order:
             tenant = entry[1]
             if tenant not in room:
-                room[tenant] = limits.fire_inflight_items_max - self._inflight_items[tenant]
+                room[tenant] = bound - self._inflight_items[tenant]
             if room[tenant] > 0:
                 room[tenant] -= 1
                 chosen.append((shard, entry))
@@ -199,12 +209,8 @@ class TriggerLoop:
         if kind == KIND_RETRY:
             return "retries", (ident, due_ms)
         job = self._node.store.get(JOBS, job_key(ident))
-        if job is None or job["next_ms"] != due_ms:
-            return None
-        policy = job["spec"].get("misfire", DEFAULT_MISFIRE)
-        occurrences, omitted, next_ms = covered_occurrences(
-            job["spec"]["schedule"], due_ms, now, policy["catchup_max"])
-        return "items", (ident, due_ms, next_ms, occurrences, omitted)
+        item = None if job is None else fire_item(job, due_ms, now)
+        return None if item is None else ("items", item)
 
     def _propose(self, chosen: list[tuple[int, tuple]], now: int) -> None:
         """`chosen` (shard, item entry) in order, as fire_many entries of up to

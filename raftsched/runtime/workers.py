@@ -19,7 +19,7 @@ import random
 import time
 from typing import TYPE_CHECKING
 
-from raftsched.core import keys, retry
+from raftsched.core import dag, keys
 from raftsched.core.apply import JOBS, READY, RUNS
 from raftsched.core.timeutil import format_ms
 from raftsched.executors.base import Outcome
@@ -81,19 +81,33 @@ class WorkerService:
         granted = []
         for run, future in zip(runs, futures):
             if await future:
-                granted.append(self._assignment(run, lease_ms))
+                assignment = self._assignment(run, lease_ms, worker_id)
+                if assignment is not None:
+                    granted.append(assignment)
         self.claimed_total += len(granted)
         return granted
 
-    def _assignment(self, run: dict, lease_ms: int) -> dict:
+    def _assignment(self, run: dict, lease_ms: int, worker_id: str) -> dict | None:
+        """What the worker is given for a run it was granted; None (and the
+        attempt failed for good) for a DAG task that is no longer in its job."""
         job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
-        codes = retry.policy_of(job["spec"].get("retry"))["non_retryable_exit_codes"]
+        policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
+        target = dag.target_of(job["spec"], run.get("task_id")) if job else None
+        if target is None:
+            gone = Outcome(ok=False, retryable=False,
+                           error=f"the run's target is gone (job {run['job_id']} deleted, or "
+                                 f"task {run.get('task_id')!r} no longer in its DAG)")
+            self._node.reporter.send(finish_update(self._node, run, holder_of(worker_id), gone,
+                                                   policy), run["tenant"])
+            return None
         return {"run_id": run["id"], "job_id": run["job_id"], "attempt": run["attempt"],
                 "execution_id": run["execution_id"], "scheduled_ms": run["scheduled_ms"],
                 "scheduled_for": format_ms(run["scheduled_ms"]),
                 "fencing_token": run.get("token", 0), "lease_expires_ms": lease_ms,
                 "heartbeat_ms": self._node.config.run_heartbeat_ms,
-                "target": dict(job["spec"]["target"], non_retryable_exit_codes=codes)}
+                **({"task_id": run["task_id"]} if "task_id" in run else {}),
+                "target": dict(target,
+                               non_retryable_exit_codes=policy["non_retryable_exit_codes"])}
 
     def _run_of(self, run_id: str, tenant: str | None) -> dict | None:
         """The run, if it belongs to `tenant` (None: any, for an admin)."""
@@ -139,6 +153,6 @@ class WorkerService:
                                       exit_code=outcome.exit_code), now_ms=node.now_ms())
             futures.append(node.reporter.send(finish_update(
                 node, run, holder_of(worker_id), outcome,
-                retry.policy_of(job["spec"].get("retry")))))
+                dag.retry_policy(job["spec"] if job else None, run.get("task_id")))))
         return [bool(f is not None and await f) for f in futures]
 
