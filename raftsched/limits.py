@@ -175,6 +175,11 @@ raft_frame_preauth_bytes_max = 4 * 1024
 # entries and snapshots travel in chunks of 64 KiB. So 64 MiB is eight times
 # the worst case and still bounds what one peer connection can hold.
 raft_frame_bytes_max = 64 * 1024 ** 2
+# Bytes of Raft entries a node holds since its last snapshot before it takes one,
+# whatever --raft-snapshot-entries says: pysyncobj keeps those entries in memory,
+# so this bounds a node's private memory under batch creates (about 100 KB an
+# entry). A snapshot copies the LMDB state in a thread of its own.
+raft_log_bytes_max = 64 * 1024 ** 2
 
 # --- Firing -----------------------------------------------------------------------
 # Due entries carried by one `fire` command. One Raft entry fires many runs; this
@@ -203,7 +208,7 @@ run_update_period_ms = 20
 run_update_inflight_reports_max = 256
 # The same bound while only one tenant has reports waiting or in flight on this
 # node: no other tenant's report can be behind them.
-run_update_inflight_reports_solo_max = 4 * run_update_batch_max
+run_update_inflight_reports_solo_max = run_update_batch_max
 # A batch's size while several tenants' reports wait: small enough that a light
 # tenant's few starts commit without waiting for a heavy one's hundreds.
 run_update_fair_batch_max = 64
@@ -429,10 +434,10 @@ fair_quantum = 64
 fire_inflight_items_max = 64
 # The same bound while only one tenant has items due or in flight on this node:
 # no one waits behind its entries, so it may fill the pipeline (two full
-# `fire_many` entries). When a second tenant's item comes due, the first
+# `fire_many` entry). When a second tenant's item comes due, the first
 # proposes nothing more until its items in flight fall under
 # fire_inflight_items_max.
-fire_inflight_items_solo_max = 2 * fire_batch_max
+fire_inflight_items_solo_max = fire_batch_max
 
 # --- Clocks (runtime/clock.py, core/clocks.py) ----------------------------------------
 # A node whose wall clock is further than this from the cluster's time (the

@@ -148,18 +148,32 @@ class _TrackedJournal(FileJournal):
     changing the class of the journal pysyncobj created (see _onTick)."""
 
     _raftsched_dirty = True
+    # Bytes of the commands the journal holds: pysyncobj keeps every entry
+    # since the last snapshot in memory as well as in the file.
+    _raftsched_bytes = 0
 
     def add(self, command: bytes, idx: int, term: int) -> None:
         super().add(command, idx, term)
         self._raftsched_dirty = True
+        self._raftsched_bytes += len(command)
 
     def clear(self) -> None:
         super().clear()
         self._raftsched_dirty = True
+        self._raftsched_bytes = 0
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
         super().deleteEntriesFrom(entryFrom)
         self._raftsched_dirty = True
+        self._raftsched_count_bytes()
+
+    def _raftsched_count_bytes(self) -> None:
+        # After a truncation only (a snapshot's deleteEntriesTo clears and
+        # adds again), so the sum is rare.
+        self._raftsched_bytes = sum(len(entry[0]) for entry in self._FileJournal__journal)
+
+    def held_bytes(self) -> int:
+        return self._raftsched_bytes
 
     def onOneSecondTimer(self) -> None:
         """pysyncobj calls this in its tick just before it checks the election
@@ -375,10 +389,21 @@ class _StateMachine(SyncObj):
             if isinstance(journal, _TrackedJournal):
                 journal.store_meta()
         self._raftsched_hear_before_electing()
+        self._raftsched_bound_log()
         # While committed entries wait to be applied (see _applyLogEntries
         # below), the turn does not wait for the network.
         behind = self._SyncObj__raftLastApplied < self._SyncObj__raftCommitIndex
         SyncObj._onTick(self, 0.0 if behind else timeToWait)
+
+    def _raftsched_bound_log(self) -> None:
+        """Snapshot early when the entries since the last snapshot hold more
+        than raft_log_bytes_max: pysyncobj keeps them all in memory, and
+        counts only entries, so a burst of batch creates (about 100 KB an
+        entry) held gigabytes before the entry count was reached."""
+        journal = self._SyncObj__raftLog
+        if isinstance(journal, _TrackedJournal) \
+                and journal.held_bytes() > limits.raft_log_bytes_max:
+            self.forceLogCompaction()
 
     def _raftsched_track_journal(self) -> None:
         """Swap in the tracking journal, on the Raft thread (the only one that

@@ -115,6 +115,8 @@ def _create(cluster: LocalCluster, n: int, run_at: str, url: str) -> list[str]:
         answer = call("POST", urls[i % len(urls)] + "/v1/jobs:batchCreate",
                       {"jobs": [body] * size}, timeout_s=120)
         assert answer.status == 200, answer
+        refused = [r["error"] for r in answer.body["results"] if "job_id" not in r]
+        assert not refused, f"{len(refused)} creates refused, the first: {refused[0]}"
         return [r["job_id"] for r in answer.body["results"]]
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
