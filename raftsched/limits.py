@@ -178,7 +178,9 @@ raft_frame_bytes_max = 64 * 1024 ** 2
 # Bytes of Raft entries a node holds since its last snapshot before it takes one,
 # whatever --raft-snapshot-entries says: pysyncobj keeps those entries in memory,
 # so this bounds a node's private memory under batch creates (about 100 KB an
-# entry). A snapshot copies the LMDB state in a thread of its own.
+# entry). A snapshot copies the LMDB state in a thread of its own. A leader takes
+# such an early snapshot only while every follower has the entries it would drop
+# (else a lagging follower would need the whole state sent): then it holds more.
 raft_log_bytes_max = 64 * 1024 ** 2
 
 # --- Firing -----------------------------------------------------------------------

@@ -7,20 +7,10 @@ import pytest
 from raftsched import limits
 from raftsched.core import commands, keys, retry
 from raftsched.core.apply import AUDIT, JOBS, RUNS, RUNS_OPEN, RunQueued, Transition
-from raftsched.testing.replica import Replica
+from raftsched.testing.replica import EVERY_2S, HTTP, Replica
 
 SHARDS = 16
-EVERY_2S = {"kind": "every", "every_ms": 2000, "text": "2s"}
-HTTP = {"type": "http", "url": "http://127.0.0.1:1/x", "method": "POST", "headers": {},
-        "body": None, "timeout_s": 5.0}
-
-
-class Log(Replica):
-    def get_run(self, run_id: str) -> dict:
-        return self.store.get(RUNS, run_id.encode())
-
-    def job(self, job_id: str = "job_a1") -> dict:
-        return self.store.get(JOBS, job_id.encode())
+Log = Replica   # the readers these tests use are on Replica
 
 
 def make_job(log: Log, *, max_attempts: int = 1, concurrency: dict | None = None,

@@ -9,23 +9,11 @@ from hypothesis import given, settings, strategies as st
 from raftsched.core import commands, keys, lifecycle, retry
 from raftsched.core.apply import (ALERTS, DUE, JOBS, LEASES, READY, RUNS, RUNS_OPEN, TOPICS,
                                   AlertPending, RunCancelled, RunQueued)
-from raftsched.testing.replica import Replica
+from raftsched.testing.replica import EVERY_2S, HTTP, Replica
 from raftsched.errors import InvalidTransition
 
 SHARDS = 16
-EVERY_2S = {"kind": "every", "every_ms": 2000, "text": "2s"}
-HTTP = {"type": "http", "url": "http://127.0.0.1:1/x", "method": "POST", "headers": {},
-        "body": None, "timeout_s": 5.0}
-
-
-class Log(Replica):
-    """A replica with readers for the records these tests look at."""
-
-    def get_run(self, run_id: str) -> dict:
-        return self.store.get(RUNS, run_id.encode())
-
-    def job(self, job_id: str = "job_a1") -> dict:
-        return self.store.get(JOBS, job_id.encode())
+Log = Replica   # the readers these tests use are on Replica
 
 
 def make_job(log: Log, job_id: str = "job_a1", target: dict = HTTP, max_attempts: int = 3,

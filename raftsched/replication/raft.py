@@ -401,9 +401,19 @@ class _StateMachine(SyncObj):
         counts only entries, so a burst of batch creates (about 100 KB an
         entry) held gigabytes before the entry count was reached."""
         journal = self._SyncObj__raftLog
-        if isinstance(journal, _TrackedJournal) \
-                and journal.held_bytes() > limits.raft_log_bytes_max:
-            self.forceLogCompaction()
+        if not isinstance(journal, _TrackedJournal) \
+                or journal.held_bytes() <= limits.raft_log_bytes_max:
+            return
+        if self._isLeader():
+            # A leader drops the entries up to its snapshot: a follower that
+            # has not got them yet would need the whole state sent instead.
+            # So it snapshots early only while every follower has what it
+            # applied, and otherwise holds more log until they catch up.
+            applied = self._SyncObj__raftLastApplied
+            match = self._SyncObj__raftMatchIndex
+            if any(match.get(node, 0) < applied for node in self._SyncObj__otherNodes):
+                return
+        self.forceLogCompaction()
 
     def _raftsched_track_journal(self) -> None:
         """Swap in the tracking journal, on the Raft thread (the only one that

@@ -4,7 +4,7 @@ commands go through encode/decode and apply, then commit, as on a node."""
 from __future__ import annotations
 
 from raftsched.core import commands
-from raftsched.core.apply import apply_entry
+from raftsched.core.apply import JOBS, RUNS, apply_entry
 from raftsched.storage.memory_store import MemoryStore
 
 
@@ -24,3 +24,16 @@ class Replica:
         self.store.commit(transition, self.index)
         self.effects.extend(transition.effects)
         return transition.result
+
+    def get_run(self, run_id: str) -> dict:
+        return self.store.get(RUNS, run_id.encode())
+
+    def job(self, job_id: str = "job_a1") -> dict:
+        return self.store.get(JOBS, job_id.encode())
+
+
+# A spec's schedule and HTTP target as the validators store them, for
+# tests that build commands by hand.
+EVERY_2S = {"kind": "every", "every_ms": 2000, "text": "2s"}
+HTTP = {"type": "http", "url": "http://127.0.0.1:1/x", "method": "POST", "headers": {},
+        "body": None, "timeout_s": 5.0}
