@@ -10,10 +10,9 @@ from raftsched.core.apply import AUDIT, JOBS, RUNS, RUNS_OPEN, RunQueued, Transi
 from raftsched.testing.replica import EVERY_2S, HTTP, Replica
 
 SHARDS = 16
-Log = Replica   # the readers these tests use are on Replica
 
 
-def make_job(log: Log, *, max_attempts: int = 1, concurrency: dict | None = None,
+def make_job(log: Replica, *, max_attempts: int = 1, concurrency: dict | None = None,
              tenant: str = "default") -> None:
     spec = {"name": "j", "schedule": EVERY_2S, "target": HTTP,
             "retry": dict(retry.DEFAULT_POLICY, max_attempts=max_attempts),
@@ -26,7 +25,7 @@ def make_job(log: Log, *, max_attempts: int = 1, concurrency: dict | None = None
                                 idempotency_key=None, shard=shard, next_ms=10_000, at_ms=1_000))
 
 
-def fire_next(log: Log) -> str:
+def fire_next(log: Replica) -> str:
     job = log.job()
     due = job["next_ms"]
     token = log.store.get("shards", keys.shard_key(job["shard"]))["token"]
@@ -43,20 +42,20 @@ def update(run_id: str, event: str, attempt: int = 1, ok: bool = False,
             "error": None if ok else "HTTP 500", "output_node": holder}
 
 
-def report(log: Log, *updates: dict) -> list[bool]:
+def report(log: Replica, *updates: dict) -> list[bool]:
     return log.run(commands.run_updates(updates=list(updates)))["accepted"]
 
 
-def fail(log: Log, run_id: str, attempt: int = 1, holder: str = "n1") -> None:
+def fail(log: Replica, run_id: str, attempt: int = 1, holder: str = "n1") -> None:
     assert report(log, update(run_id, "start", attempt, holder=holder),
                   update(run_id, "finish", attempt, holder=holder)) == [True, True]
 
 
-def retry_run(log: Log, run_id: str, **extra) -> dict:
+def retry_run(log: Replica, run_id: str, **extra) -> dict:
     return log.run(commands.retry_run(run_id=run_id, node="n2", at_ms=20_000, **extra))
 
 
-def failed_run(log: Log, **job) -> str:
+def failed_run(log: Replica, **job) -> str:
     make_job(log, **job)
     run_id = fire_next(log)
     fail(log, run_id)
@@ -65,7 +64,7 @@ def failed_run(log: Log, **job) -> str:
 
 
 def test_a_failed_run_gets_a_new_attempt_under_the_same_ids():
-    log = Log()
+    log = Replica()
     run_id = failed_run(log)
     before = log.get_run(run_id)
     result = retry_run(log, run_id)
@@ -95,7 +94,7 @@ def test_a_failed_run_gets_a_new_attempt_under_the_same_ids():
 
 
 def test_only_a_failed_run_is_retried():
-    log = Log()
+    log = Replica()
     make_job(log)
     run_id = fire_next(log)
     assert retry_run(log, run_id)["error"] == "conflict"          # queued
@@ -107,7 +106,7 @@ def test_only_a_failed_run_is_retried():
 
 
 def test_another_tenants_run_is_not_found():
-    log = Log()
+    log = Replica()
     run_id = failed_run(log)
     command = commands.scoped(commands.retry_run(run_id=run_id, node="n2", at_ms=20_000),
                               tenant="other", actor=None)
@@ -116,7 +115,7 @@ def test_another_tenants_run_is_not_found():
 
 
 def test_a_deleted_jobs_run_is_not_retried():
-    log = Log()
+    log = Replica()
     run_id = failed_run(log)
     log.run(commands.delete_job(job_id="job_a1", at_ms=15_000))
     refused = retry_run(log, run_id)
@@ -125,7 +124,7 @@ def test_a_deleted_jobs_run_is_not_retried():
 
 
 def test_the_retry_policy_applies_afresh_from_the_redrive():
-    log = Log()
+    log = Replica()
     make_job(log, max_attempts=2)
     run_id = fire_next(log)
     fail(log, run_id)
@@ -141,7 +140,7 @@ def test_the_retry_policy_applies_afresh_from_the_redrive():
 
 
 def test_skip_if_running_refuses_while_a_run_is_open_unless_overlap_allows():
-    log = Log()
+    log = Replica()
     run_id = failed_run(log, concurrency={"policy": "skip_if_running"})
     open_run = fire_next(log)
     assert log.get_run(open_run)["state"] == "queued"
@@ -155,7 +154,7 @@ def test_skip_if_running_refuses_while_a_run_is_open_unless_overlap_allows():
 
 
 def test_under_the_queue_policy_a_redrive_waits_its_turn():
-    log = Log()
+    log = Replica()
     run_id = failed_run(log, concurrency={"policy": "queue", "queue_max": 5})
     open_run = fire_next(log)
     assert retry_run(log, run_id)["ok"]
@@ -170,7 +169,7 @@ def test_under_the_queue_policy_a_redrive_waits_its_turn():
 
 
 def test_replace_cancels_the_open_run():
-    log = Log()
+    log = Replica()
     run_id = failed_run(log, concurrency={"policy": "replace"})
     open_run = fire_next(log)
     assert retry_run(log, run_id)["ok"]
@@ -180,7 +179,7 @@ def test_replace_cancels_the_open_run():
 
 def test_redrives_are_bounded(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(limits, "run_redrives_max", 2)
-    log = Log()
+    log = Replica()
     run_id = failed_run(log)
     for attempt in (2, 3):
         assert retry_run(log, run_id)["ok"]
@@ -192,7 +191,7 @@ def test_redrives_are_bounded(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_a_dag_task_run_is_not_retried_alone():
-    log = Log()
+    log = Replica()
     run_id = failed_run(log)
     run = log.get_run(run_id)
     run["dag_run"] = "run_" + "0" * 24   # as core/dagrun.py marks a task's run
@@ -205,7 +204,7 @@ def test_a_dag_task_run_is_not_retried_alone():
 
 
 def test_trigger_with_overlap_allow_runs_despite_skip_if_running():
-    log = Log()
+    log = Replica()
     make_job(log, concurrency={"policy": "skip_if_running"})
     open_run = fire_next(log)
     plain = log.run(commands.trigger_job(job_id="job_a1", scheduled_ms=30_000, node="n1",
@@ -222,7 +221,7 @@ def test_trigger_with_overlap_allow_runs_despite_skip_if_running():
 
 def test_trigger_override_keeps_the_open_runs_bound(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(limits, "job_active_runs_max", 1)
-    log = Log()
+    log = Replica()
     make_job(log, concurrency={"policy": "skip_if_running"})
     fire_next(log)
     forced = log.run(commands.trigger_job(job_id="job_a1", scheduled_ms=31_000, node="n1",

@@ -13,10 +13,9 @@ from raftsched.testing.replica import EVERY_2S, HTTP, Replica
 from raftsched.errors import InvalidTransition
 
 SHARDS = 16
-Log = Replica   # the readers these tests use are on Replica
 
 
-def make_job(log: Log, job_id: str = "job_a1", target: dict = HTTP, max_attempts: int = 3,
+def make_job(log: Replica, job_id: str = "job_a1", target: dict = HTTP, max_attempts: int = 3,
              concurrency: dict | None = None, alert: dict | None = None) -> int:
     spec = {"name": "j", "schedule": EVERY_2S, "target": target,
             "retry": dict(retry.DEFAULT_POLICY, max_attempts=max_attempts),
@@ -30,7 +29,7 @@ def make_job(log: Log, job_id: str = "job_a1", target: dict = HTTP, max_attempts
     return shard
 
 
-def fire_next(log: Log, job_id: str = "job_a1") -> str:
+def fire_next(log: Replica, job_id: str = "job_a1") -> str:
     """Fire the job's next occurrence on n1; return its run id."""
     job = log.job(job_id)
     due = job["next_ms"]
@@ -49,11 +48,11 @@ def update(run_id: str, event: str, *, holder: str = "n1", attempt: int = 1, at_
             "exit_code": None, "error": None if ok else "HTTP 500", "output_node": "n1"}
 
 
-def report(log: Log, *updates: dict) -> list[bool]:
+def report(log: Replica, *updates: dict) -> list[bool]:
     return log.run(commands.run_updates(updates=list(updates)))["accepted"]
 
 
-def fire_retry(log: Log, run_id: str) -> None:
+def fire_retry(log: Replica, run_id: str) -> None:
     run = log.get_run(run_id)
     job = log.job(run["job_id"])
     token = log.store.get("shards", keys.shard_key(job["shard"]))["token"]
@@ -65,7 +64,7 @@ def fire_retry(log: Log, run_id: str) -> None:
 # --- leases and holders ---------------------------------------------------------------
 
 def test_only_the_holder_of_the_current_attempt_may_report():
-    log = Log()
+    log = Replica()
     make_job(log)
     run_id = fire_next(log)
     assert report(log, update(run_id, "start", holder="n2")) == [False]   # not its node
@@ -87,7 +86,7 @@ def test_only_the_holder_of_the_current_attempt_may_report():
 # --- retries ---------------------------------------------------------------------------
 
 def test_a_retryable_failure_waits_in_a_durable_due_entry_and_keeps_the_execution_id():
-    log = Log()
+    log = Replica()
     shard = make_job(log, max_attempts=3)
     run_id = fire_next(log)
     execution_id = log.get_run(run_id)["execution_id"]
@@ -109,7 +108,7 @@ def test_a_retryable_failure_waits_in_a_durable_due_entry_and_keeps_the_executio
 
 
 def test_attempts_spent_fail_the_run_and_raise_one_alert():
-    log = Log()
+    log = Replica()
     make_job(log, max_attempts=2, alert={"webhook_url": "http://127.0.0.1:9/alert"})
     run_id = fire_next(log)
     report(log, update(run_id, "start"), update(run_id, "finish"))
@@ -132,7 +131,7 @@ def test_attempts_spent_fail_the_run_and_raise_one_alert():
 
 
 def test_a_non_retryable_failure_fails_at_once():
-    log = Log()
+    log = Replica()
     make_job(log, max_attempts=5)
     run_id = fire_next(log)
     report(log, update(run_id, "start"), update(run_id, "finish", retryable=False))
@@ -168,7 +167,7 @@ def test_http_statuses_that_are_not_retried():
 # --- the reaper ------------------------------------------------------------------------
 
 def test_an_expired_lease_is_retried_and_a_live_one_is_not():
-    log = Log()
+    log = Replica()
     make_job(log, max_attempts=2)
     run_id = fire_next(log)
     report(log, update(run_id, "start", lease_ms=15_000))
@@ -188,7 +187,7 @@ def test_an_expired_lease_is_retried_and_a_live_one_is_not():
 
 
 def test_queued_runs_of_a_dead_node_move_to_a_live_one():
-    log = Log()
+    log = Replica()
     make_job(log)
     run_id = fire_next(log)
     assert log.run(commands.reassign_runs(items=[(run_id, "n2", "n3")], at_ms=11_000))["moved"] == 0
@@ -202,12 +201,12 @@ def test_queued_runs_of_a_dead_node_move_to_a_live_one():
 
 # --- concurrency policies ---------------------------------------------------------------
 
-def start_and_hold(log: Log, run_id: str) -> None:
+def start_and_hold(log: Replica, run_id: str) -> None:
     assert report(log, update(run_id, "start")) == [True]
 
 
 def test_skip_if_running_records_the_overlap_as_skipped():
-    log = Log()
+    log = Replica()
     make_job(log, concurrency={"policy": "skip_if_running"})
     first = fire_next(log)
     start_and_hold(log, first)
@@ -219,7 +218,7 @@ def test_skip_if_running_records_the_overlap_as_skipped():
 
 
 def test_queue_runs_one_after_another_and_is_bounded():
-    log = Log()
+    log = Replica()
     make_job(log, concurrency={"policy": "queue", "queue_max": 2})
     first = fire_next(log)
     start_and_hold(log, first)
@@ -241,7 +240,7 @@ def test_queue_runs_one_after_another_and_is_bounded():
 
 
 def test_replace_cancels_the_running_one_and_tells_its_holder():
-    log = Log()
+    log = Replica()
     make_job(log, concurrency={"policy": "replace"})
     first = fire_next(log)
     start_and_hold(log, first)
@@ -257,7 +256,7 @@ def test_replace_cancels_the_running_one_and_tells_its_holder():
 
 
 def test_allow_overlaps():
-    log = Log()
+    log = Replica()
     make_job(log)
     first = fire_next(log)
     start_and_hold(log, first)
@@ -267,7 +266,7 @@ def test_allow_overlaps():
 
 
 def test_cancel_refuses_a_finished_run_and_clears_a_pending_retry():
-    log = Log()
+    log = Replica()
     shard = make_job(log)
     run_id = fire_next(log)
     report(log, update(run_id, "start"), update(run_id, "finish", delay_ms=1000))
@@ -283,7 +282,7 @@ def test_cancel_refuses_a_finished_run_and_clears_a_pending_retry():
 # --- worker queues ---------------------------------------------------------------------
 
 def test_a_command_on_a_named_queue_waits_in_the_ready_index_for_any_worker():
-    log = Log()
+    log = Replica()
     target = {"type": "command", "argv": ["true"], "env": {}, "cwd": None, "timeout_s": 5.0,
               "queue": "batch", "shell": False}
     make_job(log, target=target)
@@ -300,7 +299,7 @@ def test_a_command_on_a_named_queue_waits_in_the_ready_index_for_any_worker():
 
 # --- topics ----------------------------------------------------------------------------
 
-def publish(log: Log, execution_id: str, at_ms: int = 1000, topic: str = "t") -> dict:
+def publish(log: Replica, execution_id: str, at_ms: int = 1000, topic: str = "t") -> dict:
     return log.run(commands.publish(topic=topic, key=None, message={"n": execution_id},
                                     execution_id=execution_id, job_id="job_a1", at_ms=at_ms))
 
@@ -308,7 +307,7 @@ def publish(log: Log, execution_id: str, at_ms: int = 1000, topic: str = "t") ->
 def test_publish_appends_once_per_execution_and_trims_by_count(monkeypatch):
     from raftsched import limits
     monkeypatch.setattr(limits, "topic_messages_max", 3)
-    log = Log()
+    log = Replica()
     assert publish(log, "exe_1")["offset"] == 1
     assert publish(log, "exe_1") == {"ok": True, "offset": 1, "duplicate": True}
     for i in range(2, 6):
@@ -321,7 +320,7 @@ def test_publish_appends_once_per_execution_and_trims_by_count(monkeypatch):
 
 def test_publish_trims_by_age_and_offsets_commit_per_group():
     from raftsched import limits
-    log = Log()
+    log = Replica()
     publish(log, "exe_old", at_ms=0)
     publish(log, "exe_new", at_ms=int(limits.topic_retention_s * 1000) + 1)
     assert [m["offset"] for _, m in log.store.scan(TOPICS)] == [2]

@@ -13,7 +13,7 @@ from aiohttp import web
 from raftsched import limits
 from raftsched.api.auth import actor_of, tenant_of
 from raftsched.api.common import (json_body, json_response, maybe_consistent, node_of,
-                                  raise_refusal)
+                                  optional_reason, raise_refusal)
 from raftsched.api.views import format_in_job_zone
 from raftsched.core import backfill, commands, keys
 from raftsched.core.jobspec import JOB_ID_PATTERN
@@ -119,16 +119,9 @@ async def get_backfill(request: web.Request) -> web.Response:
 
 async def cancel_backfill(request: web.Request) -> web.Response:
     node = node_of(request)
-    parsed = await json_body(request, empty_ok=True)
-    reason = None
-    if parsed is not None:
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("reason", ""), str) \
-                or set(parsed) - {"reason"}:
-            raise InvalidInput("the body is optional: {\"reason\": \"...\"}", field="reason")
-        reason = parsed.get("reason") or None
+    reason = await optional_reason(request, None)
     result = await node.propose(commands.scoped(commands.cancel_backfill(
-        backfill_id=request.match_info["backfill_id"],
-        reason=reason[:limits.run_error_chars_max] if reason else None, at_ms=node.now_ms()),
+        backfill_id=request.match_info["backfill_id"], reason=reason, at_ms=node.now_ms()),
         tenant=tenant_of(request), actor=actor_of(request)))
     raise_refusal(result, field="backfill_id")
     return json_response(backfill_view(node, result["backfill"]))

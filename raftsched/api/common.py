@@ -126,3 +126,17 @@ def job_secrets(node: "Node", job_id: str) -> tuple[str, ...]:
     they were recorded)."""
     job = node.store.get(JOBS, keys.job_key(job_id))
     return secret_values(job["spec"]) if job is not None else ()
+
+
+async def optional_reason(request: web.Request, default: str | None) -> str | None:
+    """The optional body {"reason": "..."} of a cancel, cut to
+    run_error_chars_max characters; `default` when there is no body or no
+    reason in it."""
+    parsed = await json_body(request, empty_ok=True)
+    if parsed is None:
+        return default
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("reason", ""), str) \
+            or set(parsed) - {"reason"}:
+        raise InvalidInput("the body is optional: {\"reason\": \"...\"}", field="reason")
+    reason = parsed.get("reason") or default
+    return reason[:limits.run_error_chars_max] if reason else reason

@@ -13,7 +13,8 @@ from aiohttp import web
 from raftsched import limits
 from raftsched.api.auth import actor_of, principal, tenant_of
 from raftsched.api.common import (float_param, int_param, job_secrets, json_body,
-                                  json_response, maybe_consistent, node_of, raise_refusal)
+                                  json_response, maybe_consistent, node_of, optional_reason,
+                                  raise_refusal)
 from raftsched.api.views import run_view
 from raftsched.core import commands, keys
 from raftsched.core.apply import GROUPS, NODES, RUNS, TOPICS
@@ -62,15 +63,9 @@ def _run(node: "Node", run_id: str, tenant: str) -> dict:
 
 async def cancel_run(request: web.Request) -> web.Response:
     node = node_of(request)
-    parsed = await json_body(request, empty_ok=True)
-    reason = "cancelled through the API"
-    if parsed is not None:
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("reason", ""), str) \
-                or set(parsed) - {"reason"}:
-            raise InvalidInput("the body is optional: {\"reason\": \"...\"}", field="reason")
-        reason = parsed.get("reason") or reason
+    reason = await optional_reason(request, "cancelled through the API")
     result = await node.propose(commands.scoped(commands.cancel_run(
-        run_id=request.match_info["run_id"], reason=reason[:limits.run_error_chars_max],
+        run_id=request.match_info["run_id"], reason=reason,
         at_ms=node.now_ms()), tenant=tenant_of(request), actor=actor_of(request)))
     raise_refusal(result, field="run_id")
     return json_response(run_view(result["run"], job_secrets(node, result["run"]["job_id"])))

@@ -127,19 +127,23 @@ def expand_spec(spec: dict) -> dict:
 def compact(table: str, value: Any) -> Any:
     """The record as stored."""
     if table == JOBS_TABLE and isinstance(value, dict) and isinstance(value.get("spec"), dict):
-        out = {k: v for k, v in value.items() if not (v is None and k in _JOB_NONE)}
+        out = _without_none(value, _JOB_NONE)
         out["spec"] = compact_spec(value["spec"])
         return out
     if table == RUNS_TABLE and isinstance(value, dict) and "scheduled_ms" in value:
-        out = {k: v for k, v in value.items() if not (v is None and k in _RUN_NONE)}
+        out = _without_none(value, _RUN_NONE)
         if out.get("execution_id") == _execution_id(value):
             del out["execution_id"]
         attempts = value.get("attempts")
         if isinstance(attempts, list):
-            out["attempts"] = [{k: v for k, v in a.items() if not (v is None and k in _ATTEMPT_NONE)}
-                               if isinstance(a, dict) else a for a in attempts]
+            out["attempts"] = [_without_none(a, _ATTEMPT_NONE) if isinstance(a, dict) else a
+                               for a in attempts]
         return out
     return value
+
+
+def _without_none(record: dict, names: tuple[str, ...]) -> dict:
+    return {k: v for k, v in record.items() if not (v is None and k in names)}
 
 
 def expand(table: str, value: Any) -> Any:

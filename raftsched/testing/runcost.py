@@ -27,7 +27,8 @@ from typing import Iterator
 from raftsched import limits
 from raftsched.core import codec, commands, keys, jobspec
 from raftsched.core.apply import apply_entry
-from raftsched.core.schedule import covered_occurrences, next_fire_ms
+from raftsched.core.firing import fire_item
+from raftsched.core.schedule import next_fire_ms
 from raftsched.storage.base import due_rows
 from raftsched.storage.lmdb_store import LmdbStore
 
@@ -52,7 +53,8 @@ class Phase:
         return {"phase": self.name, "items": self.items,
                 "entries": round(self.entries / n, 4), "lmdb_writes": round(self.writes / n, 2),
                 "encodes": round(self.packs / n, 2), "decodes": round(self.unpacks / n, 2),
-                "encoded_bytes": round(self.packed_bytes / n), "cpu_us": round(self.cpu_s / n * 1e6, 1)}
+                "encoded_bytes": round(self.packed_bytes / n),
+                "cpu_us": round(self.cpu_s / n * 1e6, 1)}
 
 
 class _Counting:
@@ -135,7 +137,8 @@ def measure(n: int) -> dict:
                 job_id = f"job_{i:020x}"
                 items.append(commands.create_job_item(
                     job_id=job_id, spec=spec, idempotency_key=None,
-                    shard=keys.shard_of(job_id, SHARDS), next_ms=next_fire_ms(spec["schedule"], now_ms)))
+                    shard=keys.shard_of(job_id, SHARDS),
+                    next_ms=next_fire_ms(spec["schedule"], now_ms)))
             replica.apply(commands.create_jobs(tenant="default", at_ms=now_ms, items=items),
                           phases["create"])
             phases["create"].items += len(items)
@@ -143,7 +146,8 @@ def measure(n: int) -> dict:
         for event, at in (("start", due_ms + 10), ("finish", due_ms + 20)):
             phase = phases[event]
             for start in range(0, len(run_ids), REPORT_BATCH):
-                updates = [_update(event, run_id, at) for run_id in run_ids[start:start + REPORT_BATCH]]
+                updates = [_update(event, run_id, at)
+                           for run_id in run_ids[start:start + REPORT_BATCH]]
                 result = replica.apply(commands.run_updates(updates=updates), phase)
                 assert result["applied"] == len(updates), result
                 phase.items += len(updates)
@@ -164,11 +168,11 @@ def _fire_all(replica: Replica, due_ms: int, phase: Phase, proposer: Phase) -> l
     chosen = []
     started = time.process_time()
     for shard in range(SHARDS):
-        for row_due_ms, _kind, job_id, _value in due_rows(store, shard, at_ms, limits.fire_batch_max):
-            job = store.get("jobs", keys.job_key(job_id))
-            occurrences, omitted, next_ms = covered_occurrences(
-                job["spec"]["schedule"], row_due_ms, at_ms, 100)
-            chosen.append((shard, (job_id, row_due_ms, next_ms, occurrences, omitted)))
+        for row_due_ms, _kind, job_id, _value in due_rows(store, shard, at_ms,
+                                                          limits.fire_batch_max):
+            item = fire_item(store.get("jobs", keys.job_key(job_id)), row_due_ms, at_ms)
+            assert item is not None, job_id
+            chosen.append((shard, item))
     proposer.cpu_s += time.process_time() - started
     proposer.items += len(chosen)
     for start in range(0, len(chosen), limits.fire_batch_max):
