@@ -41,9 +41,17 @@ class LinkProxy:
 
     def heal(self) -> None:
         """Drop what the cut held (both ends see the connection close and
-        reconnect), then relay new connections again."""
-        self._drop_all()
-        self._cut.clear()
+        reconnect), and relay new connections again.
+
+        The swap of the held set and the clearing of the cut happen under the
+        lock `_accept` takes to decide, so a connection accepted during the
+        heal is either dropped here or relayed, never held silent for good (a
+        silent connection on the side that never sends is not noticed by
+        either peer, and can keep a node from ever electing)."""
+        with self._lock:
+            socks, self._socks = self._socks, set()
+            self._cut.clear()
+        self._close_all(socks)
 
     def close(self) -> None:
         self._closed = True
@@ -58,6 +66,10 @@ class LinkProxy:
     def _drop_all(self) -> None:
         with self._lock:
             socks, self._socks = self._socks, set()
+        self._close_all(socks)
+
+    @staticmethod
+    def _close_all(socks: set[socket.socket]) -> None:
         for s in socks:
             try:
                 s.shutdown(socket.SHUT_RDWR)
@@ -75,8 +87,10 @@ class LinkProxy:
                 client, _ = self._server.accept()
             except OSError:
                 return
-            self._track(client)
-            if self._cut.is_set():
+            with self._lock:
+                self._socks.add(client)
+                held = self._cut.is_set()
+            if held:
                 continue   # held open and silent until heal() drops it
             try:
                 upstream = socket.create_connection(self.target, timeout=2)
@@ -89,12 +103,14 @@ class LinkProxy:
                 threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        broken = False   # bytes were dropped: the stream is torn, never relay again
         try:
             while True:
                 data = src.recv(65536)
                 if not data:
                     break
-                if self._cut.is_set():
+                if broken or self._cut.is_set():
+                    broken = True
                     continue   # the black hole: read and drop
                 dst.sendall(data)
         except OSError:
