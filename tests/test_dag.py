@@ -245,6 +245,53 @@ def test_incremental_release_ends_as_the_rules_say_in_any_order(tasks, data):
     assert dag.outcome(instances) == (dag.FAILED if failed else dag.SUCCEEDED)
 
 
+def run_to_the_end(instances: list[dict], released: list[str], ran: dict[str, str],
+                   rng: random.Random) -> list[str]:
+    """End the released tasks in a random order (each in its `ran` state),
+    and those they release, until none is left; every task released."""
+    running, done = list(released), list(released)
+    while running:
+        tid = running.pop(rng.randrange(len(running)))
+        now = dag.task_ended(instances, tid, ran[tid])
+        assert not set(now) & set(done), "a task was released twice"
+        done += now
+        running += now
+    return done
+
+
+@settings(max_examples=200, deadline=None)
+@given(dags(), st.data())
+def test_a_redrive_runs_only_what_did_not_succeed_and_ends_as_the_rules_say(tasks, data):
+    ran = {t["id"]: data.draw(st.sampled_from([dag.SUCCEEDED, dag.FAILED])) for t in tasks}
+    rng = random.Random(data.draw(st.integers(0, 2 ** 32)))
+    instances = dag.new_instances(tasks)
+    run_to_the_end(instances, dag.begin(instances), ran, rng)
+    before = {inst["id"]: inst["state"] for inst in instances}
+    again = set(dag.reset(instances))
+    assert {tid for tid, s in before.items() if s in (dag.FAILED, dag.UPSTREAM_FAILED)} <= again
+    assert not {tid for tid, s in before.items() if s == dag.SUCCEEDED} & again
+    released = run_to_the_end(instances, dag.begin(instances), dict.fromkeys(ran, dag.SUCCEEDED),
+                              rng)
+    assert set(released) <= again, "a task that was kept ran again"
+    assert all(inst["pending"] == 0 for inst in instances)
+    # Each kept task keeps its state; each reset one is decided again by its
+    # rule from its upstream tasks' final states, and runs to success.
+    by_id = {t["id"]: t for t in tasks}
+    final: dict[str, str] = {}
+    for tid in dag.topological_order(tasks):
+        if tid not in again:
+            final[tid] = before[tid]
+            continue
+        states = [final[d] for d in by_id[tid]["depends_on"]]
+        decision = dag.decide(by_id[tid]["trigger_rule"], len(states),
+                              states.count(dag.SUCCEEDED),
+                              sum(s in (dag.FAILED, dag.UPSTREAM_FAILED) for s in states),
+                              states.count(dag.SKIPPED))
+        final[tid] = dag.SUCCEEDED if decision == dag.RUN else decision
+    assert {inst["id"]: inst["state"] for inst in instances} == final
+    assert dag.outcome(instances) == dag.SUCCEEDED
+
+
 # --- DAG runs in apply -----------------------------------------------------------------
 
 class Log(Replica):
@@ -374,6 +421,70 @@ def test_a_failure_fails_the_run_runs_cleanup_and_the_alert_task_and_raises_one_
     assert "3 tasks upstream_failed" in run["error"]
     assert run["alert"] == "pending"
     assert log.store.get(ALERTS, dag_run.encode())["url"] == "https://alerts.example/hook"
+
+
+def test_a_redriven_dag_run_runs_its_failed_task_again_and_what_it_held_back():
+    log = Log()
+    log.make(SEED, retry_policy={"max_attempts": 1})
+    dag_run = log.fire()
+    log.run_task(dag_run, "ingest", True)
+    log.run_task(dag_run, "fx", False)
+    log.run_task(dag_run, "alert", True)
+    log.run_task(dag_run, "cleanup", True)
+    assert log.get(dag_run)["state"] == "failed"
+    # A task run is re-driven with its DAG run, never alone.
+    fx_id = log.task_run(dag_run, "fx")["id"]
+    alone = log.run(commands.retry_run(run_id=fx_id, node="n1", at_ms=20_000))
+    assert (alone["error"], dag_run in alone["detail"]) == ("conflict", True)
+    assert log.run(commands.retry_run(run_id=dag_run, node="n1", at_ms=20_000))["ok"]
+    run = log.get(dag_run)
+    assert (run["state"], run["attempt"], run["trigger"]) == ("queued", 2, "retry")
+    # fx runs again as the next attempt of the same task run, under the same
+    # execution id; what succeeded is kept; what fx held back waits for it.
+    assert log.states(dag_run) == {"ingest": "succeeded", "fx": "queued",
+                                   "reconcile": "pending", "settle": "pending",
+                                   "report": "pending", "cleanup": "succeeded",
+                                   "alert": "succeeded"}
+    fx = log.task_run(dag_run, "fx")
+    assert (fx["id"], fx["attempt"], fx["state"], fx["execution_id"]) == \
+        (fx_id, 2, "queued", keys.task_execution_id(JOB, 10_000, "fx"))
+    assert log.store.get(RUNS_OPEN, keys.open_run_key("n1", fx_id)) is not None
+    log.run_task(dag_run, "fx", True)
+    assert log.get(dag_run)["state"] == "running"
+    for tid in ("reconcile", "settle", "report"):
+        assert log.states(dag_run)[tid] == "queued"
+        log.run_task(dag_run, tid, True)
+    run = log.get(dag_run)
+    assert run["state"] == "succeeded"
+    assert [t["pending"] for t in run["tasks"]] == [0] * len(SEED)
+    assert (log.task_run(dag_run, "ingest")["attempt"],
+            log.task_run(dag_run, "cleanup")["attempt"]) == (1, 1)
+    assert log.store.get(JOBS, JOB.encode())["active"] == []
+
+
+def test_a_redriven_dag_run_decides_the_held_back_tasks_by_their_rules_again():
+    # b failed; c (all_success on a and b) was upstream_failed and d
+    # (none_failed_min_one_success on c) skipped behind it: both are decided
+    # again. e (all_failed on a) was skipped for a reason the re-drive does
+    # not change, and stays skipped.
+    tasks = [task("a"), task("b"), task("c", ("a", "b")),
+             task("d", ("c",), trigger_rule="none_failed_min_one_success"),
+             task("e", ("a",), trigger_rule="all_failed")]
+    instances = dag.new_instances(tasks)
+    assert dag.begin(instances) == ["a", "b"]
+    dag.task_ended(instances, "a", dag.SUCCEEDED)
+    dag.task_ended(instances, "b", dag.FAILED)
+    states = {i["id"]: i["state"] for i in instances}
+    assert states == {"a": "succeeded", "b": "failed", "c": "upstream_failed",
+                      "d": "upstream_failed", "e": "skipped"}
+    assert dag.reset(instances) == ["b", "c", "d"]
+    assert dag.begin(instances) == ["b"]
+    assert dag.task_ended(instances, "b", dag.SUCCEEDED) == ["c"]
+    assert dag.task_ended(instances, "c", dag.SUCCEEDED) == ["d"]
+    assert dag.outcome(instances) is None
+    assert dag.task_ended(instances, "d", dag.SUCCEEDED) == []
+    assert dag.outcome(instances) == dag.SUCCEEDED
+    assert {i["id"]: i["state"] for i in instances}["e"] == "skipped"
 
 
 def test_cancelling_a_dag_run_cancels_its_unfinished_tasks():

@@ -126,6 +126,35 @@ def test_a_failing_task_runs_cleanup_and_the_alert_task_and_alerts_once(shared_c
     assert calls["alert-webhook"][0].headers["Idempotency-Key"] == "alert_" + run["run_id"]
 
 
+def test_a_failed_dag_run_redriven_runs_fx_again_and_what_it_held_back(shared_cluster):
+    fx_fails = [True]
+
+    def status(call: Call) -> int:
+        return 500 if call.path.endswith("/fx") and fx_fails[0] else 200
+
+    with Sink(status_for=status) as sink:
+        _, run = trigger(shared_cluster, seed_workflow(sink.url, fx_attempts=1))
+        assert ended(shared_cluster, run["run_id"], 30)["state"] == "failed"
+        fx = next(t for t in run["tasks"] if t["id"] == "fx")
+        alone = shared_cluster.api("n1", "POST", f"/v1/runs/{fx['run_id']}:retry")
+        assert alone.status == 409, alone
+        fx_fails[0] = False
+        again = shared_cluster.api("n1", "POST", f"/v1/runs/{run['run_id']}:retry")
+        assert again.status == 200, again
+        run = ended(shared_cluster, run["run_id"], 30)
+        calls = by_task(sink)
+    assert (run["state"], run["trigger"], run["attempt"]) == ("succeeded", "retry", 2), run
+    assert {t["id"]: (t["state"], t["attempt"]) for t in run["tasks"]} == {
+        "ingest": ("succeeded", 1), "fx": ("succeeded", 2), "reconcile": ("succeeded", 1),
+        "settle": ("succeeded", 1), "report": ("succeeded", 1), "cleanup": ("succeeded", 1),
+        "alert": ("succeeded", 1)}
+    # What succeeded before ran once; fx's two attempts share its execution id.
+    assert {tid: len(c) for tid, c in calls.items()} == {
+        "ingest": 1, "fx": 2, "reconcile": 1, "settle": 1, "report": 1, "cleanup": 1,
+        "alert": 1, "alert-webhook": 1}
+    assert len({c.headers["Idempotency-Key"] for c in calls["fx"]}) == 1
+
+
 def test_cancelling_a_dag_run_cancels_the_tasks_not_finished(shared_cluster):
     def delay(call: Call) -> float:
         return 20.0 if call.path.endswith("/fx") else 0.0

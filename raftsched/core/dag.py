@@ -22,6 +22,9 @@ the decision cascades downstream at once. `one_success` and `one_failed` do
 not wait for the zero: the first upstream success (failure) releases them.
 Every other decision waits for all upstream tasks, so a task's final state
 does not depend on the order its upstream tasks ended in.
+
+A failed DAG run can be re-driven (`reset`): its failed tasks and those they
+held back are decided again; the rest keep what they did.
 """
 
 from __future__ import annotations
@@ -226,15 +229,49 @@ def decide(rule: str, upstream: int, succeeded: int, failed: int, skipped: int) 
 
 
 def begin(instances: list[dict]) -> list[str]:
-    """Release what runs at once (no upstream tasks, or the rule `always`):
-    their state becomes queued. Returns their ids, in spec order."""
-    released = []
+    """Release what runs at once: their state becomes queued. Returns their
+    ids, in the order they were decided.
+
+    In a new run every task is pending, so this is the tasks without upstream
+    tasks and those with the rule `always`. In a re-driven run (`reset`) a
+    pending task may have upstream tasks that ended before (succeeded or
+    skipped, kept): each is decided from those as `task_ended` would, and one
+    decided skipped or upstream_failed cascades downstream."""
+    by_id = {inst["id"]: inst for inst in instances}
+    released: list[str] = []
     for inst in instances:
-        at_once = decide(inst["rule"], len(inst["upstream"]), 0, 0, 0) == RUN
-        if inst["state"] == PENDING and at_once:
+        if inst["state"] != PENDING:
+            continue   # kept from before, or decided by an earlier cascade
+        decision = _decision(inst, by_id)
+        if decision == RUN:
             inst["state"] = QUEUED
             released.append(inst["id"])
+        elif decision is not None:
+            released += task_ended(instances, inst["id"], decision)
     return released
+
+
+def reset(instances: list[dict]) -> list[str]:
+    """A failed DAG run is re-driven: its failed tasks, and the tasks they held
+    back (upstream_failed, or skipped downstream of one of those), become
+    pending again; every other task keeps its state, so a task that succeeded
+    (a cleanup or an alert task that ran because of the failure included) is
+    not run again. Each counter becomes the number of its upstream tasks that
+    were reset. Returns the ids reset, in topological order; `begin` then
+    releases what can run."""
+    by_id = {inst["id"]: inst for inst in instances}
+    order = topological_order([{"id": i["id"], "depends_on": i["upstream"]} for i in instances])
+    again: set[str] = set()
+    for tid in order:
+        inst = by_id[tid]
+        held = inst["state"] == SKIPPED and any(dep in again for dep in inst["upstream"])
+        if inst["state"] in _FAILURES or held:
+            again.add(tid)
+    for inst in instances:
+        inst["pending"] = sum(1 for dep in inst["upstream"] if dep in again)
+        if inst["id"] in again:
+            inst.update(state=PENDING, started_ms=None, finished_ms=None, error=None)
+    return [tid for tid in order if tid in again]
 
 
 def task_ended(instances: list[dict], task_id: str, state: str) -> list[str]:

@@ -26,13 +26,17 @@ tasks that end in one batch are counted one after the other, so one of them
 sees the counter reach zero. Task runs are not in the job's history
 (runs_by_job) and are not counted by its concurrency policy; they are removed
 with their DAG run.
+
+A failed DAG run is re-driven as a whole (core/redrive.py, `redrive`): its
+failed tasks run again, as the next attempt of the same task runs, and the
+tasks they held back are decided again; tasks that succeeded are kept.
 """
 
 from __future__ import annotations
 
 from raftsched import limits
 from raftsched.core import dag, keys, lifecycle, runs
-from raftsched.core.tx import RUNS, Tx
+from raftsched.core.tx import TALLY_RUN_ENDED, Tx
 
 
 def is_dag_run(run: dict) -> bool:
@@ -72,7 +76,11 @@ def _release(tx: Tx, run: dict, task_id: str, node: str | None, at_ms: int) -> N
     """Create the task run of `task_id`, queued on `node` or in its worker queue."""
     inst = _instance(run, task_id)
     child_id = keys.task_run_id(run["id"], task_id)
-    if tx.get(RUNS, child_id.encode()) is not None:
+    before = runs.get_run(tx, child_id)
+    if before is not None and before["state"] == lifecycle.FAILED and inst["attempt"]:
+        _reopen_task(tx, run, inst, before, node, at_ms)
+        return
+    if before is not None:
         return   # released before: a task runs once per DAG run
     # Every member the DAG run has (tenant, trigger, token, priority, ...)
     # and the attempt's own members fresh.
@@ -87,6 +95,29 @@ def _release(tx: Tx, run: dict, task_id: str, node: str | None, at_ms: int) -> N
     runs.enqueue(tx, child, node or run["node"], at_ms)
     runs.put_run(tx, child)
     inst.update(run_id=child_id, attempt=1, state=lifecycle.QUEUED)
+
+
+def redrive(run: dict) -> None:
+    """The failed DAG run gets a new attempt (core/redrive.py): its failed
+    tasks and those they held back are pending again; `begin`, when the run
+    is queued, releases them, and a failed task's run gets its next attempt."""
+    dag.reset(run["tasks"])
+
+
+def _reopen_task(tx: Tx, run: dict, inst: dict, child: dict, node: str | None,
+                 at_ms: int) -> None:
+    """A failed task of a re-driven DAG run runs again: the same task run, with
+    the same ids, its next attempt, its task's retry policy afresh from here."""
+    child.setdefault("first_trigger", child["trigger"])
+    child.update(trigger=run["trigger"], redrives=child.get("redrives", 0) + 1,
+                 redrive_base=child["attempt"], attempt=child["attempt"] + 1,
+                 token=run["token"], queue=inst["queue"], started_ms=None, finished_ms=None,
+                 holder=None, lease_ms=None, retry_due_ms=None, http_status=None,
+                 exit_code=None, error=None, reason=None)
+    child["state"] = lifecycle.next_state(child["id"], child["state"], "redrive")
+    runs.enqueue(tx, child, node or run["node"], at_ms)
+    runs.put_run(tx, child)
+    inst.update(attempt=child["attempt"], state=lifecycle.QUEUED)
 
 
 def _dag_run_of(tx: Tx, child: dict) -> tuple[dict, dict] | None:
@@ -146,6 +177,7 @@ def _end(tx: Tx, job: dict, run: dict, ended: str, at_ms: int) -> None:
     run["state"] = lifecycle.next_state(run["id"], run["state"],
                                         "succeed" if ended == dag.SUCCEEDED else "fail")
     run["finished_ms"] = at_ms
+    tx.tally(TALLY_RUN_ENDED, run["state"])
     if ended == dag.FAILED:
         run["error"] = dag.failure_summary(run["tasks"], limits.run_error_chars_max)
         runs.raise_alert(tx, job, run, at_ms)

@@ -21,8 +21,12 @@ run that is failed when the command is applied, of a job that is not deleted:
   - The new attempt runs on the proposing node (or in the run's worker queue),
     under the fencing token the run's shard has now.
 
-A DAG run and the runs of its tasks are not re-driven here: their state is
-the DAG run's, which a single task's new attempt would not update.
+A failed DAG run is re-driven as a whole: its failed tasks run again, each as
+the next attempt of its task run (same ids, its task's retry policy afresh),
+the tasks they held back (upstream_failed, or skipped downstream of them) are
+decided again by their trigger rules, and tasks that succeeded are kept
+(core/dag.py `reset`). A task run is not re-driven alone: its state is the
+DAG run's, which a single task's new attempt would not update.
 """
 
 from __future__ import annotations
@@ -70,9 +74,10 @@ def _refusal(tx: Tx, run: dict) -> dict | None:
     if run["state"] != FAILED:
         return refuse("conflict", f"run {run['id']} is {run['state']}; only a failed run "
                                   "can be retried")
-    if "dag_run" in run or dagrun.is_dag_run(run):
-        return refuse("conflict", f"run {run['id']} is part of a DAG workflow; a DAG run "
-                                  "and its tasks are not retried one run at a time")
+    if "dag_run" in run:
+        return refuse("conflict", f"run {run['id']} is task {run.get('task_id')!r} of DAG "
+                                  f"run {run['dag_run']}; retry the DAG run, which runs "
+                                  "its failed tasks again")
     if live_job(tx, run["job_id"]) is None:
         return refuse("conflict", f"job {run['job_id']} was deleted; its runs do not run again")
     if run.get("redrives", 0) >= limits.run_redrives_max:
@@ -94,3 +99,5 @@ def _reopen(tx: Tx, job: dict, run: dict, reason: str | None) -> None:
     run["token"] = shard["token"] if shard else 0
     run.update(finished_ms=None, http_status=None, exit_code=None, error=None, reason=reason,
                retry_due_ms=None, holder=None, lease_ms=None)
+    if dagrun.is_dag_run(run):
+        dagrun.redrive(run)   # its tasks are released when it is queued
