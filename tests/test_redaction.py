@@ -261,6 +261,55 @@ def test_mask_for_a_name_that_is_not_secret_is_an_ordinary_value():
         {"X-Plain": MASK}
 
 
+URL_BODY = {
+    "run_at": "2030-01-01T00:00:00Z",
+    "target": {"type": "http",
+               "url": "https://svc:pa%24%24word-9@hooks.example/x?Token=t0k-abcdef&page=2#top"},
+    "secret_keys": ["token"],
+}
+
+
+def test_a_urls_password_and_listed_query_values_are_masked_in_reads_and_output():
+    spec = spec_of(URL_BODY)
+    view = job_view(job_of(spec))
+    assert view["target"]["url"] == f"https://svc:{MASK}@hooks.example/x?Token={MASK}&page=2#top"
+    assert spec["target"]["url"] == URL_BODY["target"]["url"]
+    values = secret_values(spec)
+    assert {"pa%24%24word-9", "pa$$word-9", "t0k-abcdef"} <= set(values)
+    error = "POST https://svc:pa%24%24word-9@hooks.example/x?Token=t0k-abcdef: login pa$$word-9"
+    assert redact_text(error, values) == \
+        f"POST https://svc:{MASK}@hooks.example/x?Token={MASK}: login {MASK}"
+
+
+@given(st.from_regex(r"https?://[a-z0-9.]{1,20}(:[0-9]{1,5})?(/[a-zA-Z0-9_.~-]{0,10}){0,3}"
+                     r"(\?[a-z]{1,5}=[a-zA-Z0-9%+-]{0,8}(&[a-z]{1,5}=[a-zA-Z0-9%+-]{0,8}){0,3})?"
+                     r"(#[a-z]{0,5})?", fullmatch=True))
+def test_a_url_without_a_password_or_listed_parameter_reads_as_written(url):
+    assert redact_target({"type": "http", "url": url}, ["absent"])["url"] == url
+
+
+def test_a_patch_of_the_read_url_keeps_its_stored_secrets_and_a_new_value_replaces_them():
+    current = spec_of(URL_BODY)
+    read = job_view(job_of(current))
+    patched = jobspec.validate_patch({"target": read["target"]}, current)
+    assert patched["target"]["url"] == URL_BODY["target"]["url"]
+    moved = read["target"]["url"].replace("/x?", "/y?").replace("page=2", "page=3")
+    patched = jobspec.validate_patch({"target": dict(read["target"], url=moved)}, current)
+    assert patched["target"]["url"] == \
+        "https://svc:pa%24%24word-9@hooks.example/y?Token=t0k-abcdef&page=3#top"
+    fresh = read["target"]["url"].replace(f"Token={MASK}", "Token=new-token-1")
+    patched = jobspec.validate_patch({"target": dict(read["target"], url=fresh)}, current)
+    assert "Token=new-token-1" in patched["target"]["url"]
+    assert "pa%24%24word-9" in patched["target"]["url"]
+
+
+def test_mask_in_a_url_with_no_stored_secret_is_refused_naming_the_url():
+    for url in (f"https://svc:{MASK}@hooks.example/x", f"https://hooks.example/x?token={MASK}"):
+        with pytest.raises(InvalidInput) as caught:
+            spec_of(dict(URL_BODY, target={"type": "http", "url": url}))
+        assert caught.value.field == "target.url"
+
+
 def test_a_patch_of_secret_keys_alone_changes_what_reads_mask():
     current = spec_of(HTTP_BODY)
     patched = jobspec.validate_patch({"secret_keys": ["X-Plain"]}, current)

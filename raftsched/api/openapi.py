@@ -267,9 +267,10 @@ def _secret_keys() -> Schema:
         "type": "array", "maxItems": limits.secret_keys_max,
         "items": {"type": "string", "minLength": 1, "pattern": "^[^=\\r\\n\\u0000]+$",
                   "description": f"at most {limits.secret_key_bytes_max} bytes of UTF-8"},
-        "description": "header names (any case) or env variable names (exact) whose values "
-                       'reads, logs and alerts show as "***"; Authorization, Cookie and '
-                       "Proxy-Authorization are always secret"})
+        "description": "header or URL query parameter names (any case) or env variable "
+                       'names (exact) whose values reads, logs and alerts show as "***"; '
+                       "Authorization, Cookie, Proxy-Authorization and a URL's password are "
+                       "always secret"})
 
 
 def job_create_schema() -> Schema:

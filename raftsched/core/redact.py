@@ -1,10 +1,13 @@
 """Secrets are write-only: what reads, run output, errors and alerts show of them.
 
 A job's secrets are the values of its HTTP target's `Authorization`, `Cookie`
-and `Proxy-Authorization` headers (in any case), and of each header or env
-variable its `secret_keys` names; a DAG job's, those of every task's target. Header names compare case-insensitively, as
-HTTP compares them; env names compare exactly, as the process environment does
-(`TOKEN` and `token` are two variables).
+and `Proxy-Authorization` headers (in any case), the password of its URL
+(`https://user:password@host/`), and the value of each header, URL query
+parameter or env variable its `secret_keys` names; a DAG job's, those of every
+task's target. Header and query parameter names compare case-insensitively (as
+HTTP compares header names; `?Token=` and `?token=` are both a token); env
+names compare exactly, as the process environment does (`TOKEN` and `token`
+are two variables).
 
 The stored spec keeps the real values, since the executor sends them. What a
 caller can read does not:
@@ -24,6 +27,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import json
+import urllib.parse
 from typing import Iterable
 
 from raftsched import limits
@@ -61,13 +65,106 @@ def _named_values(target: dict) -> tuple[str | None, dict]:
 
 def redact_target(target: dict, secret_keys: Iterable[str]) -> dict:
     """A copy of `target` with MASK for every secret value."""
+    keys = list(secret_keys)
+    if target.get("type") == "http" and isinstance(target.get("url"), str):
+        target = dict(target, url=redact_url(target["url"], keys))
     member, values = _named_values(target)
     if not values:
         return target
-    keys = list(secret_keys)
     kind = target["type"]
     return dict(target, **{member: {name: MASK if is_secret(kind, name, keys) else value
                                     for name, value in values.items()}})
+
+
+# --- secrets inside an HTTP target's URL ---------------------------------------------------
+
+def _url_parts(url: str) -> tuple[str, str | None, str, list[str], str] | None:
+    """(before the userinfo, the password as written or None, from the host to
+    the query, the query's name=value pairs, from the fragment on), or None
+    for a URL without an authority. Every other character is kept as written,
+    so a URL with nothing secret in it comes back unchanged."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return None
+    authority_end = next((i for i, c in enumerate(rest) if c in "/?#"), len(rest))
+    authority, tail = rest[:authority_end], rest[authority_end:]
+    userinfo, at, hostport = authority.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    head = f"{scheme}://{user}{colon}" if at and colon else f"{scheme}://{userinfo}{at}"
+    host = f"@{hostport}" if at and colon else hostport
+    path, hash_, fragment = tail.partition("#")
+    path, qmark, query = path.partition("?")
+    pairs = query.split("&") if qmark else []
+    return head, password if at and colon else None, host + path + qmark, pairs, hash_ + fragment
+
+
+def _query_name(pair: str) -> str:
+    return urllib.parse.unquote_plus(pair.partition("=")[0]).lower()
+
+
+def _is_secret_param(pair: str, lowered_keys: set[str]) -> bool:
+    return "=" in pair and _query_name(pair) in lowered_keys
+
+
+def _join_url(head: str, password: str | None, host: str, pairs: list[str], end: str) -> str:
+    return head + (password or "") + host + "&".join(pairs) + end
+
+
+def redact_url(url: str, secret_keys: Iterable[str]) -> str:
+    """`url` with MASK for its password and for the value of each query
+    parameter `secret_keys` names."""
+    parts = _url_parts(url)
+    if parts is None:
+        return url
+    head, password, host, pairs, end = parts
+    lowered = {k.lower() for k in secret_keys}
+    pairs = [pair.partition("=")[0] + "=" + MASK if _is_secret_param(pair, lowered) else pair
+             for pair in pairs]
+    return _join_url(head, MASK if password is not None else None, host, pairs, end)
+
+
+def url_secrets(url: str, secret_keys: Iterable[str]) -> list[str]:
+    """The secret pieces of `url` as written and percent-decoded."""
+    parts = _url_parts(url)
+    if parts is None:
+        return []
+    _, password, _, pairs, _ = parts
+    lowered = {k.lower() for k in secret_keys}
+    raw = [password] if password else []
+    raw += [pair.partition("=")[2] for pair in pairs if _is_secret_param(pair, lowered)]
+    return [form for value in raw
+            for form in {value, urllib.parse.unquote(value), urllib.parse.unquote_plus(value)}
+            if form]
+
+
+def _restore_url(url: str, stored_url: str | None, secret_keys: Iterable[str]) -> str:
+    """`url` with each MASK in a secret place (the password, a secret query
+    parameter's value) replaced by the stored URL's value in the same place."""
+    parts = _url_parts(url)
+    if parts is None or MASK not in url:
+        return url
+    head, password, host, pairs, end = parts
+    lowered = {k.lower() for k in secret_keys}
+    stored = _url_parts(stored_url) if stored_url else None
+    if password == MASK:
+        password = stored[1] if stored else None
+        if password is None:
+            raise InvalidInput(f'"{MASK}" is what reads show for a URL\'s password; this job '
+                               "has no stored password to keep, so give the password itself",
+                               field="target.url")
+    restored = []
+    for pair in pairs:
+        if _is_secret_param(pair, lowered) and pair.partition("=")[2] == MASK:
+            name = _query_name(pair)
+            kept = next((p.partition("=")[2] for p in (stored[3] if stored else ())
+                         if _is_secret_param(p, {name})), None)
+            if kept is None:
+                raise InvalidInput(f'"{MASK}" is what reads show for a secret; this job has no '
+                                   f"stored value of the query parameter {name!r} to keep, so "
+                                   "give the value itself", field="target.url")
+            pair = pair.partition("=")[0] + "=" + kept
+        restored.append(pair)
+    return _join_url(head, password, host, restored, end)
 
 
 def redact_spec_target(spec: dict) -> dict | None:
@@ -103,13 +200,16 @@ def secret_values(spec: dict) -> tuple[str, ...]:
     found: set[str] = set()
     for target in spec_targets(spec):
         _, values = _named_values(target)
+        pieces: list[str] = []
         for name, value in values.items():
-            if not isinstance(value, str) or not is_secret(target["type"], name, keys):
-                continue
-            for piece in (value, *_pieces(target["type"], name, value)):
-                piece = piece.strip()
-                found.update({piece, json.dumps(piece)[1:-1],
-                              json.dumps(piece, ensure_ascii=False)[1:-1]})
+            if isinstance(value, str) and is_secret(target["type"], name, keys):
+                pieces += [value, *_pieces(target["type"], name, value)]
+        if target.get("type") == "http" and isinstance(target.get("url"), str):
+            pieces += url_secrets(target["url"], keys)
+        for piece in pieces:
+            piece = piece.strip()
+            found.update({piece, json.dumps(piece)[1:-1],
+                          json.dumps(piece, ensure_ascii=False)[1:-1]})
     kept = (v for v in found if len(v) >= limits.secret_redact_chars_min)
     return tuple(sorted(kept, key=lambda v: (-len(v), v)))
 
@@ -210,7 +310,11 @@ def restore_secrets(target: object, current: dict | None, secret_keys: Iterable[
     """
     if not isinstance(target, dict):
         return target
+    secret_keys = list(secret_keys)
     kind = target.get("type")
+    if kind == "http" and isinstance(target.get("url"), str):
+        stored_url = current.get("url") if current and current.get("type") == "http" else None
+        target = dict(target, url=_restore_url(target["url"], stored_url, secret_keys))
     member = SECRET_MEMBERS.get(kind) if isinstance(kind, str) else None
     given = target.get(member) if member else None
     if not isinstance(given, dict) or MASK not in given.values():
