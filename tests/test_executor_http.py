@@ -7,6 +7,7 @@ import time
 
 from aiohttp import web
 
+from raftsched import limits
 from raftsched.executors.base import Attempt
 from raftsched.executors.http import HttpExecutor
 from raftsched.executors.netguard import AddressPolicy
@@ -90,3 +91,33 @@ async def test_non_2xx_timeout_and_refused_are_failures_not_exceptions():
     assert not refused.ok
     assert refused.http_status is None
     assert refused.error
+
+
+async def test_connections_to_one_host_are_bounded_and_reused(monkeypatch):
+    # A slow target and ten times as many calls as the bound: without the
+    # bound every call would hold a connection of its own at once.
+    monkeypatch.setattr(limits, "http_connections_per_host_max", 4)
+    inflight = [0, 0]   # now, most at once
+    ports: set[int] = set()
+
+    async def handler(request: web.Request) -> web.Response:
+        ports.add(request.transport.get_extra_info("peername")[1])
+        inflight[0] += 1
+        inflight[1] = max(inflight[1], inflight[0])
+        await asyncio.sleep(0.05)   # the target's own work
+        inflight[0] -= 1
+        return web.Response(status=204)
+
+    runner, url = await serve(handler)
+    executor = HttpExecutor(LOOPBACK)
+    await executor.start()
+    try:
+        deadline_ms = int(time.time() * 1000) + 20_000
+        outcomes = await asyncio.gather(*(executor.run(ATTEMPT, target(url, timeout_s=20.0),
+                                                       deadline_ms) for _ in range(40)))
+    finally:
+        await executor.close()
+        await runner.cleanup()
+    assert all(o.ok for o in outcomes)
+    assert inflight[1] == 4
+    assert len(ports) == 4
