@@ -121,3 +121,21 @@ async def test_connections_to_one_host_are_bounded_and_reused(monkeypatch):
     assert all(o.ok for o in outcomes)
     assert inflight[1] == 4
     assert len(ports) == 4
+
+
+async def test_an_empty_body_leaves_no_output_and_a_body_is_kept():
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(status=200, text="" if request.query.get("empty") else "done: 3 rows")
+
+    runner, url = await serve(handler)
+    executor = HttpExecutor(LOOPBACK)
+    await executor.start()
+    try:
+        deadline_ms = int(time.time() * 1000) + 5000
+        empty = await executor.run(ATTEMPT, target(url + "?empty=1"), deadline_ms)
+        full = await executor.run(ATTEMPT, target(url), deadline_ms)
+    finally:
+        await executor.close()
+        await runner.cleanup()
+    assert (empty.ok, empty.output) == (True, None)
+    assert (full.ok, full.output) == (True, {"http_body": "done: 3 rows"})
