@@ -135,6 +135,7 @@ def test_a_failed_dag_run_redriven_runs_fx_again_and_what_it_held_back(shared_cl
     with Sink(status_for=status) as sink:
         _, run = trigger(shared_cluster, seed_workflow(sink.url, fx_attempts=1))
         assert ended(shared_cluster, run["run_id"], 30)["state"] == "failed"
+        wait_until(lambda: "alert-webhook" in by_task(sink), 20, "the DAG run's failure alert")
         fx = next(t for t in run["tasks"] if t["id"] == "fx")
         alone = shared_cluster.api("n1", "POST", f"/v1/runs/{fx['run_id']}:retry")
         assert alone.status == 409, alone
