@@ -31,7 +31,7 @@ from raftsched.core import (backfill, commands, keys, lifecycle, redrive, retent
 from raftsched.core.firing import DEFAULT_MISFIRE, due_at_ms
 from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOBS, LEASES, NODES, READY,
                                RECORD_VERSION, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS, TABLES,
-                               TENANTS, TOKENS,
+                               TALLY_MISFIRE, TENANTS, TOKENS,
                                TOPIC_IDEM, TOPIC_META, TOPICS, AlertPending, DueArmed, NodeRenewed,
                                RunCancelled, RunQueued, ShardsAssigned, TopicAppended, Transition,
                                Tx, View, ViewFailed, WriteRefused, live_job, refuse)
@@ -342,6 +342,8 @@ def _fire(tx: Tx, cmd: dict) -> dict:
             if run_state == lifecycle.QUEUED:
                 fired += int(created)
                 job["last_run_id"] = run["id"]
+            elif created:
+                tx.tally(TALLY_MISFIRE, f"{policy['policy']}:{run_state}")
         if omitted:
             job["misfires_omitted"] = job.get("misfires_omitted", 0) + 1
         if job["spec"]["schedule"]["kind"] == "once":

@@ -25,7 +25,7 @@ from raftsched.core import dag, dagrun, keys, lifecycle, retry
 from raftsched.core.lifecycle import ACTIVE, QUEUED, RETRY_WAIT, RUNNING, SCHEDULED, SKIPPED
 from raftsched.core.tx import (ALERTS, DUE, JOBS, LEASES, READY, RECORD_VERSION, RUNS,
                                RUNS_BY_JOB, RUNS_BY_TENANT, RUNS_OPEN, SHARDS, AlertPending, DueArmed,
-                               RunCancelled, RunQueued, Tx)
+                               TALLY_DEAD_LETTER, TALLY_RETRY, TALLY_RUN_ENDED, RunCancelled, RunQueued, Tx)
 
 DEFAULT_QUEUE = "default"
 
@@ -97,6 +97,7 @@ def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str, at_ms: int, trig
         job.setdefault("waiting", []).append(run["id"])
     else:
         run["state"], run["finished_ms"] = state, at_ms
+        tx.tally(TALLY_RUN_ENDED, state)
     put_run(tx, run)
     return run, True
 
@@ -223,6 +224,7 @@ def finish(tx: Tx, run: dict, update: dict) -> bool:
     elif update.get("retryable", True) and job["status"] != "deleted" \
             and run["attempt"] - run.get("redrive_base", 0) < policy["max_attempts"]:
         _move(run, "retry")
+        tx.tally(TALLY_RETRY)
         delay_ms = update["retry_delay_ms"]
         assert delay_ms is not None and delay_ms >= 0, update
         run["attempts"][-1]["retry_delay_ms"] = delay_ms
@@ -236,6 +238,7 @@ def finish(tx: Tx, run: dict, update: dict) -> bool:
             _raise_alert(tx, job, run, at_ms)
     if run["state"] != RETRY_WAIT:
         run["finished_ms"] = at_ms
+        tx.tally(TALLY_RUN_ENDED, run["state"])
         if "dag_run" in run:
             dagrun.task_ended(tx, job, run, at_ms)
         else:
@@ -320,6 +323,7 @@ def cancel(tx: Tx, job: dict, run: dict, at_ms: int, reason: str) -> None:
         tx.delete(DUE, keys.retry_due_key(job["shard"], run["retry_due_ms"], run["id"]))
         run["retry_due_ms"] = None
     run["reason"], run["finished_ms"] = reason, at_ms
+    tx.tally(TALLY_RUN_ENDED, run["state"])
     if previous in ACTIVE and "dag_run" not in run:
         settle(tx, job, run, at_ms)
     put_run(tx, run)
@@ -330,6 +334,7 @@ def _raise_alert(tx: Tx, job: dict, run: dict, at_ms: int) -> None:
     tx.put(ALERTS, run["id"].encode(), {"v": 1, "run_id": run["id"], "job_id": job["id"],
                                         "url": url, "created_ms": at_ms})
     run["alert"] = "pending"
+    tx.tally(TALLY_DEAD_LETTER)
     tx.effects.append(AlertPending(run_id=run["id"]))
 
 

@@ -7,6 +7,7 @@ topics.py) share them without importing each other.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from typing import Any, Protocol
 
@@ -119,6 +120,21 @@ class Transition:
     writes: tuple[tuple[str, bytes, Any | None], ...]
     effects: tuple[Effect, ...]
     result: dict
+    # What the command did, counted for this replica's metrics (runtime/metrics.py):
+    # ((name, label), count) pairs, TALLY_* below. Not state: never persisted,
+    # not in the digest.
+    tallies: tuple[tuple[tuple[str, str], int], ...] = ()
+
+
+# Tally names (Tx.tally): a run reached a terminal state (label: the state); a
+# failed attempt will be retried (no label); a run failed for good and raised
+# its alert, a dead letter (no label; a DAG's task runs alert through their DAG
+# run); an occurrence a fire recorded missed or skipped under the job's misfire
+# policy (label: policy:state).
+TALLY_RUN_ENDED = "run_ended"
+TALLY_RETRY = "retry"
+TALLY_DEAD_LETTER = "dead_letter"
+TALLY_MISFIRE = "misfire"
 
 
 class WriteRefused(Exception):
@@ -159,6 +175,7 @@ class Tx:
         self._view = view
         self._writes: dict[tuple[str, bytes], Any] = {}
         self.effects: list[Effect] = []
+        self._tallies: collections.Counter[tuple[str, str]] = collections.Counter()
 
     def get(self, table: str, key: bytes) -> Any | None:
         if table not in TABLES:
@@ -182,10 +199,16 @@ class Tx:
         check_key(table, key)
         self._writes[(table, key)] = self._DELETED
 
+    def tally(self, name: str, label: str = "") -> None:
+        """Count one event of the command for metrics (Transition.tallies). A
+        command refused whole carries no tallies, as it carries no writes."""
+        self._tallies[(name, label)] += 1
+
     def transition(self, result: dict) -> Transition:
         writes = tuple((t, k, None if v is self._DELETED else v)
                        for (t, k), v in self._writes.items())
-        return Transition(writes=writes, effects=tuple(self.effects), result=result)
+        return Transition(writes=writes, effects=tuple(self.effects), result=result,
+                          tallies=tuple(self._tallies.items()))
 
 
 def refuse(error: str, detail: str) -> dict:
