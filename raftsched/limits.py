@@ -78,7 +78,13 @@ list_limit_max = 500
 # Rows one page of GET /v1/jobs reads at most (the table holds every tenant's
 # jobs): a page may come back short, with a cursor to go on from.
 list_scan_rows_max = 10_000
+# Rows a listing reads per store scan while filling a page (api/history.py): a
+# scan holds an LMDB read, so a filtered page reads in such slices.
+list_scan_chunk_rows = 256
 preview_count_max = 100
+# Fire times a schedule preview (of a job, or of a schedule given) lists when
+# the request gives no `count`.
+preview_count_default = 10
 retry_max_attempts_max = 100
 # Misfire policies: occurrences one fire covers (run under fire_all, recorded
 # as missed/skipped otherwise), and the lateness `skip` tolerates by default.
@@ -183,6 +189,64 @@ raft_frame_bytes_max = 64 * 1024 ** 2
 # (else a lagging follower would need the whole state sent): then it holds more.
 raft_log_bytes_max = 64 * 1024 ** 2
 
+# pysyncobj's timing (replication/raft.py), in seconds: how often a leader sends
+# append entries (heartbeats) and its loop ticks; the election timeout range a
+# follower waits without hearing a leader (wide enough that two candidates
+# rarely collide, short enough that failover stays under two seconds); and how
+# long a leader that hears from no majority keeps acting as leader.
+append_entries_period_s = 0.01
+auto_tick_period_s = 0.005
+election_timeout_min_s = 0.4
+election_timeout_max_s = 1.4
+leader_fallback_timeout_s = 2.0
+# How often a node dials a peer it is not connected to (pysyncobj's default is
+# 5 s). A restarted node, or one back from a partition, is otherwise not
+# sent entries or a snapshot for up to that long; a dial is one connect().
+connection_retry_s = 1.0
+# The longest the Raft thread applies entries in one tick before it handles
+# the network again (seconds; one entry may take longer); well under the
+# election timeout, so that applying a backlog never looks like a dead leader.
+apply_budget_s = 0.05
+# Raft log entries between snapshots (default of --raft-snapshot-entries); a
+# snapshot copies the whole state, so this trades journal size and restart
+# replay time against snapshot frequency. A node also snapshots at least this
+# often (seconds) once it has entries to compact.
+log_compaction_entries_default = 20_000
+log_compaction_period_s = 600
+# How often the journal is flushed to disk in every --fsync mode (seconds): the
+# most of the journal a power loss can take from one machine in `periodic`.
+journal_flush_period_s = 1.0
+# How often LMDB is fsynced (seconds) under --fsync periodic, to match the
+# journal's flush (see storage/lmdb_store.py on durability).
+store_sync_period_s = 1.0
+# Raft connections closed for a declared length over the cap are logged at most
+# once in this many seconds (a port scan must not flood the log), with a count.
+frame_refusal_log_period_s = 10.0
+# A peer silent for this long (seconds) loses its shards. Raft heartbeats every
+# 10 ms, so this is many missed answers, and it keeps failover inside 3 s.
+node_lease_s = 1.5
+# How often (seconds) the leader's coordinator re-checks liveness and placement,
+# and each node renews its liveness (one small Raft entry each time).
+coordinator_period_s = 0.25
+renew_period_s = 0.25
+# Recorded digest checks a node keeps, for callers comparing replicas; and
+# digests computed at once (each holds an LMDB read open, so pages stay pinned);
+# a check past this records no digest at its index, and the caller asks again.
+checked_digests_kept = 64
+digests_computing_max = 4
+
+# How often (seconds) a consistent read polls until this node has applied the
+# leader's commit index: a catch-up takes a few ms, and the poll is one integer read.
+consistent_read_poll_s = 0.002
+# How often (seconds) a digest request polls for a digest being computed.
+digest_wait_poll_s = 0.01
+# A node whose registration could not be committed (no quorum yet) proposes it
+# again after this (seconds).
+node_register_retry_s = 0.5
+# GET /v1/cluster asks every peer for its status; one that has not answered
+# within this (seconds) is listed as unreachable, so the view stays quick.
+cluster_peer_status_timeout_s = 0.5
+
 # --- Firing -----------------------------------------------------------------------
 # Due entries carried by one `fire` command. One Raft entry fires many runs; this
 # bounds the entry's size (about 100 bytes an item) and the apply time.
@@ -194,6 +258,15 @@ trigger_tick_ms_max = 200
 schedule_cache_max = 65_536
 # A cron expression that matches nothing within this many years is refused.
 cron_search_years_max = 8
+
+# The trigger loop re-reads its owned shards and their next due instants from
+# LMDB this often (seconds), in case an in-memory update was missed.
+due_resync_period_s = 5.0
+# Steps one walk forward from a look-back point may take to find a schedule's
+# latest occurrence before an instant (core/schedule.py): bounds the CPU of one
+# evaluation; a minutely schedule over the longest look-back (366 d) is 527,040
+# steps, which the shorter windows tried first avoid.
+schedule_walk_steps_max = 100_000
 
 # --- Executing --------------------------------------------------------------------
 # Runs executing at once on one node; further runs wait in the dispatcher queue.
@@ -220,6 +293,10 @@ run_update_retry_s = 0.5
 run_update_pending_max = 200_000
 # Short error summary kept in the replicated run record.
 run_error_chars_max = 500
+# The exit code a worker may report for an attempt: a C int (negative for a
+# signal), as the run record stores it.
+exit_code_min = -(2 ** 31)
+exit_code_max = 2 ** 31 - 1
 # Response body read from an HTTP target (only its head is kept, in the error).
 http_response_head_bytes_max = 4096
 # Connections one node keeps open to one host (scheme, host, port); further calls
@@ -254,6 +331,24 @@ run_redrives_max = 10
 # many again after each re-drive. What a worker's report may name.
 run_attempts_max = retry_max_attempts_max * (run_redrives_max + 1)
 
+# After a command's process group is killed, how long (seconds) to wait for
+# pipes that a stray process (one that left the group) may still hold open.
+pipe_drain_after_kill_s = 1.0
+# `raftsched worker`: the wait of one claim long poll (seconds; a node holds the
+# request this long when idle, under worker_claim_wait_s_max), and the pause
+# after every node failed to answer before trying them all again.
+worker_claim_wait_s = 20.0
+worker_unreachable_pause_s = 0.5
+# What a worker's request may take (seconds) beyond the node's own wait (the
+# claim's long poll, the commit's propose_timeout_s) before it gives up on that
+# node: the network and a busy node's queue.
+worker_request_slack_s = 5.0
+
+# `raftsched worker`: how often (seconds) a worker with every slot busy looks
+# again for a free one; and the slots it runs when --concurrency is not given.
+worker_slot_poll_s = 0.05
+worker_concurrency_default = 4
+
 # --- Topics (publish targets) -------------------------------------------------------
 # Messages kept per topic, and for how long; the oldest go first.
 topic_messages_max = 100_000
@@ -263,6 +358,8 @@ topic_trim_per_publish_max = 64
 # Messages one read returns, and the longest a read may wait for new ones.
 topic_read_limit_max = 1000
 topic_wait_s_max = 30.0
+# Messages one read returns when it gives no `limit`.
+topic_read_limit_default = 100
 topic_name_chars_max = 100
 # Encoded bytes of the messages kept per topic (each message as stored, with its
 # offset, key and execution id); past it the oldest go, as for the count bound.
@@ -274,11 +371,13 @@ topics_max = 1000
 # Consumer groups per topic: a commit to a new group past it answers 409.
 groups_per_topic_max = 1000
 
-
 # --- Retries and commands -----------------------------------------------------------
 # Longest retry.base_s / retry.max_s a job may ask for.
 retry_delay_s_max = 24 * 3600.0
 command_argv_max = 256
+# Exit codes a job's retry.non_retryable_exit_codes may list: there are only
+# 256, and the list is replicated with the job.
+non_retryable_exit_codes_max = 64
 
 # --- Leases, reaper, alerts, circuit breaker ------------------------------------------
 # A running attempt's lease: its holder extends it every heartbeat period; the
@@ -300,6 +399,9 @@ alert_timeout_s = 10.0
 breaker_window = 20
 breaker_failure_ratio = 0.9
 breaker_cooloff_s = 30.0
+# Target hosts the breaker keeps a window for; past it the least recently
+# called is forgotten, so hosts named by jobs cannot grow a node's memory.
+breaker_hosts_max = 10_000
 # A worker's claim waits at most this long for a run (long poll), and claims
 # at most this many runs at once.
 worker_claim_wait_s_max = 30.0
@@ -323,6 +425,9 @@ finished_job_retention_s_default = 7 * 24 * 3600
 # An idempotency key stays reserved this long after the create that used it,
 # even when its job is deleted or removed (--idempotency-ttl-s).
 idempotency_ttl_s_default = 24 * 3600
+# The shortest a node's seconds flag (--history-max-age-s, --finished-job-
+# retention-s, --idempotency-ttl-s) may be: they are kept in milliseconds.
+flag_duration_s_min = 0.001
 # The leader's purger: how often it passes, and how many items (runs, jobs,
 # idempotency keys) one `purge` command removes; a pass that fills its batch is
 # followed at once by the next, so a backlog drains at several batches a second.
@@ -353,6 +458,39 @@ min_free_disk_bytes_default = 1024 ** 3
 # answer counts for storage_peer_report_s.
 storage_check_period_s = 1.0
 storage_peer_report_s = 5.0
+
+# History entries the purger reads per page while walking one job's runs,
+# oldest first: the first page is small because most jobs have nothing to
+# purge, and the walk stops at their oldest finished run; pages then double.
+purge_page_runs_first = 8
+purge_page_runs_max = 256
+# A peer that does not answer a storage check this fast (seconds) is skipped
+# for this check; its last answer counts for storage_peer_report_s.
+storage_peer_timeout_s = 0.5
+# How often old run output is pruned (seconds); it is also bounded in size at
+# each put.
+output_prune_period_s = 600.0
+# The output store's keys (storage/output_store.py): LMDB refuses keys over
+# 511 bytes, and a by_time key is 8 + run_id + 3 bytes.
+output_run_id_bytes_max = 500
+# Deletions per write transaction when pruning output. A week of expired output
+# can be millions of records; one transaction for all of them would hold the
+# write lock and pin dirty pages throughout, so the pruner commits every this many.
+output_prune_txn_records_max = 10_000
+# The output store's map size, in multiples of its bytes bound, and at least
+# output_map_bytes_min: records just over a page take two 4 KiB overflow pages,
+# and freed pages are reused only once older readers finish, so the file can be
+# a few times the bound. The map is address space (a sparse file on Linux).
+output_map_size_factor = 4
+output_map_bytes_min = 64 * 1024 ** 2
+# The state's LMDB map when a store is opened without --max-data-bytes (tests,
+# tools): address space, not disk, on Linux. Nodes pass --max-data-bytes.
+lmdb_map_size_default = 8 * 1024 ** 3
+# Records a pinned read (a snapshot, a digest) yields between checks for a
+# snapshot install that needs it gone; and bytes one copy step moves when
+# installing a snapshot where copy_file_range is not available.
+snapshot_abort_check_records = 1024
+snapshot_copy_chunk_bytes = 1024 ** 2
 
 # --- Backfill (core/backfill.py, runtime/backfiller.py) ------------------------------
 # Occurrences one backfill runs. The node that answers the request computes them
@@ -393,6 +531,17 @@ task_restart_backoff_s_max = 5.0
 task_failures_consecutive_max = 10
 # A loop that ran this long (seconds) before it failed starts the count afresh.
 task_healthy_run_s = 60.0
+
+# While stopping, how often (seconds) tasks still running are cancelled again.
+task_stop_recancel_s = 0.1
+# `raftsched dev`: how long (seconds) a node may take to stop cleanly before it
+# is killed, and the longest wait before a node that exited is restarted (the
+# wait doubles from half a second).
+dev_stop_grace_s = 10.0
+dev_restart_delay_s_max = 10.0
+
+# How often (seconds) `raftsched dev` looks for nodes that exited.
+dev_supervise_poll_s = 0.2
 
 # --- Tokens, tenants, quotas and the audit table (docs/security.md) ----------------
 # Tenant names: 1-63 of [a-z0-9_-], starting with a letter or digit (so they fit
@@ -469,3 +618,19 @@ clock_sample_age_s_max = 10.0
 clock_drift_ppm_max = 500
 # While a node's own clock stays out of bound, it says so again this often (seconds).
 clock_skew_log_period_s = 30.0
+
+# How often (seconds) the clock's test seam (RAFTSCHED_TEST_CLOCK_SHIFT_FILE)
+# re-reads its file: often enough that a test's clock step shows at once.
+clock_test_shift_reread_s = 0.05
+
+# --- Client and CLI (raftsched/client, raftsched/cli_ops.py) -------------------------
+# A client call with no answer within this long (seconds) fails as a cluster
+# error. Past the API's own 5 s commit wait, with room for a slow node; a long
+# poll (topic read, worker claim) adds its own wait_s to it.
+client_timeout_s_default = 30.0
+# How often `raftsched jobs backfill` and `raftsched runs logs --follow` read the
+# progress again (seconds): a person watches it, so once a second is enough.
+cli_poll_period_s = 1.0
+# Rows `raftsched jobs list` and `runs list` ask for when --limit is not given:
+# a screenful; --page-token reads on.
+cli_list_limit_default = 50

@@ -138,7 +138,7 @@ CORPUS = [
     case("heartbeat-surrogate-run-id", "POST", "/v1/workers/w/heartbeat",
          {"runs": [{"run_id": "\udc00", "attempt": 1}]}, 400, "runs[0].run_id"),
     case("complete-exit-code-2^40", "POST", "/v1/workers/w/complete",
-         {"results": [dict(RESULT, exit_code=2 ** 40)]}, 400, "results[0].exit_code"),
+         {"results": [dict(RESULT, exit_code=2 ** 40)]}, 400, "results[0].exit_code", "exit_code_max"),
     case("preview-after-year-9999", "POST", "/v1/schedules:preview",
          {"schedule": {"cron": "0 3 * * *"}, "after": "9999-12-31T23:59:59Z"}, 400, "after",
          "timestamp_ms_max"),

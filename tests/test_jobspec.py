@@ -155,7 +155,7 @@ DELETE = object()
     ("retry.base_s", -1, "retry.base_s"),
     ("retry.max_s", limits.retry_delay_s_max + 1, "retry.max_s"),
     ("retry", {"base_s": 10, "max_s": 5}, "retry.max_s"),
-    ("retry.non_retryable_exit_codes", [256], "retry.non_retryable_exit_codes"),
+    ("retry.non_retryable_exit_codes", [256], "retry.non_retryable_exit_codes[0]"),
     ("retry.non_retryable_exit_codes", "2", "retry.non_retryable_exit_codes"),
     ("retry", {"initial_delay_s": 1, "base_s": 2}, "retry.initial_delay_s"),
     ("retry.multiplier", 2, "retry.multiplier"),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from raftsched import limits
 from raftsched.core import codec
 from raftsched.errors import InvariantBroken
-from raftsched.storage import output_store
 from raftsched.storage.output_store import OutputStore
 
 DAY_MS = 24 * 3600 * 1000
@@ -101,7 +101,7 @@ def test_a_record_larger_than_the_bound_is_not_kept(open_store):
 
 
 def test_prune_finishes_across_several_transactions(open_store, monkeypatch):
-    monkeypatch.setattr(output_store, "prune_txn_records_max", 2)
+    monkeypatch.setattr(limits, "output_prune_txn_records_max", 2)
     store = open_store(retention_s=1.0)
     for i in range(5):
         store.put(f"run_{i}", 1, output("old"), now_ms=1000 + i)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from raftsched import limits
 from raftsched.core import keys, lifecycle, runs, tenancy
+from raftsched.core.bounded import bounded_int
 from raftsched.core.schedule import next_fire_ms, parse_instant
 from raftsched.core.tx import (BACKFILLS, BACKFILLS_OPEN, COUNTERS, JOBS, SHARDS, Tx, live_job,
                                refuse)
@@ -88,12 +89,9 @@ def parse_request(body: object, now_ms: int) -> dict:
     overlap = body.get("overlap", OVERLAP_DEFAULT)
     if overlap not in OVERLAPS:
         raise InvalidInput(f"`overlap` must be one of {', '.join(OVERLAPS)}", field="overlap")
-    concurrent = body.get("max_concurrent", limits.backfill_concurrent_default)
-    if isinstance(concurrent, bool) or not isinstance(concurrent, int) \
-            or not 1 <= concurrent <= limits.backfill_concurrent_max:
-        raise InvalidInput(f"`max_concurrent` must be an integer from 1 to "
-                           f"{limits.backfill_concurrent_max}", field="max_concurrent",
-                           limit="backfill_concurrent_max")
+    concurrent = bounded_int(body.get("max_concurrent", limits.backfill_concurrent_default),
+                             "max_concurrent", 1, limits.backfill_concurrent_max,
+                             limit="backfill_concurrent_max")
     dry_run = body.get("dry_run", False)
     if not isinstance(dry_run, bool):
         raise InvalidInput("`dry_run` must be true or false", field="dry_run")

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from raftsched import limits
 from raftsched.core import codec, dag, redact
+from raftsched.core.bounded import bounded_float, bounded_int
 from raftsched.core.retry import DEFAULT_POLICY
 from raftsched.core.schedule import bound_schedule, parse_instant, parse_schedule
 from raftsched.errors import InvalidInput
@@ -64,11 +65,7 @@ def _reject_unknown(body: dict, allowed: set[str], prefix: str) -> None:
 
 def _int_from_1(value: object, field: str, limit: str) -> int:
     """An integer from 1 to the named limit (a bool is not an integer here)."""
-    maximum = getattr(limits, limit)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise InvalidInput(f"`{field}` must be an integer from 1 to {maximum}", field=field,
-                           limit=limit)
-    return value
+    return bounded_int(value, field, 1, getattr(limits, limit), limit=limit)
 
 
 def validate_create(body: object, job_id: str = "") -> dict:
@@ -252,11 +249,9 @@ def validate_jitter(value: object) -> int:
     """`jitter_s`: 0 to jitter_s_max seconds (null is 0), stored in ms."""
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not 0 <= value <= limits.jitter_s_max:
-        raise InvalidInput(f"`jitter_s` must be a number of seconds from 0 to "
-                           f"{limits.jitter_s_max}", field="jitter_s", limit="jitter_s_max")
-    return int(value * 1000)
+    seconds = bounded_float(value, "jitter_s", 0, limits.jitter_s_max, limit="jitter_s_max",
+                            unit="seconds")
+    return int(seconds * 1000)
 
 
 def validate_priority(value: object) -> str:
@@ -359,12 +354,8 @@ def validate_http_url(url: str, field: str) -> None:
 def _validate_timeout(timeout_s: object) -> float:
     if timeout_s is None:
         timeout_s = limits.target_timeout_s_default
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
-            or not limits.target_timeout_s_min <= timeout_s <= limits.target_timeout_s_max:
-        raise InvalidInput(f"`target.timeout_s` must be a number from "
-                           f"{limits.target_timeout_s_min} to {limits.target_timeout_s_max}",
-                           field="target.timeout_s", limit="target_timeout_s_max")
-    return float(timeout_s)
+    return bounded_float(timeout_s, "target.timeout_s", limits.target_timeout_s_min,
+                         limits.target_timeout_s_max, limit="target_timeout_s_max")
 
 
 def validate_name_token(value: object, field: str, default: str | None = None, *,
@@ -498,13 +489,9 @@ def validate_retry(value: object) -> dict:
     out["max_attempts"] = _int_from_1(value.get("max_attempts", out["max_attempts"]),
                                       "retry.max_attempts", "retry_max_attempts_max")
     for name in ("base_s", "max_s"):
-        number = value.get(name, out[name])
-        if isinstance(number, bool) or not isinstance(number, (int, float)) \
-                or not 0 <= number <= limits.retry_delay_s_max:
-            raise InvalidInput(f"`retry.{name}` must be a number of seconds from 0 to "
-                               f"{limits.retry_delay_s_max:g}", field=f"retry.{name}",
-                               limit="retry_delay_s_max")
-        out[name] = float(number)
+        out[name] = bounded_float(value.get(name, out[name]), f"retry.{name}", 0,
+                                  limits.retry_delay_s_max, limit="retry_delay_s_max",
+                                  unit="seconds")
     if out["max_s"] < out["base_s"]:
         raise InvalidInput("`retry.max_s` must be at least `retry.base_s`", field="retry.max_s")
     backoff = value.get("backoff", out["backoff"])
@@ -513,10 +500,14 @@ def validate_retry(value: object) -> dict:
                            field="retry.backoff")
     out["backoff"] = backoff
     codes = value.get("non_retryable_exit_codes", [])
-    if not isinstance(codes, list) or len(codes) > 64 or not all(
-            isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255 for c in codes):
-        raise InvalidInput("`retry.non_retryable_exit_codes` must be a list of at most 64 "
-                           "exit codes (0-255)", field="retry.non_retryable_exit_codes")
+    if not isinstance(codes, list) or len(codes) > limits.non_retryable_exit_codes_max:
+        raise InvalidInput(f"`retry.non_retryable_exit_codes` must be a list of at most "
+                           f"{limits.non_retryable_exit_codes_max} exit codes (0-255)",
+                           field="retry.non_retryable_exit_codes",
+                           limit="non_retryable_exit_codes_max")
+    for i, code in enumerate(codes):
+        # A process's exit status is one byte.
+        bounded_int(code, f"retry.non_retryable_exit_codes[{i}]", 0, 255)
     out["non_retryable_exit_codes"] = sorted(set(codes))
     return out
 
@@ -582,11 +573,8 @@ def validate_misfire(value: object) -> dict:
         raise InvalidInput(f"`misfire.policy` must be one of {', '.join(MISFIRE_POLICIES)}",
                            field="misfire.policy")
     tolerance = value.get("misfire_tolerance_s", limits.misfire_tolerance_s_default)
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) \
-            or not 0 <= tolerance <= limits.misfire_tolerance_s_max:
-        raise InvalidInput(f"`misfire.misfire_tolerance_s` must be a number from 0 to "
-                           f"{limits.misfire_tolerance_s_max}", field="misfire.misfire_tolerance_s",
-                           limit="misfire_tolerance_s_max")
+    tolerance = bounded_float(tolerance, "misfire.misfire_tolerance_s", 0,
+                              limits.misfire_tolerance_s_max, limit="misfire_tolerance_s_max")
     if "misfire_tolerance_s" in value and policy != "skip":
         raise InvalidInput("`misfire_tolerance_s` applies to the skip policy only",
                            field="misfire.misfire_tolerance_s")
@@ -595,11 +583,9 @@ def validate_misfire(value: object) -> dict:
     out = {"policy": policy, "tolerance_ms": int(tolerance * 1000), "catchup_max": catchup}
     window = value.get("catchup_window_s")
     if window is not None:
-        if isinstance(window, bool) or not isinstance(window, (int, float)) \
-                or not 1 <= window <= limits.catchup_window_s_max:
-            raise InvalidInput(f"`misfire.catchup_window_s` must be a number of seconds from 1 "
-                               f"to {limits.catchup_window_s_max}",
-                               field="misfire.catchup_window_s", limit="catchup_window_s_max")
+        window = bounded_float(window, "misfire.catchup_window_s", 1,
+                               limits.catchup_window_s_max, limit="catchup_window_s_max",
+                               unit="seconds")
         out["catchup_window_ms"] = int(window * 1000)
     return out
 
@@ -620,11 +606,9 @@ def validate_history(value: object) -> dict:
         out["max_runs"] = _int_from_1(max_runs, "history.max_runs", "history_max_runs_max")
     max_age_s = value.get("max_age_s")
     if max_age_s is not None:
-        if isinstance(max_age_s, bool) or not isinstance(max_age_s, (int, float)) \
-                or not 1 <= max_age_s <= limits.history_max_age_s_max:
-            raise InvalidInput(f"`history.max_age_s` must be a number of seconds from 1 to "
-                               f"{limits.history_max_age_s_max}", field="history.max_age_s",
-                               limit="history_max_age_s_max")
+        max_age_s = bounded_float(max_age_s, "history.max_age_s", 1,
+                                  limits.history_max_age_s_max, limit="history_max_age_s_max",
+                                  unit="seconds")
         out["max_age_ms"] = int(max_age_s * 1000)
     return out
 
@@ -751,12 +735,8 @@ def _task_id(value: object, field: str) -> str:
 
 
 def _task_timeout(value: object, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not limits.target_timeout_s_min <= value <= limits.target_timeout_s_max:
-        raise InvalidInput(f"`{field}` must be a number from {limits.target_timeout_s_min} to "
-                           f"{limits.target_timeout_s_max}", field=field,
-                           limit="target_timeout_s_max")
-    return float(value)
+    return bounded_float(value, field, limits.target_timeout_s_min, limits.target_timeout_s_max,
+                         limit="target_timeout_s_max")
 
 
 _T = TypeVar("_T")

@@ -342,7 +342,6 @@ def covered_occurrences(spec: dict, due_ms: int, now_ms: int, limit: int,
 # Look-back windows for finding the latest occurrence before an instant: a
 # short window first, so a frequent schedule walks only a few steps forward.
 _LOOKBACK_MS = (60_000, 3_600_000, 86_400_000, 32 * 86_400_000, 366 * 86_400_000)
-_WALK_STEPS_MAX = 100_000
 
 
 def latest_at_or_before(spec: dict, now_ms: int, floor_ms: int) -> int:
@@ -357,7 +356,7 @@ def latest_at_or_before(spec: dict, now_ms: int, floor_ms: int) -> int:
         start = max(floor_ms, now_ms - window)
         found = next_fire_ms(spec, start)
         if found is not None and found <= now_ms:
-            for _ in range(_WALK_STEPS_MAX):
+            for _ in range(limits.schedule_walk_steps_max):
                 nxt = next_fire_ms(spec, found)
                 if nxt is None or nxt > now_ms:
                     break

@@ -18,6 +18,7 @@ import math
 from typing import Any, Callable, Mapping
 
 from raftsched import limits
+from raftsched.core.bounded import refusal
 
 Check = Callable[[Any], None]
 
@@ -80,23 +81,22 @@ def text(max_bytes: int, *, key: bool = False) -> Check:
 def integer(lo: int, hi: int) -> Check:
     """An integer in [lo, hi] (a boolean is not an integer here)."""
     def check(value: Any) -> None:
-        if value.__class__ is not int:   # the common case, fast; bool is not int here
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ShapeError(f"must be an integer, not {type(value).__name__}")
-        if not lo <= value <= hi:
-            raise ShapeError(f"must be from {lo} to {hi}")
+        # The common case first, fast (bool's class is not int); any other
+        # value is judged as every bounded number is (core/bounded.py).
+        if value.__class__ is int and lo <= value <= hi:
+            return
+        reason = refusal(value, lo, hi, integral=True)
+        if reason is not None:
+            raise ShapeError(reason)
     return check
 
 
 def number(lo: float, hi: float) -> Check:
     """An integer or a finite float in [lo, hi]."""
     def check(value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ShapeError(f"must be a number, not {type(value).__name__}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ShapeError("must be a finite number")
-        if not lo <= value <= hi:
-            raise ShapeError(f"must be from {lo:g} to {hi:g}")
+        reason = refusal(value, lo, hi, integral=False)
+        if reason is not None:
+            raise ShapeError(reason)
     return check
 
 

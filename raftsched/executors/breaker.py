@@ -17,6 +17,8 @@ import collections
 import dataclasses
 from typing import Callable
 
+from raftsched import limits
+
 
 @dataclasses.dataclass
 class _Host:
@@ -27,7 +29,8 @@ class _Host:
 
 class Breaker:
     def __init__(self, *, window: int, failure_ratio: float, cooloff_s: float,
-                 clock: Callable[[], float], hosts_max: int = 10_000) -> None:
+                 clock: Callable[[], float],
+                 hosts_max: int = limits.breaker_hosts_max) -> None:
         assert window >= 1
         assert 0 < failure_ratio <= 1
         self._window = window

@@ -47,9 +47,6 @@ SHIM_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "command_sh
 # (HOME, TMPDIR), and the locale and time zone it should print in (LANG,
 # LC_ALL, TZ). None of these holds a secret; a job sets anything else in `env`.
 BASE_ENV_NAMES = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
-# After the group is killed, how long to wait for pipes that a stray process
-# (one that left the group) may still hold open.
-pipe_drain_after_kill_s = 1.0
 
 
 class _Capture:
@@ -172,7 +169,7 @@ class CommandExecutor:
         self._signal_group(proc, signal.SIGKILL)
         await proc.wait()
         try:
-            await asyncio.wait_for(asyncio.shield(readers), pipe_drain_after_kill_s)
+            await asyncio.wait_for(asyncio.shield(readers), limits.pipe_drain_after_kill_s)
         except asyncio.TimeoutError:
             readers.cancel()
 

@@ -46,7 +46,7 @@ election as soon as it returns; so the deadline is reset after an install.
 
 Journal durability (docs/operations.md). pysyncobj writes its journal into an
 mmap and never flushes it. A thread here fdatasyncs the journal file every
-`journal_flush_period_s` (on Linux that writes back the pages dirtied through
+`limits.journal_flush_period_s` (on Linux that writes back the pages dirtied through
 the shared mapping, as msync does, but without holding the GIL, which mmap's
 flush does). With `--fsync always`, the journal is also flushed on the Raft
 thread before an appended entry counts towards commit: a follower flushes
@@ -91,27 +91,6 @@ from raftsched.storage.base import fsync_dir
 
 log = logging.getLogger("raftsched.raft")
 
-append_entries_period_s = 0.01
-auto_tick_period_s = 0.005
-election_timeout_min_s = 0.4
-election_timeout_max_s = 1.4
-leader_fallback_timeout_s = 2.0
-# How often a node dials a peer it is not connected to (pysyncobj's default is
-# 5 s). A restarted node, or one back from a partition, is otherwise not
-# sent entries or a snapshot for up to that long; a dial is one connect().
-connection_retry_s = 1.0
-# The longest the Raft thread applies entries in one tick before it handles
-# the network again (one entry may take longer); well under the election
-# timeout, so that applying a backlog never looks like a dead leader.
-apply_budget_s = 0.05
-# Raft log entries between snapshots (default of --raft-snapshot-entries); a
-# snapshot copies the whole state, so this trades journal size and restart
-# replay time against snapshot frequency.
-log_compaction_entries_default = 20_000
-log_compaction_period_s = 600
-# How often the journal is flushed to disk in every --fsync mode: the most of
-# the journal a power loss can take from one machine in the `periodic` mode.
-journal_flush_period_s = 1.0
 FSYNC_MODES = ("periodic", "always")
 # Snapshot file: magic, image length (u64, written last), header length (u32),
 # msgpack header, then the LMDB image. Version 1 was one msgpack map.
@@ -217,9 +196,6 @@ class _SyncedMetaStorer(MetaStorer):
 # pysyncobj's frame header: the length of the frame that follows, as a signed
 # 32-bit integer in the machine's byte order (its tcp_connection.py packs 'i').
 _FRAME_HEADER = struct.Struct("i")
-# Connections closed for a declared length over the cap are logged at most once
-# in this many seconds (a port scan must not flood the log), with a count.
-frame_refusal_log_period_s = 10.0
 
 
 class _FrameRefusals:
@@ -233,7 +209,7 @@ class _FrameRefusals:
     def note(self, peer: str, declared: int, authenticated: bool) -> None:
         self.total += 1
         now = time.monotonic()
-        if now - self._logged_at < frame_refusal_log_period_s:
+        if now - self._logged_at < limits.frame_refusal_log_period_s:
             self._unlogged += 1
             return
         name = "raft_frame_bytes_max" if authenticated else "raft_frame_preauth_bytes_max"
@@ -429,7 +405,7 @@ class _StateMachine(SyncObj):
     # next heartbeats or reads a message. Batch creates commit several entries
     # of tens of milliseconds each at once, which held a leader's Raft thread
     # past the election timeout, and its followers, hearing nothing, started
-    # an election. So each tick applies entries for at most apply_budget_s
+    # an election. So each tick applies entries for at most limits.apply_budget_s
     # (and at least one), and the next tick goes on: pysyncobj is shown a
     # commit index one entry ahead at a time.
     def _SyncObj__applyLogEntries(self) -> bool:
@@ -439,7 +415,7 @@ class _StateMachine(SyncObj):
             # followers' election clocks then start after the last heartbeat
             # before this apply, not long before it.
             self._SyncObj__sendAppendEntries()
-        deadline = time.monotonic() + apply_budget_s
+        deadline = time.monotonic() + limits.apply_budget_s
         send_now = False
         self._raftsched_commit_index = commit_index   # what status reports meanwhile
         try:
@@ -552,6 +528,7 @@ class _SnapshotJob:
     renamed: bool = False         # it replaced the snapshot (on the Raft thread)
     durable: bool = False         # and that rename is fsynced
     abandoned: bool = False
+    written_s: float = 0.0        # how long writing and fsyncing the file took
 
 
 class Replicator:
@@ -563,7 +540,7 @@ class Replicator:
                  snapshot_pin: Callable[[], SnapshotSource],
                  snapshot_install: Callable[[str, int, int, int], bool],
                  snapshot_install_items: Callable[[int, list], bool],
-                 snapshot_entries: int = log_compaction_entries_default,
+                 snapshot_entries: int = limits.log_compaction_entries_default,
                  fsync: str = "periodic") -> None:
         if fsync not in FSYNC_MODES:
             raise ValueError(f"fsync mode {fsync!r}: one of {', '.join(FSYNC_MODES)}")
@@ -575,6 +552,10 @@ class Replicator:
         self._snapshot_job: _SnapshotJob | None = None
         self.snapshots_written_total = 0
         self.snapshot_installs_total = 0
+        # Seconds the snapshot thread took to write the last snapshot put in
+        # place, and all of them since start (GET /metrics).
+        self.snapshot_write_s_last: float | None = None
+        self.snapshot_write_s_sum = 0.0
         self.fsync = fsync
         os.makedirs(data_dir, exist_ok=True)
         _clean_snapshot_leftovers(self._snapshot_path)
@@ -596,15 +577,15 @@ class Replicator:
             serializer=self._serialize,
             serializeChecker=self._check_snapshot,
             deserializer=self._deserialize,
-            appendEntriesPeriod=append_entries_period_s,
-            autoTickPeriod=auto_tick_period_s,
-            raftMinTimeout=election_timeout_min_s,
-            raftMaxTimeout=election_timeout_max_s,
-            leaderFallbackTimeout=leader_fallback_timeout_s,
-            connectionRetryTime=connection_retry_s,
+            appendEntriesPeriod=limits.append_entries_period_s,
+            autoTickPeriod=limits.auto_tick_period_s,
+            raftMinTimeout=limits.election_timeout_min_s,
+            raftMaxTimeout=limits.election_timeout_max_s,
+            leaderFallbackTimeout=limits.leader_fallback_timeout_s,
+            connectionRetryTime=limits.connection_retry_s,
             commandsQueueSize=limits.raft_commands_queue_max,
             logCompactionMinEntries=snapshot_entries,
-            logCompactionMinTime=log_compaction_period_s,
+            logCompactionMinTime=limits.log_compaction_period_s,
             dynamicMembershipChange=False,
             commandsWaitLeader=True,
             useFork=False,
@@ -689,6 +670,8 @@ class Replicator:
         _clean_snapshot_leftovers(self._snapshot_path)   # with the .tmp link to the old one
         if job.durable and not job.abandoned:
             self.snapshots_written_total += 1
+            self.snapshot_write_s_last = job.written_s
+            self.snapshot_write_s_sum += job.written_s
             return SERIALIZER_STATE.SUCCESS
         return SERIALIZER_STATE.FAILED
 
@@ -720,8 +703,9 @@ class Replicator:
                 if not job.abandoned:
                     os.fsync(fh.fileno())
             job.ok = True
+            job.written_s = time.monotonic() - started
             log.info("snapshot written at applied_index %d (raft index %d) in %.2f s, %d bytes",
-                     job.source.applied_index, job.last[1], time.monotonic() - started, size)
+                     job.source.applied_index, job.last[1], job.written_s, size)
         except Exception:
             log.exception("snapshot at raft index %d failed; the journal is kept", job.last[1])
         finally:
@@ -874,7 +858,7 @@ def _settle(future: asyncio.Future, result: Any, error: int) -> None:
 
 
 class _JournalFlusher:
-    """fdatasyncs pysyncobj's journal file: every journal_flush_period_s on its
+    """fdatasyncs pysyncobj's journal file: every limits.journal_flush_period_s on its
     own thread, and when asked (by the Raft thread, under --fsync always).
     Counts the flushes (journal_flushes_total in GET /v1/node)."""
 
@@ -901,12 +885,12 @@ class _JournalFlusher:
             self.flushes_total += 1
 
     def _run(self) -> None:
-        while not self._stop.wait(journal_flush_period_s):
+        while not self._stop.wait(limits.journal_flush_period_s):
             try:
                 self.flush()
             except OSError:
                 log.critical("cannot flush the Raft journal %s; retrying in %g s", self._path,
-                             journal_flush_period_s, exc_info=True)
+                             limits.journal_flush_period_s, exc_info=True)
 
     def close(self) -> None:
         self._stop.set()
@@ -955,3 +939,54 @@ def _clean_snapshot_leftovers(snapshot: str) -> None:
             os.unlink(snapshot)
     except FileNotFoundError:
         pass
+
+
+def write_backup(path: str, source: SnapshotSource) -> None:
+    """Write `source` (a read of a node's state) to `path` as a snapshot file
+    a fresh node starts from (`raftsched backup`; docs/operations.md). A
+    node's own snapshot names the Raft entries it ends at with their terms,
+    which only its cluster knows; a backup names two Raft no-ops at the
+    state's applied_index and the index before, at term 0, so that every node
+    of a new cluster restored from the same file agrees on them, and its log
+    goes on after the state's applied_index (entries at or below it would be
+    skipped as already applied). It is for new clusters only: a live cluster
+    has other terms at those indexes."""
+    index = source.applied_index
+    if index < 2:
+        raise ValueError(f"the state has applied no entry yet (applied_index {index})")
+    noop = struct.pack("B", 1)   # pysyncobj's _COMMAND_TYPE.NO_OP
+    header = codec.pack({"v": SNAPSHOT_VERSION, "format": "lmdb-compact",
+                         "last": [noop, index, 0], "prev": [noop, index - 1, 0],
+                         "applied_index": index})
+    with open(path, "xb") as fh:   # never over an existing file
+        try:
+            fh.write(_SNAPSHOT_PREFIX.pack(SNAPSHOT_MAGIC, 0, len(header)) + header)
+            fh.flush()
+            image_start = fh.tell()
+            source.copy_to(fh.fileno())
+            size = os.fstat(fh.fileno()).st_size
+            os.pwrite(fh.fileno(), struct.pack(">Q", size - image_start), 8)
+            os.fsync(fh.fileno())
+        except BaseException:
+            os.unlink(path)   # a partial backup must not pass for one
+            raise
+
+
+def read_snapshot_header(path: str) -> dict:
+    """The header of a snapshot file in this build's format (a backup is
+    one), after checking its length; ValueError if it is not one."""
+    with open(path, "rb") as fh:
+        prefix = fh.read(_SNAPSHOT_PREFIX.size)
+        if len(prefix) < _SNAPSHOT_PREFIX.size or not prefix.startswith(SNAPSHOT_MAGIC):
+            raise ValueError(f"{path}: not a raftsched snapshot or backup")
+        _magic, image_bytes, header_bytes = _SNAPSHOT_PREFIX.unpack(prefix)
+        header = codec.unpack(fh.read(header_bytes))
+        size = os.fstat(fh.fileno()).st_size
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: not a raftsched snapshot or backup")
+    if header.get("v") != SNAPSHOT_VERSION or header.get("format") != "lmdb-compact":
+        raise ValueError(f"{path}: snapshot version {header.get('v')!r} is unknown")
+    if size != _SNAPSHOT_PREFIX.size + header_bytes + image_bytes:
+        raise ValueError(f"{path}: {size} bytes, its header says "
+                         f"{_SNAPSHOT_PREFIX.size + header_bytes + image_bytes}")
+    return header

@@ -22,7 +22,7 @@ node's wall clock, its own included, against the median of them all:
 Test seam: when the environment names RAFTSCHED_TEST_CLOCK_SHIFT_FILE, this
 node's wall clock is shifted by the number of milliseconds written in that
 file (a path relative to the node's data directory; no file or no number:
-no shift), re-read every `shift_reread_s`. Tests shift one node's clock at run
+no shift), re-read every `limits.clock_test_shift_reread_s`. Tests shift one node's clock at run
 time through it; it is not an operator's setting.
 """
 
@@ -45,8 +45,6 @@ from raftsched.core.clocks import Estimate, Judgement, Sample, add_sample, best,
 log = logging.getLogger("raftsched.clock")
 
 TEST_SHIFT_ENV = "RAFTSCHED_TEST_CLOCK_SHIFT_FILE"
-# How often the test seam re-reads its file.
-shift_reread_s = 0.05
 
 
 def monotonic_us() -> int:
@@ -64,7 +62,7 @@ class _TestShift:
 
     def us(self) -> int:
         now = time.monotonic()
-        if now - self._read_at >= shift_reread_s:
+        if now - self._read_at >= limits.clock_test_shift_reread_s:
             self._read_at = now
             try:
                 with open(self._path, encoding="ascii") as f:

@@ -1,9 +1,9 @@
 """The coordinator: on the Raft leader, keep every shard owned by a live node.
 
-Every node proposes a `renew` command each `renew_period_s`; every replica
+Every node proposes a `renew` command each `limits.renew_period_s`; every replica
 notes (on its own monotonic clock) when it applied each node's latest
 renewal. A node is live while its last renewal was applied less than
-`node_lease_s` ago here. A frozen, killed or cut-off node cannot get a renewal
+`limits.node_lease_s` ago here. A frozen, killed or cut-off node cannot get a renewal
 committed, so it lapses after the lease, and, because followers track
 renewals too, a leader elected a moment ago knows already how long a peer has
 been silent (pysyncobj's own view of its peers restarts at election). A peer
@@ -23,6 +23,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from raftsched import limits
 from raftsched.core import commands
 from raftsched.core.apply import NODES, SHARDS
 from raftsched.core.placement import plan_assignments
@@ -32,14 +33,6 @@ if TYPE_CHECKING:
     from raftsched.runtime.node import Node
 
 log = logging.getLogger("raftsched.coordinator")
-
-# A peer silent for this long loses its shards. Raft heartbeats every 10 ms, so
-# this is many missed answers, and it keeps failover inside 3 s.
-node_lease_s = 1.5
-# How often the leader re-checks liveness and placement.
-coordinator_period_s = 0.25
-# How often each node renews its liveness (one small Raft entry each time).
-renew_period_s = 0.25
 
 
 class Coordinator:
@@ -54,7 +47,7 @@ class Coordinator:
         """Loop thread, from apply's NodeRenewed effect. A renewal proposed more
         than a lease ago by its sender's clock is a replay (a journal read after a
         restart) and says nothing about now."""
-        if self._node.now_ms() - at_ms < node_lease_s * 1000:
+        if self._node.now_ms() - at_ms < limits.node_lease_s * 1000:
             self._renewed[node_id] = time.monotonic()
 
     def live_nodes(self) -> list[str]:
@@ -70,9 +63,9 @@ class Coordinator:
             seen = self._renewed.get(nid)
             if nid in down:
                 continue
-            if seen is not None and now - seen < node_lease_s:
+            if seen is not None and now - seen < limits.node_lease_s:
                 live.add(nid)
-            elif seen is None and now - self._started < node_lease_s:
+            elif seen is None and now - self._started < limits.node_lease_s:
                 live.add(nid)   # just started: no renewal heard yet is no evidence
         return sorted(live)
 
@@ -83,7 +76,7 @@ class Coordinator:
                 await node.propose(commands.renew(node=node.node_id, at_ms=node.now_ms()))
             except Unavailable:
                 pass   # no quorum: the lease lapses, which is the point
-            await asyncio.sleep(renew_period_s)
+            await asyncio.sleep(limits.renew_period_s)
 
     def owners(self) -> dict[int, str | None]:
         return {int.from_bytes(key, "big"): state["owner"]
@@ -93,7 +86,7 @@ class Coordinator:
         """Any other failure is the node's supervisor's: it logs it and starts
         the loop again (runtime/supervise.py)."""
         while True:
-            await asyncio.sleep(coordinator_period_s)
+            await asyncio.sleep(limits.coordinator_period_s)
             if not self._node.replicator.is_leader():
                 continue
             try:

@@ -16,12 +16,11 @@ import subprocess
 import sys
 import time
 
+from raftsched import limits
+
 # Loopback targets (a service under development, a test sink) are what a
 # local cluster is for; nodes refuse them unless allowed (executors/netguard.py).
 dev_allowed_target_cidr = "127.0.0.0/8"
-# How long a node may take to stop cleanly before it is killed.
-stop_grace_s = 10.0
-restart_delay_s_max = 10.0
 
 
 def load_or_create_token(path: str) -> str:
@@ -91,7 +90,7 @@ def run_dev(nodes: int, data_dir: str, http_base: int, raft_base: int, *,
     while not stopping:
         for i, proc in enumerate(procs):
             if proc is not None and proc.poll() is not None:
-                delay = min(restart_delay_s_max, 0.5 * 2 ** restarts[i])
+                delay = min(limits.dev_restart_delay_s_max, 0.5 * 2 ** restarts[i])
                 print(f"raftsched: n{i + 1} exited with {proc.returncode}; restarting in "
                       f"{delay:g} s", file=sys.stderr, flush=True)
                 restarts[i] += 1
@@ -99,12 +98,12 @@ def run_dev(nodes: int, data_dir: str, http_base: int, raft_base: int, *,
                 procs[i] = None
             if procs[i] is None and time.monotonic() >= next_start[i] and not stopping:
                 procs[i] = subprocess.Popen(argvs[i], env=env)
-        time.sleep(0.2)
+        time.sleep(limits.dev_supervise_poll_s)
     print("raftsched: stopping the cluster", flush=True)
     live = [p for p in procs if p is not None and p.poll() is None]
     for proc in live:
         proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + stop_grace_s
+    deadline = time.monotonic() + limits.dev_stop_grace_s
     for proc in live:
         try:
             proc.wait(max(0.1, deadline - time.monotonic()))

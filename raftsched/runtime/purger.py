@@ -38,12 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("raftsched.purger")
 
-# History entries read per page while walking one job's runs, oldest first: the
-# first page is small because most jobs have nothing to purge, and the walk
-# stops at their oldest finished run.
-_PAGE_FIRST = 8
-_PAGE_MAX = 256
-
 
 @dataclasses.dataclass
 class Plan:
@@ -164,7 +158,7 @@ class Purger:
         age_cutoff_ms = bounds.now_ms - max_age_ms
         store = self._node.store
         prefix = keys.runs_by_job_prefix(job["id"])
-        start, page, seen, chosen = prefix, _PAGE_FIRST, 0, 0
+        start, page, seen, chosen = prefix, limits.purge_page_runs_first, 0, 0
         while plan.room() > 0 and seen < limits.purge_scan_runs_per_job_max:
             rows = store.scan(RUNS_BY_JOB, start=start, stop=keys.prefix_end(prefix), limit=page)
             for _, run_id in rows:
@@ -182,7 +176,7 @@ class Purger:
                     return
             if len(rows) < page:
                 break
-            start, page = rows[-1][0] + b"\x00", min(page * 2, _PAGE_MAX)
+            start, page = rows[-1][0] + b"\x00", min(page * 2, limits.purge_page_runs_max)
         else:
             return   # the walk stopped at its bound: the job keeps runs not seen yet
         if retired and seen == chosen and not retention.open_runs(job) and plan.room() > 0:

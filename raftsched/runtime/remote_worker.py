@@ -35,11 +35,6 @@ from raftsched.runtime.supervise import Supervisor
 
 log = logging.getLogger("raftsched.worker")
 
-# Wait of one claim long poll; a node holds the request this long when idle.
-claim_wait_s = 20.0
-# Pause after every node failed to answer, before trying them all again.
-unreachable_pause_s = 0.5
-
 
 class NoNodeAnswered(Exception):
     pass
@@ -105,15 +100,16 @@ class RemoteWorker:
         while True:
             free = self._concurrency - len(self._running)
             if free <= 0:
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(limits.worker_slot_poll_s)
                 continue
             try:
                 data = await self._post(base + "/claim", {"queue": self.queue, "max": free,
-                                                          "wait_s": claim_wait_s},
-                                        claim_wait_s + limits.propose_timeout_s + 5)
+                                                          "wait_s": limits.worker_claim_wait_s},
+                                        limits.worker_claim_wait_s + limits.propose_timeout_s
+                                        + limits.worker_request_slack_s)
             except NoNodeAnswered as exc:
                 log.warning("%s", exc)
-                await asyncio.sleep(unreachable_pause_s)
+                await asyncio.sleep(limits.worker_unreachable_pause_s)
                 continue
             for assignment in data["runs"]:
                 self._heartbeat_s = assignment["heartbeat_ms"] / 1000
@@ -165,10 +161,11 @@ class RemoteWorker:
             batch = completion_batch(self._results)
             try:
                 data = await self._post(f"/v1/workers/{self.worker_id}/complete",
-                                        {"results": batch}, limits.propose_timeout_s + 5)
+                                        {"results": batch},
+                                        limits.propose_timeout_s + limits.worker_request_slack_s)
             except NoNodeAnswered as exc:
                 log.warning("completion of %d runs: %s; retrying", len(batch), exc)
-                await asyncio.sleep(unreachable_pause_s)
+                await asyncio.sleep(limits.worker_unreachable_pause_s)
                 continue
             del self._results[:len(batch)]
             if not self._results:

@@ -39,9 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("raftsched.storage")
 
-# A peer that does not answer this fast is skipped for this check.
-_PEER_TIMEOUT_S = 0.5
-
 
 class StorageGuard:
     def __init__(self, node: "Node") -> None:
@@ -101,7 +98,7 @@ class StorageGuard:
         peers = [rec for _, rec in self._node.store.scan(NODES) if rec["id"] != self._node.node_id]
         if not peers:
             return
-        timeout = aiohttp.ClientTimeout(total=_PEER_TIMEOUT_S)
+        timeout = aiohttp.ClientTimeout(total=limits.storage_peer_timeout_s)
         async with aiohttp.ClientSession(timeout=timeout,
                                          headers=self._node.config.peer_headers()) as session:
             await asyncio.gather(*(self._ask(session, rec) for rec in peers))

@@ -36,8 +36,6 @@ log = logging.getLogger("raftsched.supervise")
 # Exit status of a process whose task could not go on: EX_SOFTWARE (sysexits.h),
 # the same as a node that stopped on a broken invariant.
 EXIT_TASK_FAILED = 70
-# While stopping, how often tasks that are still running are cancelled again.
-stop_recancel_s = 0.1
 
 
 def exit_process(code: int) -> None:
@@ -147,13 +145,13 @@ class Supervisor:
         """Cancel every loop and one-shot task and wait until all have ended.
         A cancellation can be lost (before Python 3.12, asyncio.wait_for drops
         one that arrives as the awaited future completes), so the tasks still
-        running are cancelled again every `stop_recancel_s`."""
+        running are cancelled again every `limits.task_stop_recancel_s`."""
         self._stopping = True
         pending = {*self._loops.values(), *self._spawned}
         while pending:
             for task in pending:
                 task.cancel()
-            _, pending = await asyncio.wait(pending, timeout=stop_recancel_s)
+            _, pending = await asyncio.wait(pending, timeout=limits.task_stop_recancel_s)
 
 
 def _being_cancelled() -> bool:

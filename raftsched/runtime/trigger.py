@@ -3,7 +3,7 @@
 The loop keeps, in memory, the next due instant of every shard it owns (from
 LMDB when it gains a shard and after each fire; lowered by apply's DueArmed
 effects when a job is created or re-armed; resynced every
-`due_resync_period_s` as a safety net). It sleeps until the earliest of them,
+`limits.due_resync_period_s` as a safety net). It sleeps until the earliest of them,
 then proposes one `fire` command per due shard, carrying the shard's fencing
 token: one Raft entry fires up to `fire_batch_max` runs. When a pass holds
 items of more than one tenant or priority, it proposes them in fair order
@@ -41,10 +41,6 @@ if TYPE_CHECKING:
     from raftsched.runtime.node import Node
 
 log = logging.getLogger("raftsched.trigger")
-
-# Re-read owned shards and their next due instants from LMDB this often, in
-# case an in-memory update was missed.
-due_resync_period_s = 5.0
 
 
 class TriggerLoop:
@@ -86,7 +82,7 @@ class TriggerLoop:
         """Runs under the node's supervisor, which logs a failed pass and starts
         the loop again (runtime/supervise.py)."""
         while True:
-            if time.monotonic() - self._resynced_at > due_resync_period_s:
+            if time.monotonic() - self._resynced_at > limits.due_resync_period_s:
                 self.resync()
             next_ms = self.maybe_fire_due()
             now = self._node.now_ms()

@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import lmdb
 
+from raftsched import limits
 from raftsched.core import codec, keys
 from raftsched.core.apply import TABLES, Transition
 from raftsched.core.tx import View
@@ -55,19 +56,12 @@ _APPLIED = b"applied_index"
 _SCHEMA = b"schema_version"
 _META = "meta"              # the named database of applied_index and schema_version
 _DATA_FILE = "data.mdb"     # LMDB's data file in an environment directory
-# Records a pinned read yields between checks for an install that needs it gone.
-_PIN_ABORT_CHECK_EVERY = 1024
-# Bytes one copy step moves when copy_file_range is not available.
-_COPY_CHUNK_BYTES = 1024 ** 2
 # Where LMDB 0.9 keeps, in each meta page, its magic, the page size and the
 # last page number (see _check_image_pages).
 _LMDB_MAGIC = 0xBEEFC0DE
 _META_MAGIC_AT = 16
 _META_PAGE_SIZE_AT = 40
 _META_LAST_PAGE_AT = 136
-# A sparse file: this is address space, not disk, on Linux. Nodes pass
-# --max-data-bytes (limits.max_data_bytes_default).
-map_size_default = 8 * 1024 ** 3
 
 
 class SnapshotAborted(Exception):
@@ -117,7 +111,7 @@ class _EnvGuard:
 
 
 class LmdbStore:
-    def __init__(self, path: str, *, map_size: int = map_size_default,
+    def __init__(self, path: str, *, map_size: int = limits.lmdb_map_size_default,
                  durable_commits: bool = False) -> None:
         os.makedirs(path, exist_ok=True)
         self.path = path
@@ -407,7 +401,7 @@ class PinnedRead:
         for table in TABLES:
             for key, value in self._txn.cursor(db=self._store._dbs[table]):
                 seen += 1
-                if seen % _PIN_ABORT_CHECK_EVERY == 0 and self._aborted.is_set():
+                if seen % limits.snapshot_abort_check_records == 0 and self._aborted.is_set():
                     raise SnapshotAborted("a snapshot install replaces the state")
                 yield table, key, value
 
@@ -447,7 +441,7 @@ def _copy_range(source: str, offset: int, length: int, target: str) -> None:
                 if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
                     raise
                 src.seek(offset + done)
-                moved = dst.write(src.read(min(_COPY_CHUNK_BYTES, length - done)))
+                moved = dst.write(src.read(min(limits.snapshot_copy_chunk_bytes, length - done)))
             if moved == 0:
                 raise InvariantBroken(f"{source}: the snapshot image ends after {done} of "
                                       f"{length} bytes")
@@ -483,3 +477,56 @@ def _check_image_pages(path: str) -> None:
     if (last_page + 1) * page_bytes > size:
         raise InvariantBroken(f"snapshot image: {size} bytes, its pages need "
                               f"{(last_page + 1) * page_bytes}")
+
+
+class StateFileRead:
+    """A consistent read of the state in the LMDB environment at `path`, from
+    another process than the node's, running or stopped (`raftsched backup`).
+    LMDB lets readers in other processes share an environment with its one
+    writer, so the node goes on committing meanwhile. The environment is
+    opened read-only: a backup never writes to a node's state."""
+
+    def __init__(self, path: str) -> None:
+        data_file = os.path.join(path, _DATA_FILE)
+        if not os.path.isfile(data_file):
+            raise FileNotFoundError(f"{data_file}: no LMDB state here")
+        try:
+            self._begin_read(path, data_file)
+        except lmdb.Error as exc:
+            raise InvariantBroken(f"{path}: cannot read the LMDB state: {exc}") from exc
+        try:
+            self.applied_index = self._read_meta(path)
+        except BaseException:
+            self.close()
+            raise
+
+    def _begin_read(self, path: str, data_file: str) -> None:
+        for _ in range(3):
+            # The map must cover every page the read sees: the file's size now
+            # does, unless the node grows the file before the read begins.
+            self._env = lmdb.open(path, map_size=max(os.path.getsize(data_file), 1),
+                                  max_dbs=len(TABLES) + 2, subdir=True, readonly=True,
+                                  lock=True, readahead=False, create=False)
+            try:
+                self._txn = self._env.begin(buffers=False)
+                return
+            except lmdb.MapResizedError:
+                self._env.close()
+        raise InvariantBroken(f"{path}: the state kept growing past the map while opened")
+
+    def _read_meta(self, path: str) -> int:
+        meta = self._env.open_db(_META.encode(), txn=self._txn, create=False)
+        schema, applied = self._txn.get(_SCHEMA, db=meta), self._txn.get(_APPLIED, db=meta)
+        if schema is None or keys.from_u64(schema) != SCHEMA_VERSION:
+            raise InvariantBroken(f"{path}: schema version "
+                                  f"{None if schema is None else keys.from_u64(schema)}, "
+                                  f"this build reads {SCHEMA_VERSION}")
+        return 0 if applied is None else keys.from_u64(applied)
+
+    def copy_to(self, fd: int) -> None:
+        """Write the state as of the read to `fd` as a compacted LMDB environment."""
+        self._env.copyfd(fd, compact=True, txn=self._txn)
+
+    def close(self) -> None:
+        self._txn.abort()
+        self._env.close()

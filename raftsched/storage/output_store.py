@@ -74,25 +74,14 @@ _U64 = struct.Struct(">Q")
 _TOTAL = b"bytes_total"
 _SCHEMA = b"schema_version"
 _RESERVED = ("v", "attempt", "stored_ms")
-# LMDB refuses keys over 511 bytes; a by_time key is 8 + run_id + 3 bytes.
-_run_id_bytes_max = 500
-# Deletions per write transaction in prune(). A week of expired output can be
-# millions of records; one transaction for all of them would hold the write
-# lock and pin dirty pages throughout, so prune() commits every this many.
-prune_txn_records_max = 10_000
-# Default map size, in multiples of bytes_max: records just over a page take
-# two 4 KiB overflow pages, and freed pages are reused only once older readers
-# finish, so the file can be a few times `bytes`. The map is address space (a
-# sparse file on Linux), not disk.
-_map_size_factor = 4
-_map_size_min = 64 * 1024 ** 2
 
 
 class OutputStore:
     def __init__(self, path: str, *, bytes_max: int = limits.output_store_bytes_max,
                  retention_s: float = limits.output_retention_s,
                  map_size: int | None = None) -> None:
-        """map_size None: _map_size_factor * bytes_max, at least _map_size_min."""
+        """map_size None: limits.output_map_size_factor * bytes_max, at least
+        limits.output_map_bytes_min."""
         if bytes_max <= 0:
             raise ValueError(f"bytes_max must be positive, not {bytes_max}")
         if retention_s <= 0:
@@ -100,7 +89,7 @@ class OutputStore:
         self._bytes_max = bytes_max
         self._retention_ms = int(retention_s * 1000)
         if map_size is None:
-            map_size = max(_map_size_factor * bytes_max, _map_size_min)
+            map_size = max(limits.output_map_size_factor * bytes_max, limits.output_map_bytes_min)
         os.makedirs(path, exist_ok=True)
         self._env = lmdb.open(path, map_size=map_size, max_dbs=3, subdir=True, sync=False,
                               metasync=False, writemap=False, lock=True, readahead=False,
@@ -190,16 +179,16 @@ class OutputStore:
                                       f"this build reads {SCHEMA_VERSION}")
 
     def _prune_batched(self, *, cutoff_ms: int | None) -> int:
-        """Evict in transactions of at most prune_txn_records_max deletions."""
+        """Evict in transactions of at most limits.output_prune_txn_records_max deletions."""
         deleted_all = 0
         while True:
             with self._env.begin(write=True) as txn:
                 total, deleted = self._evict(txn, self._total(txn), cutoff_ms=cutoff_ms,
-                                             count_max=prune_txn_records_max)
+                                             count_max=limits.output_prune_txn_records_max)
                 if deleted:
                     txn.put(_TOTAL, _U64.pack(total), db=self._meta)
             deleted_all += deleted
-            if deleted < prune_txn_records_max:
+            if deleted < limits.output_prune_txn_records_max:
                 return deleted_all
 
     def _evict(self, txn: Any, total: int, *, cutoff_ms: int | None,
@@ -247,8 +236,9 @@ def _run_prefix(run_id: str) -> bytes:
     encoded = run_id.encode()
     if b"\x00" in encoded:
         raise ValueError(f"run_id {run_id!r} contains NUL, which ends the key prefix")
-    if len(encoded) > _run_id_bytes_max:
-        raise ValueError(f"run_id is {len(encoded)} bytes, at most {_run_id_bytes_max}")
+    if len(encoded) > limits.output_run_id_bytes_max:
+        raise ValueError(f"run_id is {len(encoded)} bytes, "
+                         f"at most {limits.output_run_id_bytes_max}")
     return encoded + b"\x00"
 
 
