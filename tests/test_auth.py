@@ -52,6 +52,7 @@ BACKFILL_BODY = {"start": "2025-01-01T00:00:00Z", "end": "2025-01-03T00:00:00Z"}
 # Every route the app has must be here (test_the_matrix_covers_every_route).
 REQUESTS: dict[tuple[str, str], tuple[str, set[int], object]] = {
     ("GET", "/"): ("public", {200}, None),
+    ("GET", "/ui/{file}"): ("public", {200}, None),
     ("GET", "/healthz"): ("public", {200}, None),
     ("GET", "/v1/healthz"): ("public", {200}, None),
     ("GET", "/v1/openapi.json"): ("any", {200}, None),
@@ -87,6 +88,7 @@ REQUESTS: dict[tuple[str, str], tuple[str, set[int], object]] = {
     ("GET", "/v1/cluster/shards"): ("any", {200}, None),
     ("GET", "/v1/node"): ("any", {200}, None),
     ("GET", "/v1/node/clock"): ("any", {200}, None),
+    ("GET", "/metrics"): ("read", {200}, None),
     ("GET", "/v1/state/digest"): ("admin", {200}, None),
     ("POST", "/v1/state/digest:check"): ("admin", {200}, None),
     ("POST", "/v1/tokens"): ("admin", {201}, {"role": "reader", "name": "matrix"}),
@@ -100,7 +102,8 @@ REQUESTS: dict[tuple[str, str], tuple[str, set[int], object]] = {
 # Path parameters that name a tenant's object: another tenant's caller gets 404.
 TENANT_IDS = ("{job_id}", "{run_id}", "{backfill_id}")
 # Path parameters that name nothing of a tenant's (or name it by its own name).
-PLAIN_IDS = {"topic": "matrix", "group": "g1", "worker_id": "w1", "tenant": "t9"}
+PLAIN_IDS = {"topic": "matrix", "group": "g1", "worker_id": "w1", "tenant": "t9",
+             "file": "app.js"}
 
 
 def router_routes() -> set[tuple[str, str]]:

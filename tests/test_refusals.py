@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import types
 
@@ -14,7 +13,7 @@ from raftsched.core import codec, commands
 from raftsched.core.apply import GROUPS, IDEM, JOBS, apply, apply_entry
 from raftsched.core.tx import ViewFailed
 from raftsched.errors import CommandRefused
-from raftsched.runtime.node import Node
+from raftsched.runtime.apply_bridge import ApplyBridge
 from raftsched.runtime.reporter import Reporter
 from raftsched.runtime.supervise import Supervisor
 from raftsched.runtime.trigger import TriggerLoop
@@ -118,30 +117,23 @@ def test_a_failed_read_of_the_view_is_not_refused_but_raised():
 
 # --- the node: a refused entry is committed empty and logged once --------------------
 
-def bare_node() -> Node:
-    node = Node.__new__(Node)
-    node.store = MemoryStore()
-    node.node_id = "n1"
-    node._loop = None
-    node.checked_digests = collections.OrderedDict()
-    return node
-
-
 def test_the_node_commits_a_refused_entry_empty_and_logs_it_once(caplog, monkeypatch):
-    node = bare_node()
+    # The apply bridge over a stand-in node that has only a store and an id.
+    store = MemoryStore()
+    bridge = ApplyBridge(types.SimpleNamespace(store=store, node_id="n1"))
     with caplog.at_level(logging.ERROR, logger="raftsched.node"):
-        result = node._on_apply(b"\xc1", 1)
+        result = bridge.on_apply(b"\xc1", 1)
     assert result["error"] == "invalid_command"
-    assert node.store.applied_index() == 1
+    assert store.applied_index() == 1
     assert [r.levelno for r in caplog.records] == [logging.ERROR]
-    assert node._on_apply(b"\xc1", 1) == {"ok": True, "replayed": True}
+    assert bridge.on_apply(b"\xc1", 1) == {"ok": True, "replayed": True}
 
     monkeypatch.setitem(apply_module.HANDLERS, "renew", lambda tx, cmd: 1 / 0)
     caplog.clear()
     with caplog.at_level(logging.ERROR, logger="raftsched.node"):
-        result = node._on_apply(commands.encode(commands.renew(node="n1", at_ms=1)), 2)
+        result = bridge.on_apply(commands.encode(commands.renew(node="n1", at_ms=1)), 2)
     assert result["error"] == "apply_failed"
-    assert node.store.applied_index() == 2
+    assert store.applied_index() == 2
     assert [r.levelno for r in caplog.records] == [logging.CRITICAL]
     assert "ZeroDivisionError" in caplog.records[0].getMessage()
 

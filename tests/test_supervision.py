@@ -11,10 +11,10 @@ import time
 
 import pytest
 
+from raftsched import limits
 from raftsched.core import commands
 from raftsched.executors.command import CommandExecutor
 from raftsched.replication.raft import Replicator
-from raftsched.runtime import node as node_module
 from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.clock import ClusterClock
 from raftsched.runtime.coordinator import Coordinator
@@ -29,6 +29,7 @@ from raftsched.runtime.supervise import EXIT_TASK_FAILED, Supervisor
 from raftsched.runtime.trigger import TriggerLoop
 from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.output_store import OutputStore
+from raftsched.server import app_for
 from raftsched.testing.cluster import free_ports
 from raftsched.testing.http import ADMIN_TOKEN, call
 from raftsched.testing.sink import Sink
@@ -277,7 +278,7 @@ class InProcessNode:
     async def start(self) -> Node:
         node = Node(self.config)
         node.supervisor = Supervisor("node n1", **self.supervisor_options)
-        await node.start()
+        await node.start(app_for)
         self.node = node
         await until(node.replicator.is_leader, 20, "the single node to lead")
         return node
@@ -305,8 +306,8 @@ class InProcessNode:
 @pytest.fixture
 async def in_process(tmp_path, monkeypatch):
     # Short periods, so that the loops that pass rarely pass during the test.
-    monkeypatch.setattr(node_module, "store_sync_period_s", 0.05)
-    monkeypatch.setattr(node_module, "output_prune_period_s", 0.05)
+    monkeypatch.setattr(limits, "store_sync_period_s", 0.05)
+    monkeypatch.setattr(limits, "output_prune_period_s", 0.05)
     harness = InProcessNode(tmp_path)
     yield harness
     if harness.node is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aiohttp import web
 
 from raftsched import limits
@@ -9,10 +11,14 @@ from raftsched.api.auth import actor_of, new_token, principal, token_sha256, val
 from raftsched.api.common import (int_param, json_body, json_response, maybe_consistent,
                                   node_of, raise_refusal)
 from raftsched.core import commands, keys
+from raftsched.core.bounded import bounded_int
 from raftsched.core.tenancy import QUOTA_NAMES, ROLES
 from raftsched.core.timeutil import format_ms
 from raftsched.core.tx import AUDIT, TENANTS, TOKENS
 from raftsched.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from raftsched.nodeport import NodePort
 
 TOKEN_ID = "{token_id:tok_[0-9a-f]{16}}"
 TENANT = "{tenant:[^/]+}"
@@ -64,7 +70,7 @@ async def list_tokens(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
     only = request.query.get("tenant")
-    tokens = [token_view(rec) for _, rec in node.store.scan(TOKENS, limit=limits.tokens_max)
+    tokens = [token_view(rec) for _, rec in node.scan(TOKENS, limit=limits.tokens_max)
               if only is None or rec["tenant"] == only]
     return json_response({"tokens": tokens})
 
@@ -79,10 +85,10 @@ async def revoke_token(request: web.Request) -> web.Response:
 
 # --- tenants ----------------------------------------------------------------------------
 
-def tenant_view(node: object, name: str, record: dict | None) -> dict:
+def tenant_view(node: "NodePort", name: str, record: dict | None) -> dict:
     own = (record or {}).get("quota") or {}
     return {"tenant": name, "quota": {q: own.get(q) for q in QUOTA_NAMES},
-            "in_force": node.quota_of(name),  # type: ignore[attr-defined]
+            "in_force": node.quota_of(name),
             "jobs": (record or {}).get("jobs", 0)}
 
 
@@ -94,11 +100,9 @@ async def put_tenant(request: web.Request) -> web.Response:
     for name in QUOTA_NAMES:
         value = body.get(name)
         maximum, limit = _QUOTA_BOUNDS[name]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or not 1 <= value <= maximum):
-            raise InvalidInput(f"`{name}` is null (the node default) or an integer from 1 to "
-                               f"{maximum}", field=name, limit=limit)
-        quota[name] = value
+        # null: the node's default for this quota.
+        quota[name] = None if value is None else bounded_int(value, name, 1, maximum,
+                                                             limit=limit)
     result = await node.propose(commands.put_tenant(tenant=tenant, quota=quota,
                                                     actor=actor_of(request),
                                                     at_ms=node.now_ms()))
@@ -111,13 +115,13 @@ async def get_tenant(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
     tenant = validate_tenant(request.match_info["tenant"])
-    return json_response(tenant_view(node, tenant, node.store.get(TENANTS, tenant.encode())))
+    return json_response(tenant_view(node, tenant, node.get(TENANTS, tenant.encode())))
 
 
 async def list_tenants(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
-    rows = node.store.scan(TENANTS, limit=limits.tenants_max)
+    rows = node.scan(TENANTS, limit=limits.tenants_max)
     return json_response({"tenants": [tenant_view(node, key.decode(), rec) for key, rec in rows]})
 
 
@@ -127,11 +131,12 @@ async def list_audit(request: web.Request) -> web.Response:
     """Records after seq `after` (0: from the oldest kept), oldest first."""
     node = node_of(request)
     await maybe_consistent(request)
-    limit = int_param(request, "limit", limits.list_limit_default, limits.audit_list_limit_max)
+    limit = int_param(request, "limit", limits.list_limit_default, limits.audit_list_limit_max,
+                      limit="audit_list_limit_max")
     after = request.query.get("after", "0")
     if len(after) > 19 or not after.isdigit() or int(after) >= limits.command_int_max:
         raise InvalidInput("`after` is a record's seq, an integer of 0 or more", field="after")
-    rows = node.store.scan(AUDIT, start=keys.u64(int(after) + 1), limit=limit)
+    rows = node.scan(AUDIT, start=keys.u64(int(after) + 1), limit=limit)
     records = [{"seq": r["seq"], "at": format_ms(r["at_ms"]), "actor": r["actor"],
                 "action": r["action"], "tenant": r["tenant"], "subject": r["subject"],
                 "detail": r["detail"]} for _, r in rows]

@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 
 from raftsched import limits
-from raftsched.api import admin, backfills, execution, history, openapi, policy
+from raftsched.api import admin, backfills, execution, history, metrics, openapi, policy
 from raftsched.api.auth import actor_of, auth_middleware, tenant_of
 from raftsched.api.common import (NODE_KEY, int_param, job_secrets, json_body,
                                   json_response, maybe_consistent, node_of, raise_refusal)
@@ -22,16 +22,16 @@ from raftsched.api.problems import problem, problem_body
 from raftsched.api.views import format_in_job_zone, job_view, run_view
 from raftsched.core import commands, keys
 from raftsched.core.apply import JOBS, NODES, RUNS, RUNS_BY_JOB, SHARDS
+from raftsched.core.bounded import bounded_int
 from raftsched.core.jobspec import (JOB_ID_PATTERN, validate_create, validate_job_id,
                                     validate_patch)
 from raftsched.core.schedule import next_fire_ms, parse_instant, parse_schedule, preview_ms
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import (Conflict, InvalidInput, NotFound, QuotaExceeded, Unauthorized,
                               Unavailable)
-from raftsched.storage.base import digest
 
 if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
+    from raftsched.nodeport import NodePort
 
 log = logging.getLogger("raftsched.api")
 JOB_ID = "{job_id:%s}" % JOB_ID_PATTERN
@@ -71,16 +71,16 @@ async def problems_middleware(request: web.Request, handler: Any) -> web.StreamR
         return problem(500, "internal", "an internal error occurred; see the node's log")
 
 
-def _live_job(node: "Node", job_id: str, tenant: str) -> dict:
+def _live_job(node: "NodePort", job_id: str, tenant: str) -> dict:
     """The job, if it is not deleted and belongs to `tenant` (another tenant's
     job is answered exactly as a missing one)."""
-    job = node.store.get(JOBS, keys.job_key(job_id))
+    job = node.get(JOBS, keys.job_key(job_id))
     if job is None or job["status"] == "deleted" or job["tenant"] != tenant:
         raise NotFound(f"job {job_id} not found", field="job_id")
     return job
 
 
-def _create_quota(node: "Node", tenant: str) -> dict:
+def _create_quota(node: "NodePort", tenant: str) -> dict:
     quota = node.quota_of(tenant)
     return {"jobs_max": quota["jobs_max"], "creates_per_s": quota["creates_per_s"]}
 
@@ -96,7 +96,7 @@ async def create_job(request: web.Request) -> web.Response:
     policy.check_spec(node.config, spec)
     now = node.now_ms()
     _check_run_at(spec["schedule"], now)
-    node.storage.check_room()
+    node.check_room()
     tenant = tenant_of(request)
     cmd = commands.create_job(job_id=job_id, tenant=tenant, spec=spec, idempotency_key=idem,
                               shard=keys.shard_of(job_id, node.shard_count),
@@ -119,7 +119,7 @@ async def batch_create_jobs(request: web.Request) -> web.Response:
     bodies = _batch_bodies(await json_body(request, limits.batch_request_body_bytes_max,
                                            "batch_request_body_bytes_max"))
     now = node.now_ms()
-    node.storage.check_room()
+    node.check_room()
     results: list[dict] = [{} for _ in bodies]
     items, positions = [], []
     for position, body in enumerate(bodies):
@@ -147,7 +147,7 @@ async def batch_create_jobs(request: web.Request) -> web.Response:
     return json_response({"results": results})
 
 
-def _entry_results(node: "Node", answer: object, count: int) -> list[dict]:
+def _entry_results(node: "NodePort", answer: object, count: int) -> list[dict]:
     """The API results of the `count` jobs of one create_jobs entry."""
     if isinstance(answer, Unavailable):
         return [{"error": problem_body(503, "unavailable", answer.detail,
@@ -173,7 +173,7 @@ def _batch_bodies(body: object) -> list:
     return jobs
 
 
-def _batch_item(node: "Node", body: object, now: int) -> dict:
+def _batch_item(node: "NodePort", body: object, now: int) -> dict:
     """A job body, checked as POST /v1/jobs checks it, as a create_jobs item."""
     job_id = "job_" + secrets.token_hex(10)
     parsed = validate_create(body, job_id)
@@ -186,7 +186,7 @@ def _batch_item(node: "Node", body: object, now: int) -> dict:
                                     next_ms=next_fire_ms(spec["schedule"], now))
 
 
-def _batch_result(node: "Node", outcome: dict) -> dict:
+def _batch_result(node: "NodePort", outcome: dict) -> dict:
     """One item's result of create_jobs as the API answers it."""
     try:
         if outcome.get("error") == "idempotency_key_reserved":
@@ -207,7 +207,7 @@ def _problem_of(exc: InvalidInput) -> dict:
                         **extra)
 
 
-def _key_reserved(node: "Node", result: dict) -> Conflict:
+def _key_reserved(node: "NodePort", result: dict) -> Conflict:
     """The key's job was deleted (or deleted and removed): the key stays
     reserved until its TTL, which this node's --idempotency-ttl-s dates."""
     since_ms = result["reserved_ms"]
@@ -247,7 +247,7 @@ async def patch_job(request: web.Request) -> web.Response:
     now = node.now_ms()
     _check_run_at(spec["schedule"], now)
     next_ms = None if job["status"] == "paused" else next_fire_ms(spec["schedule"], now)
-    node.storage.check_room()
+    node.check_room()
     result = await node.propose(_scoped(request, commands.update_job(
         job_id=job["id"], spec=spec, expected_version=job["version"], next_ms=next_ms,
         at_ms=now)))
@@ -294,7 +294,7 @@ async def resume_job(request: web.Request) -> web.Response:
     now = node.now_ms()
     # From now: no catch-up of what was missed while paused (a one-off whose
     # time passed while paused runs once, now).
-    node.storage.check_room()
+    node.check_room()
     result = await node.propose(_scoped(request, commands.resume_job(
         job_id=job["id"], next_ms=next_fire_ms(job["spec"]["schedule"], now), at_ms=now)))
     raise_refusal(result)
@@ -307,7 +307,7 @@ async def trigger_job(request: web.Request) -> web.Response:
     node = node_of(request)
     overlap = history.parse_overlap(await json_body(request, empty_ok=True))
     now = node.now_ms()
-    node.storage.check_room()
+    node.check_room()
     result = await node.propose(_scoped(request, commands.trigger_job(
         job_id=request.match_info["job_id"], scheduled_ms=now, node=node.node_id, at_ms=now,
         overlap=overlap)))
@@ -321,14 +321,14 @@ async def job_runs(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
     job_id = request.match_info["job_id"]
-    job = node.store.get(JOBS, keys.job_key(job_id))
+    job = node.get(JOBS, keys.job_key(job_id))
     if job is None or job["tenant"] != tenant_of(request):
         raise NotFound(f"job {job_id} not found", field="job_id")
     limit = int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
     prefix = keys.runs_by_job_prefix(job_id)
-    rows = node.store.scan(RUNS_BY_JOB, start=prefix, stop=prefix[:-1] + b"\x01",
-                           reverse=True, limit=limit)
-    runs = [node.store.get(RUNS, run_id.encode()) for _, run_id in rows]
+    rows = node.scan(RUNS_BY_JOB, start=prefix, stop=prefix[:-1] + b"\x01",
+                     reverse=True, limit=limit)
+    runs = [node.get(RUNS, run_id.encode()) for _, run_id in rows]
     hidden = job_secrets(node, job_id)
     return json_response({"runs": [run_view(r, hidden) for r in runs if r is not None]})
 
@@ -336,7 +336,7 @@ async def job_runs(request: web.Request) -> web.Response:
 async def get_run(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
-    run = node.store.get(RUNS, request.match_info["run_id"].encode())
+    run = node.get(RUNS, request.match_info["run_id"].encode())
     if run is None or run["tenant"] != tenant_of(request):
         raise NotFound(f"run {request.match_info['run_id']} not found", field="run_id")
     return json_response(run_view(run, job_secrets(node, run["job_id"])))
@@ -345,7 +345,8 @@ async def get_run(request: web.Request) -> web.Response:
 async def job_preview(request: web.Request) -> web.Response:
     node = node_of(request)
     job = _live_job(node, request.match_info["job_id"], tenant_of(request))
-    count = int_param(request, "count", 10, limits.preview_count_max)
+    count = int_param(request, "count", limits.preview_count_default, limits.preview_count_max,
+                      limit="preview_count_max")
     schedule = job["spec"]["schedule"]
     times = preview_ms(schedule, node.now_ms(), count)
     answer = {"fire_times": [format_in_job_zone(job["spec"], t) for t in times]}
@@ -369,11 +370,8 @@ async def schedules_preview(request: web.Request) -> web.Response:
     after = node_of(request).now_ms()
     if body.get("after") is not None:
         after = parse_instant(body["after"], "after")[0]
-    count = body.get("count", 10)
-    if isinstance(count, bool) or not isinstance(count, int) \
-            or not 1 <= count <= limits.preview_count_max:
-        raise InvalidInput(f"`count` must be an integer from 1 to {limits.preview_count_max}",
-                           field="count", limit="preview_count_max")
+    count = bounded_int(body.get("count", limits.preview_count_default), "count", 1,
+                        limits.preview_count_max, limit="preview_count_max")
     spec = {"schedule": schedule}
     times = preview_ms(schedule, after, count)
     answer = {"fire_times": [format_in_job_zone(spec, t) for t in times]}
@@ -384,52 +382,21 @@ async def schedules_preview(request: web.Request) -> web.Response:
 
 # --- cluster ---------------------------------------------------------------------------
 
-def _local_status(node: "Node") -> dict:
-    status = node.replicator.status()
-    return {"id": node.node_id, "http": node.config.http_url, "raft": node.config.raft_addr,
-            "role": status.role, "term": status.term, "commit_index": status.commit_index,
-            "applied_index": node.store.applied_index(), "leader_raft": status.leader,
-            "has_quorum": status.has_quorum, "shards_owned": len(node.trigger.owned()),
-            # This node's wall clock judged against the cluster's (runtime/clock.py).
-            "clock": node.clock.status(),
-            "fired_total": node.trigger.fired_total,
-            # Every run this node's fires queued: applied here minus scheduled
-            # (runtime/lateness.py).
-            "trigger_lateness": node.trigger_lateness.snapshot(),
-            "refused_fires_total": node.trigger.refused_fires_total,
-            # Durability (docs/operations.md): the --fsync mode, and how often the
-            # Raft journal was flushed to disk since start.
-            "fsync": node.replicator.fsync,
-            "journal_flushes_total": node.replicator.journal_flushes_total,
-            "snapshots_written_total": node.replicator.snapshots_written_total,
-            "snapshot_installs_total": node.replicator.snapshot_installs_total,
-            # Connections to the Raft port closed for an oversized frame header.
-            "raft_frames_refused_total": node.replicator.frames_refused_total,
-            # Failures of each background task since start (runtime/supervise.py).
-            "task_failures": dict(node.supervisor.failures),
-            # Peers read `storage.full` to refuse writes while this node is past its mark.
-            "storage": node.storage.status(),
-            "purged": {"runs_total": node.purger.purged_runs_total,
-                       "jobs_total": node.purger.purged_jobs_total,
-                       "idempotency_keys_total": node.purger.purged_idem_total,
-                       "backfills_total": node.purger.purged_backfills_total}}
-
-
 async def node_status(request: web.Request) -> web.Response:
-    return json_response(_local_status(node_of(request)))
+    return json_response(node_of(request).status())
 
 
 async def node_clock(request: web.Request) -> web.Response:
     """This node's own wall clock, in microseconds since the epoch: what its
     peers measure it by (runtime/clock.py), so it is read as late as possible."""
     node = node_of(request)
-    return json_response({"node": node.node_id, "wall_us": node.clock.wall_us()})
+    return json_response({"node": node.node_id, "wall_us": node.wall_us()})
 
 
 async def cluster(request: web.Request) -> web.Response:
     node = node_of(request)
-    me = _local_status(node)
-    registered = {rec["id"]: rec for _, rec in node.store.scan(NODES)}
+    me = node.status()
+    registered = {rec["id"]: rec for _, rec in node.scan(NODES)}
     registered.setdefault(node.node_id, {"id": node.node_id, "http": me["http"],
                                          "raft": me["raft"]})
 
@@ -437,7 +404,7 @@ async def cluster(request: web.Request) -> web.Response:
         if rec["id"] == node.node_id:
             return me
         try:
-            timeout = aiohttp.ClientTimeout(total=0.5)
+            timeout = aiohttp.ClientTimeout(total=limits.cluster_peer_status_timeout_s)
             async with aiohttp.ClientSession(timeout=timeout,
                                              headers=node.config.peer_headers()) as session:
                 async with session.get(rec["http"] + "/v1/node") as response:
@@ -451,14 +418,14 @@ async def cluster(request: web.Request) -> web.Response:
     leader = by_raft.get(me["leader_raft"]) if me["leader_raft"] else None
     if me["role"] == "leader":
         leader = node.node_id
-    offsets = node.clock.offsets_ms()
+    offsets = node.clock_offsets_ms()
     nodes = {s["id"]: {**{k: s.get(k) for k in ("http", "raft", "role", "term", "commit_index",
                                                  "applied_index", "shards_owned")},
                        # As this node last judged it: that node's wall clock
                        # minus the cluster's time (null: not measured yet).
                        "clock_offset_ms": offsets.get(s["id"])}
              for s in statuses}
-    shards = [state for _, state in node.store.scan(SHARDS)]
+    shards = [state for _, state in node.scan(SHARDS)]
     return json_response({"leader": leader, "self": node.node_id, "shard_count": node.shard_count,
                   "nodes": nodes,
                   # Fires refused by apply for a stale fencing token, cluster-wide
@@ -472,7 +439,7 @@ async def cluster_shards(request: web.Request) -> web.Response:
     shards = [{"shard": int.from_bytes(key, "big"), "owner": state["owner"],
                "token": state["token"], "checkpoint": format_ms(state["checkpoint_ms"] or None),
                "stale_fires": state["stale_fires"]}
-              for key, state in node.store.scan(SHARDS)]
+              for key, state in node.scan(SHARDS)]
     return json_response({"shards": shards})
 
 
@@ -481,7 +448,7 @@ async def state_digest(request: web.Request) -> web.Response:
     applied the check_digest entry at N (waiting briefly until it gets there)."""
     node = node_of(request)
     if "index" not in request.query:
-        index, value = await asyncio.get_running_loop().run_in_executor(None, digest, node.store)
+        index, value = await node.digest()
         return json_response({"node": node.node_id, "applied_index": index,
                               "digest": "sha256:" + value})
     try:
@@ -490,7 +457,7 @@ async def state_digest(request: web.Request) -> web.Response:
         raise InvalidInput("index must be an integer log index", field="index") from None
     value = await node.digest_at(index, limits.propose_timeout_s)
     if value is None:
-        applied = node.store.applied_index()
+        applied = node.applied_index()
         why = (f"this node has applied only up to {applied}" if applied < index else
                "no digest check was recorded here at that index (not a check_digest entry, "
                "older than the checks kept, too many at once, or passed over by a snapshot "
@@ -531,7 +498,22 @@ async def ui(request: web.Request) -> web.Response:
     return web.Response(text=page, content_type="text/html")
 
 
-def make_app(node: "Node") -> web.Application:
+# The UI's modules and stylesheet (api/static/), public like the page that loads
+# them: they hold no data. The pattern admits no "..", so only static/ is served.
+UI_FILE = r"{file:(?:views/)?[a-z_]+\.(?:js|css)}"
+UI_TYPES = {"js": "text/javascript", "css": "text/css"}
+
+
+async def ui_file(request: web.Request) -> web.Response:
+    name = request.match_info["file"]
+    path = resources.files("raftsched.api").joinpath(f"static/{name}")
+    if not path.is_file():
+        raise NotFound(f"no UI file {name}", field="file")
+    return web.Response(text=path.read_text(), content_type=UI_TYPES[name.rsplit(".", 1)[1]],
+                        charset="utf-8")
+
+
+def make_app(node: "NodePort") -> web.Application:
     # The largest body any route takes; json_body holds each route to its own
     # limit and names it in the 413.
     app = web.Application(middlewares=[problems_middleware, auth_middleware],
@@ -541,6 +523,7 @@ def make_app(node: "Node") -> web.Application:
     app[NODE_KEY] = node
     r = app.router
     r.add_get("/", ui)
+    r.add_get(f"/ui/{UI_FILE}", ui_file)
     r.add_get("/healthz", healthz)
     r.add_get("/v1/healthz", healthz)
     r.add_get("/v1/openapi.json", openapi_document)
@@ -566,4 +549,5 @@ def make_app(node: "Node") -> web.Application:
     execution.add_routes(r)
     admin.add_routes(r)
     backfills.add_routes(r)
+    metrics.add_routes(r)
     return app

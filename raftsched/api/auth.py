@@ -114,7 +114,7 @@ def authenticate(request: web.Request) -> tuple[str, str, str]:
     if bootstrap is not None and hmac.compare_digest(digest, bootstrap):
         return BOOTSTRAP_ID, DEFAULT_TENANT, "admin"
     match = TOKEN_RE.fullmatch(text)
-    record = node.store.get(TOKENS, ("tok_" + match.group(1)).encode()) if match else None
+    record = node.get(TOKENS, ("tok_" + match.group(1)).encode()) if match else None
     if record is None or not hmac.compare_digest(digest, record["sha256"]):
         raise Unauthorized("the bearer token is not known to this cluster (never created, "
                            "or revoked)")
@@ -157,6 +157,7 @@ async def auth_middleware(request: web.Request, handler: Any) -> web.StreamRespo
 # (method, route template) -> permission. Every route the app adds is here.
 PERMISSIONS: dict[tuple[str, str], str] = {
     ("GET", "/"): "public",
+    ("GET", "/ui/{file}"): "public",
     ("GET", "/healthz"): "public",
     ("GET", "/v1/healthz"): "public",
     ("GET", "/v1/openapi.json"): "any",
@@ -190,6 +191,7 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("GET", "/v1/cluster/shards"): "any",
     ("GET", "/v1/node"): "any",
     ("GET", "/v1/node/clock"): "any",
+    ("GET", "/metrics"): "read",
     ("GET", "/v1/state/digest"): "admin",
     ("POST", "/v1/state/digest:check"): "admin",
     ("POST", "/v1/tokens"): "admin",

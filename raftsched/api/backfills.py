@@ -22,14 +22,14 @@ from raftsched.core.tx import BACKFILLS, JOBS, RUNS, RUNS_BY_JOB
 from raftsched.errors import InvalidInput, NotFound
 
 if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
+    from raftsched.nodeport import NodePort
 
 JOB_ID = "{job_id:%s}" % JOB_ID_PATTERN
 BACKFILL_ID = "{backfill_id:%s}" % backfill.ID_PATTERN
 
 
-def _job(node: "Node", job_id: str, tenant: str) -> dict:
-    job = node.store.get(JOBS, keys.job_key(job_id))
+def _job(node: "NodePort", job_id: str, tenant: str) -> dict:
+    job = node.get(JOBS, keys.job_key(job_id))
     if job is None or job["status"] == "deleted" or job["tenant"] != tenant:
         raise NotFound(f"job {job_id} not found", field="job_id")
     return job
@@ -64,7 +64,7 @@ async def create_backfill(request: web.Request) -> web.Response:
         return json_response(_dry_run(node, job, found))
     if not found:
         raise InvalidInput("the job's schedule has no occurrence in [start, end)", field="start")
-    node.storage.check_room()
+    node.check_room()
     backfill_id = backfill.ID_PREFIX + secrets.token_hex(10)
     result = await node.propose(commands.create_backfill(
         backfill_id=backfill_id, job_id=job["id"], tenant=tenant,
@@ -78,28 +78,28 @@ async def create_backfill(request: web.Request) -> web.Response:
     return response
 
 
-def _dry_run(node: "Node", job: dict, found: list[int]) -> dict:
+def _dry_run(node: "NodePort", job: dict, found: list[int]) -> dict:
     """The occurrences, in the job's zone, and how many already have a run
     (those a backfill would not run again)."""
-    existing = sum(node.store.get(RUNS_BY_JOB, keys.runs_by_job_key(job["id"], ms, 1))
+    existing = sum(node.get(RUNS_BY_JOB, keys.runs_by_job_key(job["id"], ms, 1))
                    is not None for ms in found)
     return {"backfill_id": None, "dry_run": True, "occurrences": len(found),
             "existing": existing,
             "scheduled_for": [format_in_job_zone(job["spec"], ms) for ms in found]}
 
 
-def _record(node: "Node", backfill_id: str, tenant: str) -> dict:
-    record = node.store.get(BACKFILLS, backfill_id.encode())
+def _record(node: "NodePort", backfill_id: str, tenant: str) -> dict:
+    record = node.get(BACKFILLS, backfill_id.encode())
     if record is None or record["tenant"] != tenant:
         raise NotFound(f"backfill {backfill_id} not found", field="backfill_id")
     return record
 
 
-def backfill_view(node: "Node", record: dict) -> dict:
+def backfill_view(node: "NodePort", record: dict) -> dict:
     """The record with its progress as of now: its open runs' states are read."""
     states = []
     for run_id, _ in record["open"]:
-        run = node.store.get(RUNS, run_id.encode())
+        run = node.get(RUNS, run_id.encode())
         states.append(run["state"] if run is not None else None)
     return {"backfill_id": record["id"], "job_id": record["job_id"], "state": record["state"],
             "reason": record["reason"], **backfill.progress(record, states),

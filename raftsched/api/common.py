@@ -3,25 +3,25 @@ and turning apply's refusals into problem+json errors."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import hdrs, web
 
 from raftsched import limits
 from raftsched.api import strictjson
 from raftsched.core import keys
+from raftsched.core.bounded import bounded_float, bounded_int
 from raftsched.core.apply import JOBS
 from raftsched.core.redact import secret_values
 from raftsched.errors import Conflict, InvalidInput, NotFound, QuotaExceeded
+from raftsched.nodeport import NodePort
 
-if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
-
-NODE_KEY = web.AppKey("node", object)
+# The app's node, as the one interface the API has to it (raftsched/nodeport.py).
+NODE_KEY = web.AppKey("node", NodePort)
 
 
-def node_of(request: web.Request) -> "Node":
-    return request.app[NODE_KEY]  # type: ignore[return-value]
+def node_of(request: web.Request) -> NodePort:
+    return request.app[NODE_KEY]
 
 
 async def json_body(request: web.Request, max_bytes: int = limits.request_body_bytes_max,
@@ -65,7 +65,8 @@ def json_response(data: Any, status: int = 200) -> web.Response:
     return web.json_response(data, status=status)
 
 
-def int_param(request: web.Request, name: str, default: int, maximum: int) -> int:
+def int_param(request: web.Request, name: str, default: int, maximum: int,
+              limit: str = "list_limit_max") -> int:
     text = request.query.get(name)
     if text is None:
         return default
@@ -73,10 +74,7 @@ def int_param(request: web.Request, name: str, default: int, maximum: int) -> in
         value = int(text)
     except ValueError:
         raise InvalidInput(f"`{name}` must be an integer", field=name) from None
-    if not 1 <= value <= maximum:
-        raise InvalidInput(f"`{name}` must be from 1 to {maximum}", field=name,
-                           limit="list_limit_max")
-    return value
+    return bounded_int(value, name, 1, maximum, limit=limit)
 
 
 def raise_refusal(result: dict, field: str = "job_id") -> None:
@@ -101,7 +99,8 @@ def raise_refusal(result: dict, field: str = "job_id") -> None:
     raise InvalidInput(detail, field=result.get("field") or None)
 
 
-def float_param(request: web.Request, name: str, default: float, maximum: float) -> float:
+def float_param(request: web.Request, name: str, default: float, maximum: float,
+                limit: str | None = None) -> float:
     text = request.query.get(name)
     if text is None:
         return default
@@ -109,9 +108,7 @@ def float_param(request: web.Request, name: str, default: float, maximum: float)
         value = float(text)
     except ValueError:
         raise InvalidInput(f"`{name}` must be a number", field=name) from None
-    if not 0 <= value <= maximum:
-        raise InvalidInput(f"`{name}` must be from 0 to {maximum:g}", field=name)
-    return value
+    return bounded_float(value, name, 0, maximum, limit=limit)
 
 
 async def maybe_consistent(request: web.Request) -> None:
@@ -120,11 +117,11 @@ async def maybe_consistent(request: web.Request) -> None:
         await node_of(request).wait_caught_up()
 
 
-def job_secrets(node: "Node", job_id: str) -> tuple[str, ...]:
+def job_secrets(node: "NodePort", job_id: str) -> tuple[str, ...]:
     """The texts to mask in what a job's runs show (core/redact.py secret_values);
     none once the job is removed (its runs' output and errors were masked when
     they were recorded)."""
-    job = node.store.get(JOBS, keys.job_key(job_id))
+    job = node.get(JOBS, keys.job_key(job_id))
     return secret_values(job["spec"]) if job is not None else ()
 
 

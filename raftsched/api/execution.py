@@ -4,6 +4,7 @@ groups, and the remote-worker protocol (claim, heartbeat, complete)."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from raftsched.api.common import (float_param, int_param, job_secrets, json_body
 from raftsched.api.views import run_view
 from raftsched.core import commands, keys
 from raftsched.core.apply import GROUPS, NODES, RUNS, TOPICS
+from raftsched.core.bounded import bounded_float, bounded_int
 from raftsched.core.jobspec import RUN_ID_PATTERN, validate_name_token, validate_run_id
 from raftsched.core.redact import redact_output, redact_text
 from raftsched.core.timeutil import format_ms
@@ -25,7 +27,7 @@ from raftsched.core.topics import meta as topic_meta
 from raftsched.errors import Forbidden, InvalidInput, NotFound
 
 if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
+    from raftsched.nodeport import NodePort
 
 RUN_ID = "{run_id:%s}" % RUN_ID_PATTERN
 # Names in URLs match any length here, so that a name that is too long is a
@@ -52,8 +54,8 @@ def _worker(request: web.Request) -> str:
                                limit="worker_id_bytes_max")
 
 
-def _run(node: "Node", run_id: str, tenant: str) -> dict:
-    run = node.store.get(RUNS, run_id.encode())
+def _run(node: "NodePort", run_id: str, tenant: str) -> dict:
+    run = node.get(RUNS, run_id.encode())
     if run is None or run["tenant"] != tenant:
         raise NotFound(f"run {run_id} not found", field="run_id")
     return run
@@ -111,19 +113,19 @@ async def run_logs(request: web.Request) -> web.Response:
     return json_response({"run_id": run_id, "attempts": attempts, "unavailable": missing})
 
 
-def _local_logs(node: "Node", run_id: str) -> list[dict]:
-    records = node.outputs.get(run_id)
+def _local_logs(node: "NodePort", run_id: str) -> list[dict]:
+    records = node.run_output(run_id)
     if not records:
         return records
-    run = node.store.get(RUNS, run_id.encode())
+    run = node.get(RUNS, run_id.encode())
     hidden = job_secrets(node, run["job_id"]) if run is not None else ()
     return [redact_output(record, hidden) for record in records]
 
 
-async def _logs_from(node: "Node", holder: str, run_id: str) -> tuple[list[dict], str | None]:
+async def _logs_from(node: "NodePort", holder: str, run_id: str) -> tuple[list[dict], str | None]:
     if holder == node.node_id:
-        return node.outputs.get(run_id), None
-    rec = node.store.get(NODES, holder.encode())
+        return node.run_output(run_id), None
+    rec = node.get(NODES, holder.encode())
     if rec is None:
         return [], f"node {holder} is not registered"
     try:
@@ -146,16 +148,18 @@ async def topic_messages(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
     name, topic = _topic(request)
-    limit = int_param(request, "limit", 100, limits.topic_read_limit_max)
-    wait_s = float_param(request, "wait_s", 0.0, limits.topic_wait_s_max)
+    limit = int_param(request, "limit", limits.topic_read_limit_default,
+                      limits.topic_read_limit_max, limit="topic_read_limit_max")
+    wait_s = float_param(request, "wait_s", 0.0, limits.topic_wait_s_max,
+                         limit="topic_wait_s_max")
     after = _offset_param(request, node, topic)
     deadline = time.monotonic() + wait_s
     while True:
-        event = node.topic_events.setdefault(topic, asyncio.Event())
-        state = topic_meta(node.store, topic)   # type: ignore[arg-type]
+        event = node.topic_event(topic)
+        state = topic_meta(node, topic)   # type: ignore[arg-type]
         start = max(after + 1, state["first"])
-        rows = node.store.scan(TOPICS, start=keys.topic_key(topic, start),
-                               stop=keys.prefix_end(keys.topic_prefix(topic)), limit=limit)
+        rows = node.scan(TOPICS, start=keys.topic_key(topic, start),
+                         stop=keys.prefix_end(keys.topic_prefix(topic)), limit=limit)
         remaining = deadline - time.monotonic()
         if rows or remaining <= 0:
             break
@@ -171,7 +175,7 @@ async def topic_messages(request: web.Request) -> web.Response:
                           "first_offset": state["first"], "last_offset": state["next"] - 1})
 
 
-def _offset_param(request: web.Request, node: "Node", topic: str) -> int:
+def _offset_param(request: web.Request, node: "NodePort", topic: str) -> int:
     if "after" in request.query:
         try:
             after = int(request.query["after"])
@@ -185,7 +189,7 @@ def _offset_param(request: web.Request, node: "Node", topic: str) -> int:
     if group is None:
         return 0
     _group(group)
-    committed = node.store.get(GROUPS, keys.group_key(topic, group))
+    committed = node.get(GROUPS, keys.group_key(topic, group))
     return committed["offset"] if committed else 0
 
 
@@ -193,7 +197,7 @@ async def get_group(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
     (name, topic), group = _topic(request), _group(request.match_info["group"])
-    committed = node.store.get(GROUPS, keys.group_key(topic, group))
+    committed = node.get(GROUPS, keys.group_key(topic, group))
     return json_response({"topic": name, "group": group,
                           "offset": committed["offset"] if committed else 0,
                           "committed_at": format_ms(committed["committed_ms"]) if committed
@@ -203,13 +207,14 @@ async def get_group(request: web.Request) -> web.Response:
 async def commit_group(request: web.Request) -> web.Response:
     node = node_of(request)
     body = await json_body(request)
-    offset = body.get("offset") if isinstance(body, dict) else None
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+    if not isinstance(body, dict):
         raise InvalidInput("the body must be {\"offset\": N}, the last offset processed",
                            field="offset")
+    offset = bounded_int(body.get("offset"), "offset", 0, limits.command_int_max,
+                         limit="command_int_max")
     (name, topic), group = _topic(request), _group(request.match_info["group"])
-    if node.store.get(GROUPS, keys.group_key(topic, group)) is None:
-        node.storage.check_room()   # a new group adds state; moving an offset does not
+    if node.get(GROUPS, keys.group_key(topic, group)) is None:
+        node.check_room()   # a new group adds state; moving an offset does not
     result = await node.propose(commands.commit_offset(topic=topic, group=group, offset=offset,
                                                        at_ms=node.now_ms()))
     if not result["ok"] and result.get("limit"):
@@ -228,8 +233,6 @@ HEARTBEAT_FIELDS = {"run_id", "attempt"}
 RESULT_FIELDS = {"run_id", "attempt", "ok", "exit_code", "error", "retryable", "output",
                  "duration_ms"}
 OUTPUT_FIELDS = {"stdout", "stderr", "http_body", "published", "truncated"}
-# Exit codes a worker may report: a C int (negative for a signal).
-EXIT_CODE_MIN, EXIT_CODE_MAX = -(2 ** 31), 2 ** 31 - 1
 
 
 def _list_member(body: Any, name: str, maximum: int, limit: str,
@@ -249,12 +252,8 @@ def _list_member(body: Any, name: str, maximum: int, limit: str,
         if unknown:
             raise InvalidInput(f"unknown field {unknown[0]!r}", field=f"{name}[{i}].{unknown[0]}")
         validate_run_id(item.get("run_id"), f"{name}[{i}].run_id")
-        attempt = item.get("attempt")
-        if isinstance(attempt, bool) or not isinstance(attempt, int) \
-                or not 1 <= attempt <= limits.run_attempts_max:
-            raise InvalidInput(f"`attempt` must be an integer from 1 to "
-                               f"{limits.run_attempts_max}", field=f"{name}[{i}].attempt",
-                               limit="run_attempts_max")
+        bounded_int(item.get("attempt"), f"{name}[{i}].attempt", 1, limits.run_attempts_max,
+                    limit="run_attempts_max")
     return body[name]
 
 
@@ -265,17 +264,14 @@ def _check_result(result: dict, field: str) -> None:
         raise InvalidInput("each result needs ok (true or false)", field=f"{field}.ok")
     if not isinstance(result.get("retryable", True), bool):
         raise InvalidInput("`retryable` is true or false", field=f"{field}.retryable")
-    code = result.get("exit_code")
-    if code is not None and (isinstance(code, bool) or not isinstance(code, int)
-                             or not EXIT_CODE_MIN <= code <= EXIT_CODE_MAX):
-        raise InvalidInput("`exit_code` is null or a 32-bit integer", field=f"{field}.exit_code")
+    if result.get("exit_code") is not None:
+        bounded_int(result["exit_code"], f"{field}.exit_code", limits.exit_code_min,
+                    limits.exit_code_max, limit="exit_code_max")
     if not isinstance(result.get("error", ""), (str, type(None))):
         raise InvalidInput("`error` is null or a string", field=f"{field}.error")
     if result.get("error"):
         result["error"] = result["error"][:limits.run_error_chars_max]
-    duration = result.get("duration_ms", 0)
-    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or duration < 0:
-        raise InvalidInput("`duration_ms` is a number of 0 or more", field=f"{field}.duration_ms")
+    bounded_float(result.get("duration_ms", 0), f"{field}.duration_ms", 0, math.inf)
     _check_output(result.get("output"), f"{field}.output")
 
 
@@ -287,11 +283,12 @@ def _check_output(output: Any, field: str) -> None:
                            field=field)
     for name, value in output.items():
         if name == "truncated":
-            if not isinstance(value, dict) or not all(
-                    isinstance(v, int) and not isinstance(v, bool) and v >= 0
-                    for v in value.values()):
+            if not isinstance(value, dict):
                 raise InvalidInput("`truncated` maps a stream to the bytes dropped",
                                    field=f"{field}.truncated")
+            for stream, dropped in value.items():
+                bounded_int(dropped, f"{field}.truncated.{stream}", 0, limits.command_int_max,
+                            limit="command_int_max")
         elif not isinstance(value, str):
             raise InvalidInput(f"`{name}` is a string", field=f"{field}.{name}")
 
@@ -310,18 +307,12 @@ async def worker_claim(request: web.Request) -> web.Response:
         raise InvalidInput("the default queue is served by the nodes' embedded workers; give "
                            "command targets a queue name and run workers for that",
                            field="queue")
-    max_runs = body.get("max", 1)
-    if isinstance(max_runs, bool) or not isinstance(max_runs, int) \
-            or not 1 <= max_runs <= limits.worker_claim_max:
-        raise InvalidInput(f"`max` must be an integer from 1 to {limits.worker_claim_max}",
-                           field="max", limit="worker_claim_max")
-    wait_s = body.get("wait_s", 0)
-    if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) \
-            or not 0 <= wait_s <= limits.worker_claim_wait_s_max:
-        raise InvalidInput(f"`wait_s` must be from 0 to {limits.worker_claim_wait_s_max:g}",
-                           field="wait_s", limit="worker_claim_wait_s_max")
-    runs = await node.workers.claim(_worker(request), keys.scoped(tenant_of(request), queue),
-                                    max_runs, float(wait_s))
+    max_runs = bounded_int(body.get("max", 1), "max", 1, limits.worker_claim_max,
+                           limit="worker_claim_max")
+    wait_s = bounded_float(body.get("wait_s", 0), "wait_s", 0, limits.worker_claim_wait_s_max,
+                           limit="worker_claim_wait_s_max", unit="seconds")
+    runs = await node.claim_runs(_worker(request), keys.scoped(tenant_of(request), queue),
+                                    max_runs, wait_s)
     return json_response({"runs": runs, "node": node.node_id})
 
 
@@ -330,7 +321,7 @@ async def worker_heartbeat(request: web.Request) -> web.Response:
     worker = _worker(request)
     beats = _list_member(await json_body(request), "runs", limits.run_update_batch_max,
                          "run_update_batch_max", HEARTBEAT_FIELDS)
-    lost = await node.workers.heartbeat(worker, beats, tenant_of(request))
+    lost = await node.heartbeat_runs(worker, beats, tenant_of(request))
     return json_response({"lost": lost})
 
 
@@ -343,7 +334,7 @@ async def worker_complete(request: web.Request) -> web.Response:
                            RESULT_FIELDS)
     for i, result in enumerate(results):
         _check_result(result, f"results[{i}]")
-    accepted = await node.workers.complete(worker, results, tenant_of(request))
+    accepted = await node.complete_runs(worker, results, tenant_of(request))
     return json_response({"accepted": accepted})
 
 

@@ -36,7 +36,7 @@ from raftsched.core.tx import JOBS, RUNS, RUNS_BY_JOB, RUNS_BY_TENANT
 from raftsched.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
+    from raftsched.nodeport import NodePort
 
 # How a run started: its first trigger, or "retry" once re-driven.
 RUN_TRIGGERS = ("schedule", "manual", backfill.TRIGGER, redrive.TRIGGER)
@@ -45,8 +45,6 @@ RUN_STATES = lifecycle.STATES
 JOB_STATUSES = ("active", "paused", "completed")
 RUN_FILTERS = ("job_id", "state", "trigger", "scheduled_after", "scheduled_before")
 JOB_FILTERS = ("status", "name_prefix", "label")
-# Rows read per store scan while filling a page.
-_SCAN_CHUNK = 256
 
 
 # --- page tokens ----------------------------------------------------------------------
@@ -140,14 +138,13 @@ class RunSource:
         return keys.parse_runs_by_tenant_key(self.prefix, key)
 
 
-def list_runs_page(node: "Node", tenant: str, filters: dict, limit: int,
+def list_runs_page(node: "NodePort", tenant: str, filters: dict, limit: int,
                    token: list | None) -> tuple[list[dict], list | None]:
     """(runs, position to go on from or None): up to `limit` runs matching the
     filters, newest first, reading at most list_scan_rows_max rows."""
-    store = node.store
     job_id = filters.get("job_id")
     if job_id:
-        job = store.get(JOBS, keys.job_key(job_id))
+        job = node.get(JOBS, keys.job_key(job_id))
         if job is None or job["tenant"] != tenant:
             return [], None   # another tenant's job is answered as one without runs
     source = RunSource(tenant, filters)
@@ -162,13 +159,13 @@ def list_runs_page(node: "Node", tenant: str, filters: dict, limit: int,
                 and filters.get("state", run["state"]) == run["state"]
                 and filters.get("trigger", run["trigger"]) == run["trigger"])
 
-    found, last = _scan(store, source, limit, matches)
-    more = last is not None and bool(store.scan(source.table, start=source.low,
-                                                stop=source.high, reverse=True, limit=1))
+    found, last = _scan(node, source, limit, matches)
+    more = last is not None and bool(node.scan(source.table, start=source.low,
+                                               stop=source.high, reverse=True, limit=1))
     return found, list(last) if more and last is not None else None
 
 
-def _scan(store: object, source: RunSource, limit: int,
+def _scan(node: "NodePort", source: RunSource, limit: int,
           matches: Callable[[dict], bool]) -> tuple[list[dict], tuple[int, str] | None]:
     """Read rows newest first from source.high down, moving source.high past
     each; return the matching runs and the position of the last row read
@@ -177,14 +174,14 @@ def _scan(store: object, source: RunSource, limit: int,
     last: tuple[int, str] | None = None
     scanned = 0
     while len(found) < limit and scanned < limits.list_scan_rows_max:
-        chunk = min(_SCAN_CHUNK, limits.list_scan_rows_max - scanned)
-        rows = store.scan(source.table, start=source.low, stop=source.high,   # type: ignore
-                          reverse=True, limit=chunk)
+        chunk = min(limits.list_scan_chunk_rows, limits.list_scan_rows_max - scanned)
+        rows = node.scan(source.table, start=source.low, stop=source.high,
+                         reverse=True, limit=chunk)
         for key, value in rows:
             scanned += 1
             source.high = key
             last = source.position(key, value)
-            run = store.get(RUNS, last[1].encode())   # type: ignore
+            run = node.get(RUNS, last[1].encode())
             if run is None:
                 continue   # purged between the index read and this one
             if matches(run):
@@ -275,7 +272,7 @@ async def list_jobs(request: web.Request) -> web.Response:
         "next_cursor": after})
 
 
-def _scan_jobs(node: "Node", start: bytes, limit: int,
+def _scan_jobs(node: "NodePort", start: bytes, limit: int,
                matches: Callable[[dict], bool]) -> tuple[list[dict], str | None, bool]:
     """Jobs of every tenant share one table: a page stops after
     list_scan_rows_max rows however few matched, and goes on from there.
@@ -284,7 +281,7 @@ def _scan_jobs(node: "Node", start: bytes, limit: int,
     last: str | None = None
     scanned, more = 0, False
     while len(jobs) < limit and scanned < limits.list_scan_rows_max:
-        rows = node.store.scan(JOBS, start=start, limit=limit)
+        rows = node.scan(JOBS, start=start, limit=limit)
         scanned += len(rows)
         more = len(rows) == limit
         for key, job in rows:
@@ -320,7 +317,7 @@ def parse_overlap(body: object) -> str | None:
 async def retry_run(request: web.Request) -> web.Response:
     node = node_of(request)
     overlap = parse_overlap(await json_body(request, empty_ok=True))
-    node.storage.check_room()
+    node.check_room()
     result = await node.propose(commands.scoped(commands.retry_run(
         run_id=request.match_info["run_id"], node=node.node_id, at_ms=node.now_ms(),
         overlap=overlap), tenant=tenant_of(request), actor=actor_of(request)))

@@ -872,8 +872,14 @@ def _worker_paths() -> dict[str, Schema]:
 def _cluster_paths() -> dict[str, Schema]:
     digest = _json(_digest(), "A digest of the replicated state")
     return {
-        "/": {"get": _op("A read-only UI", {200: {"description": "HTML", "content": {
+        "/": {"get": _op("The web UI (docs/ui.md)", {200: {"description": "HTML", "content": {
             "text/html": {"schema": _STR}}}}, errors=(500,))},
+        "/ui/{file}": {"get": _op("A module or the stylesheet of the web UI", {200: {
+            "description": "JavaScript or CSS", "content": {
+                "text/javascript": {"schema": _STR}, "text/css": {"schema": _STR}}}},
+            params=[_in_path("file", {"type": "string",
+                                      "pattern": r"^(?:views/)?[a-z_]+\.(?:js|css)$"})],
+            errors=(404, 500))},
         "/healthz": {"get": _healthz()},
         "/v1/healthz": {"get": _healthz()},
         "/v1/openapi.json": {"get": _op("This document", {200: _json(
@@ -886,6 +892,11 @@ def _cluster_paths() -> dict[str, Schema]:
                                 errors=(500,))},
         "/v1/node/clock": {"get": _op("This node's wall clock (its peers measure it)", {
             200: _json(_node_clock(), "Clock")}, errors=(500,))},
+        # 400: a `tenant` parameter that is not a tenant name (api/auth.py reads
+        # it on every route of the read permission).
+        "/metrics": {"get": _op("This node's metrics (docs/metrics.md)", {200: {
+            "description": "Prometheus text format 0.0.4", "content": {
+                "text/plain": {"schema": _STR}}}}, errors=(400, 500))},
         "/v1/state/digest": {"get": _op("This node's state digest", {200: digest}, params=[
             _in_query("index", {"type": "integer"},
                       "the digest recorded when the check at this index was applied")])},

@@ -12,16 +12,16 @@ from raftsched.errors import InvalidInput
 from raftsched.executors.netguard import policy_for
 
 if TYPE_CHECKING:
-    from raftsched.runtime.node import NodeConfig
+    from raftsched.nodeport import Settings
 
 
-def check_spec(config: "NodeConfig", spec: dict) -> None:
+def check_spec(config: "Settings", spec: dict) -> None:
     """Raise InvalidInput (400, naming the field) for a spec this node's policy refuses."""
     check_addresses(config, spec)
     check_command_queue(config, spec)
 
 
-def check_addresses(config: "NodeConfig", spec: dict) -> None:
+def check_addresses(config: "Settings", spec: dict) -> None:
     """An HTTP target or alert webhook whose host is a literal address (in any
     form the C library reads) or a localhost name, in a range the node refuses
     (executors/netguard.py). A name is judged when it is called, by what it
@@ -36,7 +36,7 @@ def check_addresses(config: "NodeConfig", spec: dict) -> None:
             raise InvalidInput(f"`{field}`: {refused}", field=field)
 
 
-def check_command_queue(config: "NodeConfig", spec: dict) -> None:
+def check_command_queue(config: "Settings", spec: dict) -> None:
     """A command on the default queue runs on a node, as the node's user: only
     a node started with --allow-commands accepts one. Otherwise a command must
     name a `target.queue` that `raftsched worker` processes serve, on machines

@@ -1,46 +1,44 @@
-"""A node: one asyncio process wiring storage, Raft, the API, firing and execution.
+"""A node: one asyncio process wiring storage, Raft, firing and execution.
 
-    HTTP (aiohttp) -> propose(command) -> Replicator (pysyncobj thread)
-                                              | apply_command(bytes, index)
-                                              v
-                      core.apply(store, command, index) -> Transition
-                      store.commit(writes + applied_index)   (one LMDB txn)
-                      effects -> loop.call_soon_threadsafe -> dispatcher / trigger loop
+    HTTP API -> propose(command) -> Replicator (pysyncobj thread)
+                                         | apply_command(bytes, index)
+                                         v
+                 ApplyBridge.on_apply (runtime/apply_bridge.py): decode, core.apply,
+                 store.commit (one LMDB txn), effects -> loop -> dispatcher / trigger loop
+
+The HTTP API is not imported here: raftsched/server.py builds the application
+over this node's NodePort (runtime/port.py) and passes it to start().
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import hashlib
 import logging
 import os
-import queue
-import signal
-import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import aiohttp
 from aiohttp import web
 
 from raftsched import limits
-from raftsched.core import commands, keys
-from raftsched.core.tx import RunsPurged
-from raftsched.core.apply import (NODES, TENANTS, AlertPending, DueArmed, NodeRenewed, RunCancelled,
-                                  RunQueued, ShardsAssigned, TopicAppended, apply_entry)
-from raftsched.errors import InvariantBroken, Unavailable
+from raftsched.core import commands
+from raftsched.core.apply import NODES, TENANTS
+from raftsched.errors import Unavailable
 from raftsched.executors.breaker import Breaker
 from raftsched.executors.command import CommandExecutor
 from raftsched.executors.http import HttpExecutor
 from raftsched.executors.netguard import policy_for
-from raftsched.replication.raft import Replicator, log_compaction_entries_default
+from raftsched.replication.raft import Replicator
+from raftsched.runtime.apply_bridge import EXIT_INVARIANT, ApplyBridge
 from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.clock import ClusterClock
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
 from raftsched.runtime.lateness import LatenessHistogram
+from raftsched.runtime.metrics import AppliedCounts, exposition, make_registry
 from raftsched.runtime.purger import Purger
 from raftsched.runtime.reaper import Reaper
 from raftsched.runtime.reporter import Reporter
@@ -48,25 +46,10 @@ from raftsched.runtime.supervise import Supervisor
 from raftsched.runtime.storage_guard import StorageGuard
 from raftsched.runtime.trigger import TriggerLoop
 from raftsched.runtime.workers import WorkerService
-from raftsched.storage.base import digest_pinned
-from raftsched.storage.lmdb_store import LmdbStore, PinnedRead, SnapshotAborted
+from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.output_store import OutputStore
 
 log = logging.getLogger("raftsched.node")
-
-# How often LMDB is fsynced (see storage/lmdb_store.py on durability).
-store_sync_period_s = 1.0
-# How often old run output is pruned (it is also bounded in size at each put).
-output_prune_period_s = 600.0
-# How many recorded digest checks a node keeps (see _record_digest).
-checked_digests_kept = 64
-# Digests being computed at once (each holds an LMDB read open); a check past
-# this records no digest at its index, and the caller asks again.
-digests_computing_max = 4
-# checked_digests' value while the digest thread hashes the state.
-DIGEST_PENDING = "pending"
-# Exit code of a node that stopped itself on a broken invariant.
-EXIT_INVARIANT = 70
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +63,7 @@ class NodeConfig:
     raft_secret: str | None
     shard_count: int = limits.shard_count_default
     advertise_http: str | None = None   # URL other nodes and clients use for this node
-    raft_snapshot_entries: int = log_compaction_entries_default
+    raft_snapshot_entries: int = limits.log_compaction_entries_default
     # A running attempt's lease, and how often its holder extends it.
     run_lease_ms: int = limits.run_lease_ms_default
     run_heartbeat_ms: int = limits.run_heartbeat_ms_default
@@ -170,21 +153,21 @@ class Node:
         # A node that just learnt the cluster's time may fire what is due at once.
         self.clock.on_synced = self.trigger.ownership_changed
         self.coordinator = Coordinator(self)
-        self._loop: asyncio.AbstractEventLoop | None = None
         # Every background task of the node runs under it (runtime/supervise.py).
         self.supervisor = Supervisor(f"node {config.node_id}", exit_code=EXIT_INVARIANT)
         self._runner: web.AppRunner | None = None
         self.started_ms = self.now_ms()
         self._quotas: dict[str, tuple[float, dict[str, int]]] = {}
         self.trigger_lateness = LatenessHistogram()
-        # index -> state digest recorded when a check_digest entry was applied
-        # here (DIGEST_PENDING while the digest thread computes it). Written by
-        # the Raft and digest threads, read by the loop: under _digests_lock.
-        self.checked_digests: collections.OrderedDict[int, str] = collections.OrderedDict()
-        self._digests_lock = threading.Lock()
-        self._digest_queue: queue.Queue = queue.Queue(maxsize=digests_computing_max)
-        threading.Thread(target=self._digest_worker, name="raftsched-digest",
-                         daemon=True).start()
+        # First calls of scheduled runs, against when they were due (runtime/dispatcher.py).
+        self.call_lateness = LatenessHistogram()
+        # What apply did on this replica (Transition.tallies), and GET /metrics,
+        # which reads these and the rest of the node at each scrape.
+        self.applied_counts = AppliedCounts()
+        self._metrics = make_registry(self)
+        # Committed entries reach the store and this node through it.
+        self.bridge = ApplyBridge(self)
+        self.bridge.start_digest_thread()
 
     def quota_of(self, tenant: str) -> dict[str, int]:
         """The quotas in force for `tenant`: its own where an admin set them,
@@ -214,208 +197,11 @@ class Node:
     def monotonic() -> float:
         return time.monotonic()
 
-    # --- the Raft thread side --------------------------------------------------------
-
-    def _on_apply(self, data: bytes, index: int) -> dict | None:
-        """Runs on pysyncobj's thread. Never touches asyncio objects directly.
-
-        A refused entry (malformed, or refused whole by apply) commits no
-        writes, only its index, so a replay skips it, and every replica agrees.
-        A version or tag this build does not know, or a failed commit, stops
-        the node."""
-        try:
-            if index <= self.store.applied_index():
-                return {"ok": True, "replayed": True}   # persisted before a restart
-            tag, transition = self.store.apply_commit(index, self._apply_noting(data, index))
-            if tag in ("fire", "fire_many") and transition.result.get("node") == self.node_id:
-                self._note_trigger_lateness(transition.effects)
-            self._log_refusal(index, tag or "malformed", transition.result)
-            if tag == "check_digest":
-                return self._record_digest(index, transition.result)
-        except InvariantBroken as exc:
-            self._die(f"raft entry {index}: {exc}")
-        except Exception as exc:
-            self._die(f"raft entry {index}: apply failed: {exc!r}")
-        if transition.effects:
-            assert self._loop is not None
-            self._loop.call_soon_threadsafe(self._handle_effects, transition.effects)
-        return transition.result
-
-    def _apply_noting(self, data: bytes, index: int) -> Callable[[Any], tuple]:
-        def apply_one(view: Any) -> tuple:
-            tag, transition = apply_entry(view, data, index)
-            if tag == "check_digest":
-                # Noted before the index is committed, so a reader that sees
-                # the index applied also sees that a digest is on its way.
-                self._note_digest(index, DIGEST_PENDING)
-            return tag, transition
-        return apply_one
-
-    def _note_trigger_lateness(self, effects: tuple) -> None:
-        """Raft thread, right after this node's own fire became durable here:
-        each run it queued is as late as now minus its scheduled time
-        (runtime/lateness.py)."""
-        now = self.now_ms()
-        for effect in effects:
-            if isinstance(effect, RunQueued) and effect.run["attempt"] == 1:
-                # A jittered job's run is due at its occurrence plus its delay.
-                self.trigger_lateness.record(now - effect.run["scheduled_ms"]
-                                             - effect.run.get("jitter_ms", 0))
-
-    @staticmethod
-    def _log_refusal(index: int, tag: str, result: dict) -> None:
-        """Once per refused entry, on every replica."""
-        error = result.get("error")
-        if error == "apply_failed":
-            log.critical("raft entry %d (%s): apply raised, which is a bug; the entry is "
-                         "refused on every replica: %s\n%s", index, tag, result["detail"],
-                         result.get("traceback", ""))
-        elif error in ("invalid_command", "refused"):
-            log.error("raft entry %d (%s) refused (%s): %s", index, tag, error,
-                      result["detail"])
-
-    def _record_digest(self, index: int, result: dict) -> dict:
-        """Raft thread: the state is exactly as of `index` here, on every replica.
-        It is pinned here and hashed on the digest thread: hashing millions of
-        records on the Raft thread would hold it past the election timeout."""
-        pinned = self.store.pin()
-        assert pinned.applied_index == index, (pinned.applied_index, index)
-        try:
-            self._digest_queue.put_nowait((index, pinned))
-        except queue.Full:
-            pinned.close()
-            self._note_digest(index, None)
-            log.warning("digest check at index %d skipped: %d digests are being computed",
-                        index, digests_computing_max)
-        return dict(result, index=index)
-
-    def _note_digest(self, index: int, value: str | None) -> None:
-        """Record (None: forget) the digest at `index`; any thread."""
-        with self._digests_lock:
-            if value is None:
-                self.checked_digests.pop(index, None)
-                return
-            if value != DIGEST_PENDING and index not in self.checked_digests:
-                return   # evicted while it was computed
-            self.checked_digests[index] = value
-            while len(self.checked_digests) > checked_digests_kept:
-                self.checked_digests.popitem(last=False)
-
-    def _digest_worker(self) -> None:
-        """The digest thread: hash pinned states, one at a time, forever."""
-        while True:
-            index, pinned = self._digest_queue.get()
-            value = None
-            try:
-                with pinned:
-                    value = digest_pinned(pinned)[1]
-            except SnapshotAborted:
-                log.info("digest check at index %d passed over by a snapshot install", index)
-            except Exception:
-                log.exception("digest check at index %d failed", index)
-            self._note_digest(index, value)
-
-    async def digest_at(self, index: int, timeout_s: float) -> str | None:
-        """The digest this node recorded at the check_digest entry `index`,
-        waiting (at most timeout_s) until it applied and hashed it; None if it
-        has none there (not such an entry, evicted, or passed over). Raises
-        Unavailable if it is still being computed at the deadline."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            applied = self.store.applied_index() >= index   # read first: see _on_apply
-            with self._digests_lock:
-                value = self.checked_digests.get(index)
-            if value is not None and value != DIGEST_PENDING:
-                return value
-            if applied and value is None:
-                return None
-            if time.monotonic() > deadline:
-                if value == DIGEST_PENDING:
-                    raise Unavailable(f"the digest at index {index} is still being computed "
-                                      "here; ask again", reason="digest_pending")
-                return None
-            await asyncio.sleep(0.01)
-
-    def _die(self, why: str) -> None:
-        # Applying the rest of the log after a failed entry would make this
-        # replica diverge silently; stopping is the only safe answer.
-        log.critical("stopping node %s: %s", self.node_id, why, exc_info=True)
-        logging.shutdown()
-        os._exit(EXIT_INVARIANT)
-
-    def _snapshot_pin(self) -> PinnedRead:
-        """Raft thread: the state a snapshot is written from, exactly as applied
-        so far. Its applied_index may be below pysyncobj's last applied index
-        (the entries in between were Raft no-ops, which change no state), or
-        above it while this node replays its journal after a restart (the
-        state was persisted further than pysyncobj's journal position). Both
-        are safe: whoever loads the snapshot skips the journal entries at or
-        below the state's applied_index (_on_apply), and those entries are
-        committed, so the same on every node."""
-        return self.store.pin()
-
-    def _snapshot_install(self, path: str, offset: int, length: int,
-                          applied_index: int) -> bool:
-        """Raft thread: install a snapshot's LMDB image (at start: this node's
-        own snapshot; later: one the leader sent), unless the state here is at
-        least as new (at start, LMDB is usually ahead of its own snapshot).
-        Whether it installed."""
-        if applied_index <= self.store.applied_index():
-            log.info("keeping the state at applied_index %d; the snapshot is at %d",
-                     self.store.applied_index(), applied_index)
-            return False
-        log.info("installing a snapshot at applied_index %d (%d bytes)", applied_index, length)
-        started = time.monotonic()
-        installed = self.store.install_image(path, offset, length)
-        if installed != applied_index:
-            raise InvariantBroken(f"the snapshot's image is at applied_index {installed}, its "
-                                  f"header says {applied_index}")
-        log.info("installed the snapshot at applied_index %d in %.2f s", applied_index,
-                 time.monotonic() - started)
-        self._after_install()
-        return True
-
-    def _snapshot_install_items(self, applied_index: int, items: list) -> bool:
-        """Raft thread: a snapshot written by an earlier release (a list of records)."""
-        if applied_index <= self.store.applied_index():
-            return False
-        log.info("installing a snapshot at applied_index %d (%d records)",
-                 applied_index, len(items))
-        self.store.replace_all(applied_index, [tuple(item) for item in items])
-        self._after_install()
-        return True
-
-    def _after_install(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self.dispatcher.request_rescan)
-            self._loop.call_soon_threadsafe(self.trigger.ownership_changed)
+    def metrics_text(self) -> bytes:
+        """This node's metrics in the Prometheus text format (runtime/metrics.py)."""
+        return exposition(self._metrics)
 
     # --- the loop side ---------------------------------------------------------------
-
-    def _handle_effects(self, effects: tuple) -> None:
-        for effect in effects:
-            if isinstance(effect, RunQueued):
-                if effect.run.get("queue"):
-                    self.workers.queued(keys.scoped(effect.run["tenant"], effect.run["queue"]))
-                elif effect.run["node"] == self.node_id:
-                    self.dispatcher.submit(effect.run)
-            elif isinstance(effect, RunCancelled):
-                if effect.holder == self.node_id:
-                    self.dispatcher.cancelled(effect.run_id, effect.attempt)
-            elif isinstance(effect, TopicAppended):
-                event = self.topic_events.pop(effect.topic, None)
-                if event is not None:
-                    event.set()
-            elif isinstance(effect, AlertPending):
-                pass   # the leader's alerter scans the pending alerts each pass
-            elif isinstance(effect, DueArmed):
-                self.trigger.wake(effect.shard, effect.due_ms)
-            elif isinstance(effect, ShardsAssigned):
-                self.trigger.ownership_changed()
-            elif isinstance(effect, NodeRenewed):
-                self.coordinator.renewed(effect.node, effect.at_ms)
-            elif isinstance(effect, RunsPurged):
-                self.supervisor.spawn("outputs.drop", self._drop_outputs(effect.run_ids))
 
     async def propose(self, command: dict) -> dict:
         result = await self.replicator.propose_wait(commands.encode(command))
@@ -441,7 +227,7 @@ class Node:
             if time.monotonic() > deadline:
                 raise Unavailable(f"this node did not catch up with the leader's commit index "
                                   f"{target} within {timeout_s:g} s", reason="timeout")
-            await asyncio.sleep(0.002)
+            await asyncio.sleep(limits.consistent_read_poll_s)
 
     async def _leader_commit_index(self, leader_raft: str | None, timeout_s: float) -> int:
         leader = next((rec for _, rec in self.store.scan(NODES)
@@ -463,16 +249,18 @@ class Node:
                               reason="leader_changed")
         return int(body["commit_index"])
 
-    async def start(self) -> None:
-        from raftsched.api.app import make_app
-
-        self._loop = asyncio.get_running_loop()
+    async def start(self, make_app: Callable[["Node"], web.Application]) -> None:
+        """Start Raft, serve the application make_app builds for this node
+        (raftsched/server.py composes them), then start the node's loops."""
+        loop = asyncio.get_running_loop()
+        self.bridge.loop = loop
         cfg = self.config
+        bridge = self.bridge
         self.replicator = Replicator(
             self_addr=cfg.raft_addr, peers=list(cfg.peers), data_dir=cfg.data_dir,
-            secret=cfg.raft_secret, loop=self._loop, on_apply=self._on_apply,
-            snapshot_pin=self._snapshot_pin, snapshot_install=self._snapshot_install,
-            snapshot_install_items=self._snapshot_install_items,
+            secret=cfg.raft_secret, loop=loop, on_apply=bridge.on_apply,
+            snapshot_pin=bridge.snapshot_pin, snapshot_install=bridge.snapshot_install,
+            snapshot_install_items=bridge.snapshot_install_items,
             snapshot_entries=cfg.raft_snapshot_entries, fsync=cfg.fsync)
         self.reporter = Reporter(self)
         await self.http_executor.start()
@@ -525,21 +313,16 @@ class Node:
                               result.get("error"), result.get("detail"))
                     return
             except Unavailable:
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(limits.node_register_retry_s)
 
     async def _sync_loop(self) -> None:
         while True:
-            await asyncio.sleep(store_sync_period_s)
+            await asyncio.sleep(limits.store_sync_period_s)
             await asyncio.get_running_loop().run_in_executor(None, self.store.sync)
-
-    async def _drop_outputs(self, run_ids: tuple[str, ...]) -> None:
-        """The output this node keeps of runs that were purged goes with them."""
-        await asyncio.get_running_loop().run_in_executor(
-            None, self.outputs.delete_runs, list(run_ids))
 
     async def _prune_outputs_loop(self) -> None:
         while True:
-            await asyncio.sleep(output_prune_period_s)
+            await asyncio.sleep(limits.output_prune_period_s)
             await asyncio.get_running_loop().run_in_executor(
                 None, lambda: self.outputs.prune(now_ms=self.now_ms()))
 
@@ -554,15 +337,3 @@ class Node:
         self.store.close()
         self.outputs.close()
         log.info("node %s stopped", self.node_id)
-
-
-async def serve(config: NodeConfig) -> None:
-    node = Node(config)
-    await node.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    log.info("node %s stopping", node.node_id)
-    await node.stop()

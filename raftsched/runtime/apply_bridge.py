@@ -1,0 +1,276 @@
+"""The apply bridge: from a committed Raft entry to state, and on to the node.
+
+    Replicator (pysyncobj thread) -> on_apply(bytes, index)
+        decode + core.apply(view, command, index) -> Transition   (core/apply.py)
+        store.apply_commit: writes + applied_index               (one LMDB txn)
+        effects -> loop.call_soon_threadsafe(handle_effects) -> dispatcher, trigger loop...
+
+It also serves the Raft thread's snapshots (pin the state to write one,
+install one received) and records the state digests of check_digest entries,
+hashed on a thread of their own. Everything here but handle_effects and
+digest_at runs on the Raft thread: it never touches asyncio objects directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from raftsched import limits
+from raftsched.core import keys
+from raftsched.core.apply import (AlertPending, DueArmed, NodeRenewed, RunCancelled, RunQueued,
+                                  ShardsAssigned, TopicAppended, apply_entry)
+from raftsched.core.tx import RunsPurged
+from raftsched.errors import InvariantBroken, Unavailable
+from raftsched.storage.base import digest_pinned
+from raftsched.storage.lmdb_store import PinnedRead, SnapshotAborted
+
+if TYPE_CHECKING:
+    from raftsched.runtime.node import Node
+
+log = logging.getLogger("raftsched.node")
+
+# checked_digests' value while the digest thread hashes the state.
+DIGEST_PENDING = "pending"
+# Exit code of a node that stopped itself on a broken invariant.
+EXIT_INVARIANT = 70
+
+
+class ApplyBridge:
+    """Applies committed entries to one node's store and hands their effects
+    to the node's loop."""
+
+    def __init__(self, node: "Node") -> None:
+        self._node = node
+        # The node's event loop, set when the node starts; effects wait for it.
+        self.loop: asyncio.AbstractEventLoop | None = None
+        # index -> state digest recorded when a check_digest entry was applied
+        # here (DIGEST_PENDING while the digest thread computes it). Written by
+        # the Raft and digest threads, read by the loop: under _digests_lock.
+        self.checked_digests: collections.OrderedDict[int, str] = collections.OrderedDict()
+        self._digests_lock = threading.Lock()
+        self._digest_queue: queue.Queue = queue.Queue(maxsize=limits.digests_computing_max)
+
+    def start_digest_thread(self) -> None:
+        threading.Thread(target=self._digest_worker, name="raftsched-digest",
+                         daemon=True).start()
+
+    # --- the Raft thread side --------------------------------------------------------
+
+    def on_apply(self, data: bytes, index: int) -> dict | None:
+        """Runs on pysyncobj's thread. Never touches asyncio objects directly.
+
+        A refused entry (malformed, or refused whole by apply) commits no
+        writes, only its index, so a replay skips it, and every replica agrees.
+        A version or tag this build does not know, or a failed commit, stops
+        the node."""
+        try:
+            store = self._node.store
+            if index <= store.applied_index():
+                return {"ok": True, "replayed": True}   # persisted before a restart
+            tag, transition = store.apply_commit(index, self._apply_noting(data, index))
+            if transition.tallies:   # what apply did, for GET /metrics (runtime/metrics.py)
+                self._node.applied_counts.add(transition.tallies)
+            if tag in ("fire", "fire_many") and transition.result.get("node") == self._node.node_id:
+                self._note_trigger_lateness(transition.effects)
+            self._log_refusal(index, tag or "malformed", transition.result)
+            if tag == "check_digest":
+                return self._record_digest(index, transition.result)
+        except InvariantBroken as exc:
+            self._die(f"raft entry {index}: {exc}")
+        except Exception as exc:
+            self._die(f"raft entry {index}: apply failed: {exc!r}")
+        if transition.effects:
+            assert self.loop is not None
+            self.loop.call_soon_threadsafe(self.handle_effects, transition.effects)
+        return transition.result
+
+    def _apply_noting(self, data: bytes, index: int) -> Callable[[Any], tuple]:
+        def apply_one(view: Any) -> tuple:
+            tag, transition = apply_entry(view, data, index)
+            if tag == "check_digest":
+                # Noted before the index is committed, so a reader that sees
+                # the index applied also sees that a digest is on its way.
+                self._note_digest(index, DIGEST_PENDING)
+            return tag, transition
+        return apply_one
+
+    def _note_trigger_lateness(self, effects: tuple) -> None:
+        """Raft thread, right after this node's own fire became durable here:
+        each run it queued is as late as now minus its scheduled time
+        (runtime/lateness.py)."""
+        now = self._node.now_ms()
+        for effect in effects:
+            if isinstance(effect, RunQueued) and effect.run["attempt"] == 1:
+                # A jittered job's run is due at its occurrence plus its delay.
+                self._node.trigger_lateness.record(now - effect.run["scheduled_ms"]
+                                                   - effect.run.get("jitter_ms", 0))
+
+    @staticmethod
+    def _log_refusal(index: int, tag: str, result: dict) -> None:
+        """Once per refused entry, on every replica."""
+        error = result.get("error")
+        if error == "apply_failed":
+            log.critical("raft entry %d (%s): apply raised, which is a bug; the entry is "
+                         "refused on every replica: %s\n%s", index, tag, result["detail"],
+                         result.get("traceback", ""))
+        elif error in ("invalid_command", "refused"):
+            log.error("raft entry %d (%s) refused (%s): %s", index, tag, error,
+                      result["detail"])
+
+    def _record_digest(self, index: int, result: dict) -> dict:
+        """Raft thread: the state is exactly as of `index` here, on every replica.
+        It is pinned here and hashed on the digest thread: hashing millions of
+        records on the Raft thread would hold it past the election timeout."""
+        pinned = self._node.store.pin()
+        assert pinned.applied_index == index, (pinned.applied_index, index)
+        try:
+            self._digest_queue.put_nowait((index, pinned))
+        except queue.Full:
+            pinned.close()
+            self._note_digest(index, None)
+            log.warning("digest check at index %d skipped: %d digests are being computed",
+                        index, limits.digests_computing_max)
+        return dict(result, index=index)
+
+    def _note_digest(self, index: int, value: str | None) -> None:
+        """Record (None: forget) the digest at `index`; any thread."""
+        with self._digests_lock:
+            if value is None:
+                self.checked_digests.pop(index, None)
+                return
+            if value != DIGEST_PENDING and index not in self.checked_digests:
+                return   # evicted while it was computed
+            self.checked_digests[index] = value
+            while len(self.checked_digests) > limits.checked_digests_kept:
+                self.checked_digests.popitem(last=False)
+
+    def _digest_worker(self) -> None:
+        """The digest thread: hash pinned states, one at a time, forever."""
+        while True:
+            index, pinned = self._digest_queue.get()
+            value = None
+            try:
+                with pinned:
+                    value = digest_pinned(pinned)[1]
+            except SnapshotAborted:
+                log.info("digest check at index %d passed over by a snapshot install", index)
+            except Exception:
+                log.exception("digest check at index %d failed", index)
+            self._note_digest(index, value)
+
+    async def digest_at(self, index: int, timeout_s: float) -> str | None:
+        """The digest this node recorded at the check_digest entry `index`,
+        waiting (at most timeout_s) until it applied and hashed it; None if it
+        has none there (not such an entry, evicted, or passed over). Raises
+        Unavailable if it is still being computed at the deadline."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            applied = self._node.store.applied_index() >= index   # read first: see on_apply
+            with self._digests_lock:
+                value = self.checked_digests.get(index)
+            if value is not None and value != DIGEST_PENDING:
+                return value
+            if applied and value is None:
+                return None
+            if time.monotonic() > deadline:
+                if value == DIGEST_PENDING:
+                    raise Unavailable(f"the digest at index {index} is still being computed "
+                                      "here; ask again", reason="digest_pending")
+                return None
+            await asyncio.sleep(limits.digest_wait_poll_s)
+
+    def _die(self, why: str) -> None:
+        # Applying the rest of the log after a failed entry would make this
+        # replica diverge silently; stopping is the only safe answer.
+        log.critical("stopping node %s: %s", self._node.node_id, why, exc_info=True)
+        logging.shutdown()
+        os._exit(EXIT_INVARIANT)
+
+    def snapshot_pin(self) -> PinnedRead:
+        """Raft thread: the state a snapshot is written from, exactly as applied
+        so far. Its applied_index may be below pysyncobj's last applied index
+        (the entries in between were Raft no-ops, which change no state), or
+        above it while this node replays its journal after a restart (the
+        state was persisted further than pysyncobj's journal position). Both
+        are safe: whoever loads the snapshot skips the journal entries at or
+        below the state's applied_index (on_apply), and those entries are
+        committed, so the same on every node."""
+        return self._node.store.pin()
+
+    def snapshot_install(self, path: str, offset: int, length: int,
+                         applied_index: int) -> bool:
+        """Raft thread: install a snapshot's LMDB image (at start: this node's
+        own snapshot; later: one the leader sent), unless the state here is at
+        least as new (at start, LMDB is usually ahead of its own snapshot).
+        Whether it installed."""
+        if applied_index <= self._node.store.applied_index():
+            log.info("keeping the state at applied_index %d; the snapshot is at %d",
+                     self._node.store.applied_index(), applied_index)
+            return False
+        log.info("installing a snapshot at applied_index %d (%d bytes)", applied_index, length)
+        started = time.monotonic()
+        installed = self._node.store.install_image(path, offset, length)
+        if installed != applied_index:
+            raise InvariantBroken(f"the snapshot's image is at applied_index {installed}, its "
+                                  f"header says {applied_index}")
+        log.info("installed the snapshot at applied_index %d in %.2f s", applied_index,
+                 time.monotonic() - started)
+        self._after_install()
+        return True
+
+    def snapshot_install_items(self, applied_index: int, items: list) -> bool:
+        """Raft thread: a snapshot written by an earlier release (a list of records)."""
+        if applied_index <= self._node.store.applied_index():
+            return False
+        log.info("installing a snapshot at applied_index %d (%d records)",
+                 applied_index, len(items))
+        self._node.store.replace_all(applied_index, [tuple(item) for item in items])
+        self._after_install()
+        return True
+
+    def _after_install(self) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._node.dispatcher.request_rescan)
+            self.loop.call_soon_threadsafe(self._node.trigger.ownership_changed)
+
+    # --- the loop side ---------------------------------------------------------------
+
+    def handle_effects(self, effects: tuple) -> None:
+        """The loop: hand each effect of an applied entry to the part of the
+        node that acts on it."""
+        node = self._node
+        for effect in effects:
+            if isinstance(effect, RunQueued):
+                if effect.run.get("queue"):
+                    node.workers.queued(keys.scoped(effect.run["tenant"], effect.run["queue"]))
+                elif effect.run["node"] == node.node_id:
+                    node.dispatcher.submit(effect.run)
+            elif isinstance(effect, RunCancelled):
+                if effect.holder == node.node_id:
+                    node.dispatcher.cancelled(effect.run_id, effect.attempt)
+            elif isinstance(effect, TopicAppended):
+                event = node.topic_events.pop(effect.topic, None)
+                if event is not None:
+                    event.set()
+            elif isinstance(effect, AlertPending):
+                pass   # the leader's alerter scans the pending alerts each pass
+            elif isinstance(effect, DueArmed):
+                node.trigger.wake(effect.shard, effect.due_ms)
+            elif isinstance(effect, ShardsAssigned):
+                node.trigger.ownership_changed()
+            elif isinstance(effect, NodeRenewed):
+                node.coordinator.renewed(effect.node, effect.at_ms)
+            elif isinstance(effect, RunsPurged):
+                node.supervisor.spawn("outputs.drop", self._drop_outputs(effect.run_ids))
+
+    async def _drop_outputs(self, run_ids: tuple[str, ...]) -> None:
+        """The output this node keeps of runs that were purged goes with them."""
+        await asyncio.get_running_loop().run_in_executor(
+            None, self._node.outputs.delete_runs, list(run_ids))

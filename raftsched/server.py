@@ -1,0 +1,45 @@
+"""The composition root: builds a node, hands the HTTP API its view of it, serves.
+
+The runtime never imports the api package and the api package never imports
+the runtime (pyproject.toml's import contracts); this module is where the two
+meet. The API gets the node only as a raftsched.nodeport.NodePort
+(raftsched/runtime/port.py NodeAdapter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from aiohttp import web
+
+from raftsched.api.app import make_app
+from raftsched.runtime.node import Node, NodeConfig
+from raftsched.runtime.port import NodeAdapter
+
+log = logging.getLogger("raftsched.node")
+
+
+def app_for(node: Node) -> web.Application:
+    """The HTTP application of `node`: what Node.start serves."""
+    return make_app(NodeAdapter(node))
+
+
+async def start_node(config: NodeConfig) -> Node:
+    """A started node serving its API (stop it with `await node.stop()`)."""
+    node = Node(config)
+    await node.start(app_for)
+    return node
+
+
+async def serve(config: NodeConfig) -> None:
+    """Run a node until SIGTERM or SIGINT, then stop it cleanly."""
+    node = await start_node(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("node %s stopping", node.node_id)
+    await node.stop()
