@@ -277,6 +277,11 @@ class Dispatcher:
                            error=f"task {run.get('task_id')!r} is no longer in the job's DAG")
         deadline_ms = node.now_ms() + int(target.get("timeout_s", 30) * 1000)
         attempt = attempt_of(run)
+        if run["attempt"] == 1 and run.get("trigger") == "schedule" and "dag_run" not in run:
+            # Call lateness: the first call of a run its schedule fired, against
+            # when it was due (a backfill's or a DAG task's time is not a due time).
+            node.call_lateness.record(node.now_ms() - run["scheduled_ms"]
+                                      - run.get("jitter_ms", 0))
         if target["type"] == "http":
             outcome = await node.http_executor.run(attempt, target, deadline_ms)
             node.breaker.record(urlsplit(target["url"]).netloc, breaker_ok(outcome))

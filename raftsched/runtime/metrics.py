@@ -1,0 +1,305 @@
+"""GET /metrics: the node's figures in the Prometheus text format.
+
+The only importer of prometheus_client. The collector keeps no counters of its
+own: at each scrape it reads what the node already keeps (the trigger loop's
+and the dispatcher's counters, the lateness histograms, the Raft status, the
+storage guard's last measurement, the clock's judgement, what apply did), so
+the metrics can never drift from GET /v1/node. Each node has a registry of its
+own, holding only that collector (none of the library's process-wide defaults).
+
+Two kinds of counters, named apart in docs/metrics.md:
+  - this node's own work (fires it proposed, runs it dispatched, ...): sum them
+    over the nodes;
+  - what apply did, counted by every replica as it applies each entry
+    (AppliedCounts, from Transition.tallies: runs ended by state, retries,
+    dead letters, misfires; and stale fires, read from the replicated shard
+    records): every node reports the cluster's count, so take the max over
+    the nodes, never the sum.
+
+No label holds a job id or a run id: labels are tenants (bounded by
+limits.tenants_max), node ids, task and state names.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+from prometheus_client.core import (CollectorRegistry, CounterMetricFamily, GaugeMetricFamily,
+                                    HistogramMetricFamily, Metric)
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+from raftsched.core import lifecycle
+from raftsched.core.apply import NODES, SHARDS
+from raftsched.core.jobspec import MISFIRE_POLICIES
+from raftsched.core.tx import TALLY_DEAD_LETTER, TALLY_MISFIRE, TALLY_RETRY, TALLY_RUN_ENDED
+from raftsched.runtime.lateness import BOUNDS_MS
+
+if TYPE_CHECKING:
+    from raftsched.runtime.node import Node
+
+PREFIX = "raftsched_"
+# The states a misfire leaves an occurrence in: with the policies, the series
+# exist from the start, at 0.
+MISFIRE_STATES = (lifecycle.MISSED, lifecycle.SKIPPED)
+
+
+class AppliedCounts:
+    """What apply did on this replica since the process started, from each
+    applied entry's Transition.tallies. The Raft thread adds; a scrape reads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def add(self, tallies: Iterable[tuple[tuple[str, str], int]]) -> None:
+        with self._lock:
+            for key, count in tallies:
+                self._counts[key] += count
+
+    def snapshot(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+class NodeCollector(Collector):
+    """Reads the node at each scrape (prometheus_client's custom collector)."""
+
+    def __init__(self, node: "Node") -> None:
+        self._node = node
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._lateness()
+        yield from self._firing()
+        yield from self._runs()
+        yield from self._dispatch()
+        yield from self._raft()
+        yield from self._storage()
+        yield from self._clock()
+        yield from self._background()
+
+    def _lateness(self) -> Iterator[Metric]:
+        node = self._node
+        yield histogram("trigger_lateness_seconds",
+                        "Runs this node's fires queued, by how late their fire was applied "
+                        "here after the run was due", node.trigger_lateness.snapshot())
+        yield histogram("call_lateness_seconds",
+                        "First calls of scheduled runs this node made, by how late the call "
+                        "began after the run was due", node.call_lateness.snapshot())
+
+    def _firing(self) -> Iterator[Metric]:
+        node = self._node
+        trigger = node.trigger
+        yield counter("fired", "Runs queued by the fires this node proposed", trigger.fired_total)
+        yield counter("refused_fires", "Fires this node proposed that apply refused (a stale "
+                      "fencing token, or refused whole)", trigger.refused_fires_total)
+        yield counter("trigger_stale_items", "Items of this node's fires that apply skipped as "
+                      "stale (the job changed or had fired)", trigger.stale_items_total)
+        stale = sum(state["stale_fires"] for _, state in node.store.scan(SHARDS))
+        yield counter("stale_fires", "Fires refused by apply for a stale fencing token, "
+                      "cluster-wide (replicated: the same on every node)", stale)
+        yield gauge("shards_owned", "Shards this node fires", len(trigger.owned()))
+
+    def _runs(self) -> Iterator[Metric]:
+        applied = self._node.applied_counts.snapshot()
+        ended = CounterMetricFamily(
+            PREFIX + "runs_ended", "Runs that reached a terminal state, by state, as applied "
+            "by this replica since it started (cluster-wide: take the max over nodes)",
+            labels=["state"])
+        for state in sorted(lifecycle.TERMINAL):
+            ended.add_metric([state], applied.get((TALLY_RUN_ENDED, state), 0))
+        yield ended
+        yield counter("run_retries", "Failed attempts given another attempt, as applied by "
+                      "this replica (cluster-wide)", applied.get((TALLY_RETRY, ""), 0))
+        yield counter("dead_letters", "Runs that failed for good and raised an alert, as "
+                      "applied by this replica (cluster-wide)",
+                      applied.get((TALLY_DEAD_LETTER, ""), 0))
+        misfires = CounterMetricFamily(
+            PREFIX + "misfires", "Occurrences a fire recorded missed or skipped, by the job's "
+            "misfire policy, as applied by this replica (cluster-wide)",
+            labels=["policy", "state"])
+        labels = {f"{policy}:{state}" for policy in MISFIRE_POLICIES for state in MISFIRE_STATES}
+        labels |= {label for name, label in applied if name == TALLY_MISFIRE}
+        for label in sorted(labels):
+            misfires.add_metric(label.split(":", 1), applied.get((TALLY_MISFIRE, label), 0))
+        yield misfires
+
+    def _dispatch(self) -> Iterator[Metric]:
+        node = self._node
+        dispatcher = node.dispatcher
+        depth = GaugeMetricFamily(PREFIX + "dispatcher_queue_depth",
+                                  "Runs waiting here for an execution slot, by tenant",
+                                  labels=["tenant"])
+        for tenant, count in sorted(dispatcher.queue_depths().items()):
+            depth.add_metric([tenant], count)
+        yield depth
+        yield gauge("dispatcher_running", "Attempts executing on this node", dispatcher.running())
+        yield counter("dispatcher_parked", "Runs held back while their host's circuit breaker "
+                      "was open", dispatcher.parked_total)
+        yield counter("dispatcher_cancelled", "Attempts stopped here because their run was "
+                      "cancelled", dispatcher.cancelled_total)
+        yield counter("dispatcher_dropped_notifications", "Runs not queued here because the "
+                      "dispatch queue was full (picked up by a rescan)",
+                      dispatcher.dropped_notifications)
+        yield counter("breaker_opened", "Times a target host's circuit breaker opened",
+                      node.breaker.opened_total)
+        yield counter("worker_claimed", "Runs remote workers claimed through this node",
+                      node.workers.claimed_total)
+        yield gauge("reporter_pending", "Run reports waiting to be proposed",
+                    node.reporter.pending())
+        yield counter("reporter_dropped", "Run reports dropped with run_update_pending_max "
+                      "reached", node.reporter.dropped_total)
+
+    def _raft(self) -> Iterator[Metric]:
+        node = self._node
+        replicator = node.replicator
+        status = replicator.status()
+        is_leader = status.role == "leader"
+        yield gauge("raft_term", "The Raft term this node is in", status.term)
+        yield gauge("raft_commit_index", "The highest log index this node knows committed",
+                    status.commit_index)
+        yield gauge("raft_applied_index", "The log index this node's state is applied up to",
+                    node.store.applied_index())
+        yield gauge("raft_is_leader", "1 while this node is the Raft leader", int(is_leader))
+        yield gauge("raft_has_quorum", "1 while this node sees a quorum", int(status.has_quorum))
+        leader = GaugeMetricFamily(PREFIX + "raft_leader", "1, labelled with the node this node "
+                                   "takes for the leader (absent while none is known)",
+                                   labels=["leader"])
+        leader_id = node.node_id if is_leader else self._node_of_raft(status.leader)
+        if leader_id is not None:
+            leader.add_metric([leader_id], 1)
+        yield leader
+        yield counter("journal_flushes", "Flushes of the Raft journal to disk",
+                      replicator.journal_flushes_total)
+        yield counter("raft_frames_refused", "Raft connections closed for an oversized frame",
+                      replicator.frames_refused_total)
+        yield counter("snapshots_written", "Raft snapshots this node wrote and put in place",
+                      replicator.snapshots_written_total)
+        yield counter("snapshot_installs", "Raft snapshots this node installed",
+                      replicator.snapshot_installs_total)
+        yield counter("snapshot_write_seconds", "Seconds spent writing the snapshots counted by "
+                      "raftsched_snapshots_written_total", replicator.snapshot_write_s_sum)
+        last = GaugeMetricFamily(PREFIX + "snapshot_last_write_seconds",
+                                 "Seconds the last snapshot put in place took to write "
+                                 "(absent before the first)")
+        if replicator.snapshot_write_s_last is not None:
+            last.add_metric([], replicator.snapshot_write_s_last)
+        yield last
+
+    def _node_of_raft(self, raft_addr: str | None) -> str | None:
+        if raft_addr is None:
+            return None
+        return next((rec["id"] for _, rec in self._node.store.scan(NODES)
+                     if rec["raft"] == raft_addr), None)
+
+    def _storage(self) -> Iterator[Metric]:
+        storage = self._node.storage.status()
+        yield gauge("storage_used_bytes", "Bytes of the LMDB map in use (last measured)",
+                    storage["used_bytes"])
+        yield gauge("storage_max_bytes", "The LMDB map size (max_data_bytes)",
+                    storage["max_data_bytes"])
+        yield gauge("storage_high_water_bytes", "Used bytes past which writes that add state "
+                    "are refused", storage["high_water_bytes"])
+        yield gauge("storage_file_bytes", "Bytes of the LMDB data file", storage["file_bytes"])
+        free = GaugeMetricFamily(PREFIX + "storage_free_disk_bytes",
+                                 "Free bytes on the data disk (absent before the first check)")
+        if storage["free_disk_bytes"] is not None:
+            free.add_metric([], storage["free_disk_bytes"])
+        yield free
+        yield gauge("storage_full", "1 while this node is past its storage mark",
+                    int(storage["full"] is not None))
+        yield counter("storage_refused_writes", "Writes refused with 507 while storage was past "
+                      "its mark", self._node.storage.refused_total)
+
+    def _clock(self) -> Iterator[Metric]:
+        clock = self._node.clock
+        status = clock.status()
+        yield gauge("clock_synced", "1 once this node knows the cluster's time",
+                    int(status["synced"]))
+        yield gauge("clock_in_bound", "1 while this node's clock is within --max-clock-skew-ms "
+                    "of the cluster's", int(status["in_bound"] is True))
+        yield gauge("clock_max_skew_seconds", "--max-clock-skew-ms, in seconds",
+                    status["max_clock_skew_ms"] / 1000)
+        offset = GaugeMetricFamily(PREFIX + "clock_offset_seconds",
+                                   "A node's wall clock minus the cluster's time, as this node "
+                                   "last judged it, by node", labels=["node"])
+        for node_id, offset_ms in sorted(clock.offsets_ms().items()):
+            offset.add_metric([node_id], offset_ms / 1000)
+        yield offset
+        yield counter("clock_probes_failed", "Clock probes of peers that failed",
+                      status["probes_failed_total"])
+
+    def _background(self) -> Iterator[Metric]:
+        node = self._node
+        failures = CounterMetricFamily(PREFIX + "task_failures",
+                                       "Failures of each background task since start",
+                                       labels=["task"])
+        for task, count in sorted(node.supervisor.failures.items()):
+            failures.add_metric([task], count)
+        yield failures
+        reaper, purger, backfiller = node.reaper, node.purger, node.backfiller
+        yield counter("reaper_expired", "Attempts whose lease expired, ended by this node "
+                      "as leader", reaper.expired_total)
+        yield counter("reaper_reassigned", "Queued runs moved off dead nodes",
+                      reaper.reassigned_total)
+        yield counter("reaper_alerts_sent", "Alerts delivered", reaper.alerts_sent_total)
+        yield counter("reaper_alerts_failed", "Alert deliveries that failed",
+                      reaper.alerts_failed_total)
+        yield counter("coordinator_rebalances", "Shard reassignments this node proposed as "
+                      "leader", node.coordinator.rebalances_total)
+        yield counter("purger_passes", "Retention passes this node ran as leader",
+                      purger.passes_total)
+        yield counter("purger_refused", "Purge items apply refused", purger.refused_total)
+        yield counter("purged_runs", "Finished runs purged by retention", purger.purged_runs_total)
+        yield counter("purged_jobs", "Finished or deleted jobs purged", purger.purged_jobs_total)
+        yield counter("purged_idempotency_keys", "Idempotency keys purged past their TTL",
+                      purger.purged_idem_total)
+        yield counter("purged_backfills", "Finished backfills purged",
+                      purger.purged_backfills_total)
+        yield counter("backfiller_steps", "Backfill steps this node proposed as leader",
+                      backfiller.steps_total)
+        yield counter("backfiller_launched", "Runs backfills launched", backfiller.launched_total)
+
+
+def counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    """`name` without the _total the format adds."""
+    return CounterMetricFamily(PREFIX + name, documentation, value=value)
+
+
+def gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, documentation, value=value)
+
+
+def histogram(name: str, documentation: str, snapshot: dict) -> HistogramMetricFamily:
+    """A LatenessHistogram snapshot (ms, cumulative, only the buckets that hold
+    runs) as a Prometheus histogram in seconds with every bucket, so each
+    scrape has the same series."""
+    recorded = {float(bound): count for bound, count in snapshot["buckets"].items()}
+    buckets, cumulative = [], 0
+    for bound_ms in BOUNDS_MS:
+        cumulative = recorded.get(float(bound_ms), cumulative)
+        buckets.append((_seconds_text(bound_ms), cumulative))
+    buckets.append(("+Inf", snapshot["count"]))
+    return HistogramMetricFamily(PREFIX + name, documentation, buckets=buckets,
+                                 sum_value=snapshot["sum_ms"] / 1000)
+
+
+def _seconds_text(bound_ms: int) -> str:
+    return repr(bound_ms / 1000)
+
+
+def make_registry(node: "Node") -> CollectorRegistry:
+    """A registry of the node's own (not the library's global one, which
+    would also collect this Python process's figures into every node's
+    answer, and which tests starting several nodes in one process share)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(node))
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The registry's metrics in the text format, version 0.0.4 (what every
+    Prometheus release reads; api/metrics.py answers with its content type)."""
+    return generate_latest(registry)
