@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import MutableMapping
 
-from raftsched import limits
-
-DEFAULT_URL = "http://127.0.0.1:8701"
+from raftsched import cli_ops, limits
 
 
 def _hostport(text: str) -> tuple[str, int]:
@@ -53,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="URL other nodes use to reach this node's API (default from --http)")
     node.add_argument("--shard-count", type=int, default=limits.shard_count_default,
                       help="shards; fixed when the cluster is created (default %(default)s)")
-    node.add_argument("--raft-snapshot-entries", type=int, default=20_000,
+    node.add_argument("--raft-snapshot-entries", type=int,
+                      default=limits.log_compaction_entries_default,
                       help="Raft log entries between state snapshots (default %(default)s)")
     node.add_argument("--fsync", choices=("periodic", "always"), default="periodic",
                       help="periodic: flush the Raft journal and the state to disk once a "
@@ -86,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--cluster", required=True,
                         help="node API URLs, comma-separated; the worker fails over between them")
     worker.add_argument("--queue", required=True, help="the queue to serve (target.queue)")
-    worker.add_argument("--concurrency", type=int, default=4,
+    worker.add_argument("--concurrency", type=int, default=limits.worker_concurrency_default,
                         help="runs executed at once (default %(default)s)")
     worker.add_argument("--id", default=None,
                         help="this worker's id (default: hostname-pid); it names the lease holder")
@@ -103,28 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="start the nodes with --allow-commands (command targets on the "
                           "default queue run on the nodes)")
 
-    for name, helptext in (("jobs", "create, list, show, change jobs"),
-                           ("runs", "show runs"),
-                           ("tokens", "create, list and revoke API tokens (admin)")):
-        p = sub.add_parser(name, help=helptext)
-        _add_client_flags(p)
-    jobs_sub = sub.choices["jobs"].add_subparsers(dest="action", required=True)
-    create = jobs_sub.add_parser("create", help="create a job from a JSON body")
-    create.add_argument("body", help="JSON text, @file, or - for standard input")
-    jobs_sub.add_parser("list")
-    for action in ("get", "delete", "pause", "resume", "trigger", "runs", "preview"):
-        jobs_sub.add_parser(action).add_argument("job_id")
-    runs_sub = sub.choices["runs"].add_subparsers(dest="action", required=True)
-    for action in ("get", "cancel", "logs"):
-        runs_sub.add_parser(action).add_argument("run_id")
-    tokens_sub = sub.choices["tokens"].add_subparsers(dest="action", required=True)
-    new_token = tokens_sub.add_parser("create", help="create a token; its text is shown once")
-    new_token.add_argument("--tenant", required=True)
-    new_token.add_argument("--role", required=True, choices=("admin", "writer", "reader",
-                                                             "worker"))
-    new_token.add_argument("--name", default="")
-    tokens_sub.add_parser("list")
-    tokens_sub.add_parser("revoke").add_argument("token_id")
+    # jobs, runs, tokens and status (raftsched/cli_ops.py).
+    cli_ops.add_commands(sub, argparse.ArgumentParser)
 
     chaos = sub.add_parser("chaos", help="break a local cluster under load and check the "
                                          "promises (see raftsched/testing/chaos.py)")
@@ -141,19 +116,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds a frozen node stays stopped (default 20)")
     chaos.add_argument("--keep", default=None, help="keep node data and logs in this folder")
 
+    backup = sub.add_parser("backup", help="write a node's state to a file (running or "
+                                           "stopped; see docs/operations.md)")
+    backup.add_argument("--data", required=True, help="the node's data directory")
+    backup.add_argument("--out", required=True, help="the backup file to create")
+    restore = sub.add_parser("restore", help="make an empty data directory start from a backup")
+    restore.add_argument("--backup", required=True, help="a file `raftsched backup` wrote")
+    restore.add_argument("--data", required=True, help="the new node's data directory")
+
     sub.add_parser("bench", help="benchmark a local cluster (raftsched bench burst N; see "
                                  "raftsched/testing/bench.py)", add_help=False)
-    status = sub.add_parser("status", help="show the cluster")
-    _add_client_flags(status)
     return parser
-
-
-def _add_client_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("RAFTSCHED_URL", DEFAULT_URL))
-    parser.add_argument("--token", default=None,
-                        help="the API token (default: env RAFTSCHED_TOKEN)")
-    parser.add_argument("--tenant", dest="act_for", default=None,
-                        help="with an admin token: act for this tenant")
 
 
 def _add_auth_flags(node: argparse.ArgumentParser) -> None:
@@ -203,22 +176,33 @@ def _add_storage_flags(node: argparse.ArgumentParser) -> None:
                            "(default %(default)s: 24 h)")
 
 
-def _storage_flags_error(args: argparse.Namespace) -> str | None:
-    if args.max_data_bytes < limits.max_data_bytes_min:
-        return f"--max-data-bytes must be at least {limits.max_data_bytes_min}"
-    if args.min_free_disk_bytes < 0:
-        return "--min-free-disk-bytes must be 0 or more"
-    if not 1 <= args.history_max_runs <= limits.history_max_runs_max:
-        return f"--history-max-runs must be from 1 to {limits.history_max_runs_max}"
-    for flag in ("history_max_age_s", "finished_job_retention_s", "idempotency_ttl_s"):
-        value = getattr(args, flag)
-        if not 0 < value <= limits.command_int_max / 1000:   # NaN fails too
-            return f"--{flag.replace('_', '-')} must be a positive number of seconds"
+def _bounds_error(args: argparse.Namespace,
+                  *checks: tuple[str, float, float, bool]) -> str | None:
+    """The first of (flag, lo, hi, integral) whose value is out of bounds, judged
+    as every bounded number is (core/bounded.py: NaN and infinities refused)."""
+    from raftsched.core.bounded import refusal
+    for flag, lo, hi, integral in checks:
+        reason = refusal(getattr(args, flag), lo, hi, integral=integral)
+        if reason is not None:
+            return f"--{flag.replace('_', '-')} {reason}"
     return None
+
+
+def _storage_flags_error(args: argparse.Namespace) -> str | None:
+    # Seconds flags are kept in ms (and in commands, as integers).
+    seconds = (limits.flag_duration_s_min, limits.command_int_max / 1000, False)
+    return _bounds_error(
+        args, ("max_data_bytes", limits.max_data_bytes_min, limits.command_int_max, True),
+        ("min_free_disk_bytes", 0, limits.command_int_max, True),
+        ("history_max_runs", 1, limits.history_max_runs_max, True),
+        ("history_max_age_s", *seconds), ("finished_job_retention_s", *seconds),
+        ("idempotency_ttl_s", *seconds))
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] and argv[0] in cli_ops.COMMANDS:
+        return cli_ops.main(argv)   # its usage errors exit 1, as user errors
     if argv[:1] == ["bench"]:
         from raftsched.testing.bench import main as bench_main
         return bench_main(argv[1:])
@@ -232,6 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "worker":
         from raftsched.runtime.remote_worker import run_worker_cli
         return run_worker_cli(args)
+    if args.command in ("backup", "restore"):
+        from raftsched.runtime.backup import run_backup_cli, run_restore_cli
+        if args.command == "backup":
+            return run_backup_cli(args.data, args.out)
+        return run_restore_cli(args.backup, args.data)
     if args.command == "chaos":
         from raftsched.testing.chaos import run_chaos
         report = run_chaos(scenarios=[s for s in args.scenario.split(",") if s],
@@ -239,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                            phase_s=args.phase_s, freeze_s=args.freeze_s, base_dir=args.keep)
         print(report.render())
         return 0 if report.ok else 1
-    return run_client(args)
+    return cli_ops.run(args)
 
 
 def read_secret_file(path: str, flag: str) -> tuple[str | None, str | None]:
@@ -333,11 +322,11 @@ def run_node(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"raftsched node: --peers: {exc}", file=sys.stderr)
         return 2
-    if args.raft_snapshot_entries < 2:
-        print("raftsched node: --raft-snapshot-entries must be at least 2", file=sys.stderr)
-        return 2
-    if not 1 <= args.shard_count <= 65535:
-        print("raftsched node: --shard-count must be from 1 to 65535", file=sys.stderr)
+    raft_error = _bounds_error(
+        args, ("raft_snapshot_entries", 2, limits.command_int_max, True),
+        ("shard_count", 1, limits.shard_count_max, True))
+    if raft_error is not None:
+        print(f"raftsched node: {raft_error}", file=sys.stderr)
         return 2
     from raftsched.executors.netguard import AddressPolicy
     try:
@@ -349,21 +338,15 @@ def run_node(args: argparse.Namespace) -> int:
     if token_error is not None:
         print(f"raftsched node: {token_error}", file=sys.stderr)
         return 2
-    for flag, maximum in (("tenant_jobs_max", limits.quota_jobs_max_max),
-                          ("tenant_creates_per_s", limits.quota_creates_per_s_max),
-                          ("tenant_runs_concurrent_max", limits.quota_jobs_max_max),
-                          ("tenant_weight", limits.tenant_weight_max)):
-        if not 1 <= getattr(args, flag) <= maximum:
-            print(f"raftsched node: --{flag.replace('_', '-')} must be from 1 to {maximum}",
-                  file=sys.stderr)
-            return 2
-    storage_error = _storage_flags_error(args)
-    if storage_error is not None:
-        print(f"raftsched node: {storage_error}", file=sys.stderr)
-        return 2
-    if not 1 <= args.max_clock_skew_ms <= limits.max_clock_skew_ms_max:
-        print(f"raftsched node: --max-clock-skew-ms must be from 1 to "
-              f"{limits.max_clock_skew_ms_max}", file=sys.stderr)
+    flags_error = _bounds_error(
+        args, ("tenant_jobs_max", 1, limits.quota_jobs_max_max, True),
+        ("tenant_creates_per_s", 1, limits.quota_creates_per_s_max, True),
+        ("tenant_runs_concurrent_max", 1, limits.quota_jobs_max_max, True),
+        ("tenant_weight", 1, limits.tenant_weight_max, True)) \
+        or _storage_flags_error(args) \
+        or _bounds_error(args, ("max_clock_skew_ms", 1, limits.max_clock_skew_ms_max, True))
+    if flags_error is not None:
+        print(f"raftsched node: {flags_error}", file=sys.stderr)
         return 2
     if not 0 < args.run_heartbeat_s * 2 <= args.run_lease_s:
         print("raftsched node: --run-heartbeat-s must be positive and at most half of "
@@ -371,7 +354,8 @@ def run_node(args: argparse.Namespace) -> int:
         return 2
     import uvloop
 
-    from raftsched.runtime.node import NodeConfig, serve
+    from raftsched.runtime.node import NodeConfig
+    from raftsched.server import serve
 
     host, port = args.http
     config = NodeConfig(node_id=args.id, http_host=host, http_port=port, raft_addr=args.raft,
@@ -397,79 +381,3 @@ def run_node(args: argparse.Namespace) -> int:
                         tenant_weight=args.tenant_weight)
     uvloop.run(serve(config))
     return 0
-
-
-def _request(method: str, url: str, body: bytes | None = None,
-             token: str | None = None) -> tuple[int, object]:
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(url, data=body, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=10) as response:
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        try:
-            return exc.code, json.loads(raw)
-        except ValueError:
-            return exc.code, raw.decode("utf-8", "replace")
-
-
-def run_client(args: argparse.Namespace) -> int:
-    base = args.url.rstrip("/")
-    if args.command == "status":
-        method, path, body = "GET", "/v1/cluster", None
-    elif args.command == "runs":
-        run = f"/v1/runs/{args.run_id}"
-        method, path, body = {"get": ("GET", run, None), "cancel": ("POST", run + ":cancel", None),
-                              "logs": ("GET", run + "/logs", None)}[args.action]
-    elif args.command == "tokens":
-        method, path, body = _token_request(args)
-    else:
-        method, path, body = _job_request(args)
-    if args.act_for:
-        path += ("&" if "?" in path else "?") + urllib.parse.urlencode({"tenant": args.act_for})
-    token = args.token or os.environ.get("RAFTSCHED_TOKEN") or None
-    try:
-        status, data = _request(method, base + path, body, token)
-    except urllib.error.URLError as exc:
-        print(f"raftsched: cannot reach {base}: {exc.reason}", file=sys.stderr)
-        return 1
-    if data is not None:
-        print(json.dumps(data, indent=2))
-    return 0 if status < 400 else 1
-
-
-def _token_request(args: argparse.Namespace) -> tuple[str, str, bytes | None]:
-    if args.action == "create":
-        body = {"tenant": args.tenant, "role": args.role, "name": args.name}
-        return "POST", "/v1/tokens", json.dumps(body).encode()
-    if args.action == "list":
-        return "GET", "/v1/tokens", None
-    return "DELETE", f"/v1/tokens/{args.token_id}", None
-
-
-def _job_request(args: argparse.Namespace) -> tuple[str, str, bytes | None]:
-    action = args.action
-    if action == "create":
-        text = args.body
-        if text == "-":
-            text = sys.stdin.read()
-        elif text.startswith("@"):
-            with open(text[1:]) as fh:
-                text = fh.read()
-        return "POST", "/v1/jobs", text.encode()
-    if action == "list":
-        return "GET", "/v1/jobs", None
-    job = f"/v1/jobs/{args.job_id}"
-    return {
-        "get": ("GET", job, None),
-        "delete": ("DELETE", job, None),
-        "pause": ("POST", job + ":pause", None),
-        "resume": ("POST", job + ":resume", None),
-        "trigger": ("POST", job + ":trigger", None),
-        "runs": ("GET", job + "/runs", None),
-        "preview": ("GET", job + "/preview", None),
-    }[action]

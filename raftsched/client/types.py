@@ -1,0 +1,154 @@
+"""The shapes of the main answers (docs/api.md has every member). Members are
+optional here (total=False) because a node may add members and older nodes
+may lack newer ones; the API's own schemas are in GET /v1/openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+JSON = dict[str, Any]
+
+
+class Problem(TypedDict, total=False):
+    type: str
+    title: str
+    status: int
+    detail: str
+    field: str
+    limit: str
+    reason: str
+    retry_after_s: int
+
+
+class Job(TypedDict, total=False):
+    job_id: str
+    name: str
+    status: str
+    schedule: dict[str, str] | None
+    run_at: str
+    next_run_at: str | None
+    target: JSON | None
+    dag: JSON
+    retry: JSON
+    concurrency: JSON
+    misfire: JSON
+    metadata: JSON
+    labels: dict[str, str]
+    priority: str
+    pause_note: str | None
+    idempotency_key: str | None
+    shard: int
+    version: int
+    last_run_id: str | None
+    created_at: str
+    updated_at: str
+
+
+class JobPage(TypedDict, total=False):
+    jobs: list[Job]
+    next_page_token: str | None
+    next_cursor: str | None
+
+
+class Attempt(TypedDict, total=False):
+    attempt: int
+    holder: str | None
+    started_at: str | None
+    finished_at: str | None
+    http_status: int | None
+    exit_code: int | None
+    error: str | None
+    retry_delay_ms: int | None
+
+
+class Run(TypedDict, total=False):
+    run_id: str
+    job_id: str
+    scheduled_for: str
+    attempt: int
+    state: str
+    trigger: str
+    first_trigger: str
+    redrives: int
+    execution_id: str
+    node: str | None
+    started_at: str | None
+    finished_at: str | None
+    http_status: int | None
+    exit_code: int | None
+    error: str | None
+    reason: str | None
+    attempts: list[Attempt]
+    tasks: list[JSON]
+
+
+class RunPage(TypedDict, total=False):
+    runs: list[Run]
+    next_page_token: str | None
+
+
+class RunLogs(TypedDict, total=False):
+    run_id: str
+    attempts: list[JSON]
+    unavailable: list[JSON]
+    node: str
+
+
+class FireTimes(TypedDict, total=False):
+    fire_times: list[str]
+    resolved: str
+
+
+class BackfillStarted(TypedDict, total=False):
+    backfill_id: str | None
+    occurrences: int
+    dry_run: bool
+    state: str
+    existing: int
+    scheduled_for: list[str]
+
+
+class Backfill(TypedDict, total=False):
+    backfill_id: str
+    job_id: str
+    state: str
+    reason: str | None
+    total: int
+    done: int
+    succeeded: int
+    failed: int
+    skipped: int
+    running: int
+    existing: int
+    launched: int
+    start: str
+    end: str
+    finished_at: str | None
+
+
+class ClusterMember(TypedDict, total=False):
+    http: str | None
+    raft: str | None
+    role: str | None
+    term: int | None
+    commit_index: int | None
+    applied_index: int | None
+    shards_owned: int | None
+    clock_offset_ms: int | None
+
+
+class Cluster(TypedDict, total=False):
+    leader: str | None
+    self: str
+    shard_count: int
+    nodes: dict[str, ClusterMember]
+    stale_fires_total: int
+
+
+class Token(TypedDict, total=False):
+    token_id: str
+    tenant: str
+    role: str
+    name: str
+    created_at: str
+    token: str   # only in the answer to a create
