@@ -7,11 +7,11 @@ loop or the coordinator. Keeping the interface here, outside both packages,
 lets the import contract in pyproject.toml forbid api -> runtime and
 runtime -> api while each side still type-checks against the other.
 
-Reads return committed state in core's own vocabulary: the tables named in
-raftsched.core.tx, keys built by raftsched.core.keys, decoded records. They are
-this node's local state, which may be a few entries behind the leader;
-`wait_caught_up` is the barrier a handler awaits first when it must see every
-write the cluster committed before the request arrived.
+Reads are named queries (raftsched.core.queries) that return decoded
+records: the API never learns which table or index holds them or how their
+keys are built. They read this node's local state, which may be a few entries
+behind the leader; `wait_caught_up` is the barrier a handler awaits first when
+it must see every write the cluster committed before the request arrived.
 
 This module may import only raftsched.core, raftsched.errors and
 raftsched.limits (the contract checks it).
@@ -19,7 +19,7 @@ raftsched.limits (the contract checks it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from raftsched import limits
 
@@ -59,6 +59,9 @@ class NodePort(Protocol):
     @property
     def config(self) -> Settings: ...
 
+    def shard_of(self, job_id: str) -> int:
+        """The shard a job id belongs to in this cluster (what a create carries)."""
+
     def now_ms(self) -> int:
         """The cluster's time: what every proposal is dated by."""
 
@@ -82,13 +85,64 @@ class NodePort(Protocol):
 
     # --- queries of the committed state (local, read-only) ---------------------------
 
-    def get(self, table: str, key: bytes) -> Any | None:
-        """The record under `key` in `table`, or None."""
+    def job(self, job_id: str) -> dict | None:
+        """The job (a deleted one's too, until it is purged), or None."""
 
-    def scan(self, table: str, *, start: bytes = b"", stop: bytes | None = None,
-             reverse: bool = False, limit: int | None = None) -> list[tuple[bytes, Any]]:
-        """(key, record) pairs of `table` from start (inclusive) to stop
-        (exclusive), in key order or reversed, at most `limit` of them."""
+    def jobs_page(self, tenant: str, filters: dict, limit: int,
+                  after: str | None) -> tuple[list[dict], str | None, bool]:
+        """(jobs, last id read, whether more may follow): core.queries.jobs_page."""
+
+    def run(self, run_id: str) -> dict | None:
+        """The run, or None."""
+
+    def run_states(self, run_ids: list[str]) -> list[str | None]:
+        """Each run's state, in order; None for a run that is gone."""
+
+    def job_runs(self, job_id: str, limit: int) -> list[dict]:
+        """Up to `limit` of the job's runs, the latest scheduled first."""
+
+    def runs_page(self, tenant: str, filters: dict, limit: int,
+                  after: tuple[int, str] | None) -> tuple[list[dict], tuple[int, str] | None]:
+        """A page of the tenant's runs, newest first: core.queries.runs_page."""
+
+    def occurrences_with_a_run(self, job_id: str, scheduled_ms: list[int]) -> int:
+        """How many of the job's occurrences at `scheduled_ms` already have a run."""
+
+    def backfill(self, backfill_id: str) -> dict | None:
+        """The backfill's record, or None."""
+
+    def topic_bounds(self, topic: str) -> tuple[int, int]:
+        """(first, next) offsets of a tenant-scoped topic."""
+
+    def topic_messages(self, topic: str, start: int, limit: int) -> list[dict]:
+        """Up to `limit` messages of a tenant-scoped topic from offset `start`."""
+
+    def group_offset(self, topic: str, group: str) -> dict | None:
+        """The offset a consumer group committed and when, or None."""
+
+    def registered_node(self, node_id: str) -> dict | None:
+        """A node's registration (its HTTP and Raft addresses), or None."""
+
+    def registered_nodes(self) -> list[dict]:
+        """Every registered node, in id order."""
+
+    def shards(self) -> list[tuple[int, dict]]:
+        """(shard, state) of every shard assigned so far, in shard order."""
+
+    def token(self, token_id: str) -> dict | None:
+        """A token's record (tenant, role, name, sha256 of its text), or None."""
+
+    def tokens(self) -> list[dict]:
+        """Every token's record, in id order."""
+
+    def tenant(self, name: str) -> dict | None:
+        """A tenant's record (its own quotas, jobs counted), or None."""
+
+    def tenants(self) -> list[tuple[str, dict]]:
+        """(name, record) of every tenant that has a record."""
+
+    def audit_after(self, after: int, limit: int) -> list[dict]:
+        """Up to `limit` audit records with seq > `after`, oldest first."""
 
     def applied_index(self) -> int:
         """The Raft index of the last entry applied to this node's state."""

@@ -1,4 +1,4 @@
-"""The API asks its node only what NodePort offers; the runtime adapter offers all of it."""
+"""The API asks its node only what NodePort offers, by named queries that hide the storage layout; the runtime adapter offers all of it."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import inspect
 import pathlib
 
 from raftsched import nodeport
+from raftsched.core import tx
 from raftsched.runtime.node import NodeConfig
 from raftsched.runtime.port import NodeAdapter
 
@@ -19,7 +20,10 @@ def members(protocol: type) -> set[str]:
 
 def test_the_adapter_has_every_member_of_the_port_with_the_same_parameters():
     port_members = members(nodeport.NodePort)
-    assert {"propose", "wait_caught_up", "get", "scan", "status", "metrics_text"} <= port_members
+    assert {"propose", "wait_caught_up", "job", "runs_page", "status", "metrics_text"} <= \
+        port_members
+    # Reads are named queries: no table-and-key access the API would have to lay out.
+    assert not {"get", "scan", "store"} & port_members
     for name in port_members:
         wanted = vars(nodeport.NodePort)[name]
         given = getattr(NodeAdapter, name, None)
@@ -69,10 +73,39 @@ def test_every_handler_asks_its_node_only_what_the_port_offers():
         of_node |= node_attrs
         of_config |= config_attrs
     # The scan sees the handlers' calls (were it blind, the checks above would pass vacuously).
-    assert {"propose", "get", "scan", "wait_caught_up", "now_ms"} <= of_node
+    assert {"propose", "job", "runs_page", "wait_caught_up", "now_ms"} <= of_node
     assert {"peer_headers", "insecure_no_auth"} <= of_config
 
 
 def test_the_scan_catches_a_handler_that_reaches_into_the_node():
     node_attrs, _ = _asked(ast.parse("async def h(node):\n    node.store.get('jobs', b'x')\n"))
     assert node_attrs - members(nodeport.NodePort) == {"store"}
+
+
+# What the API may use of core.keys: the tenant-scoped name of a topic or worker
+# queue, which commands and the node's topic and queue calls take (the import
+# contract lets raftsched.api.execution import keys for it alone).
+KEYS_THE_API_MAY_USE = {"scoped"}
+TABLE_NAMES = {name for name, value in vars(tx).items()
+               if name.isupper() and isinstance(value, str) and value in tx.TABLES}
+
+
+def _layout_used(tree: ast.AST) -> tuple[set[str], set[str]]:
+    """(members of `keys` read, table-name constants imported)."""
+    of_keys = {item.attr for item in ast.walk(tree) if isinstance(item, ast.Attribute)
+               and isinstance(item.value, ast.Name) and item.value.id == "keys"}
+    tables = {alias.name for item in ast.walk(tree) if isinstance(item, ast.ImportFrom)
+              for alias in item.names if alias.name in TABLE_NAMES}
+    return of_keys, tables
+
+
+def test_no_handler_lays_out_keys_or_names_a_table():
+    for path in sorted(API.glob("*.py")):
+        of_keys, tables = _layout_used(ast.parse(path.read_text()))
+        assert of_keys <= KEYS_THE_API_MAY_USE, f"{path.name} builds keys: {sorted(of_keys)}"
+        assert not tables, f"{path.name} imports table names {sorted(tables)}"
+
+
+def test_the_layout_check_catches_a_key_built_from_a_table_name():
+    source = "from raftsched.core.apply import RUNS\nrow = node.get(RUNS, keys.job_key(x))\n"
+    assert _layout_used(ast.parse(source)) == ({"job_key"}, {"RUNS"})

@@ -9,9 +9,10 @@ from hypothesis import given, settings, strategies as st
 
 from raftsched import limits
 from raftsched.api import history
-from raftsched.core import commands, keys
+from raftsched.core import commands, keys, queries
 from raftsched.core.tx import JOBS, RUNS, RUNS_BY_TENANT
 from raftsched.errors import InvalidInput
+from raftsched.runtime.port import StoreQueries
 from raftsched.testing.replica import Replica
 
 SHARDS = 16
@@ -72,7 +73,7 @@ def test_runs_come_newest_first_and_only_the_tenants_own():
     make_job(log, "job_b2", tenant="t2")
     mine = [trigger(log, "job_a1", ms) for ms in (3_000, 1_000, 2_000)]
     trigger(log, "job_b2", 2_500)
-    node = log.store   # the pager asks its node only get and scan, as a store answers them
+    node = StoreQueries(log.store)   # the node's queries, over this replica's store
     assert page_through(node, "t1", {}, 2) == [mine[0], mine[2], mine[1]]
     assert page_through(node, "t2", {"job_id": "job_a1"}, 10) == []
 
@@ -84,7 +85,7 @@ def test_filters_by_job_state_trigger_and_time():
     a = [trigger(log, "job_a1", ms) for ms in (1_000, 2_000, 3_000, 4_000)]
     b = trigger(log, "job_b2", 2_500)
     log.run(commands.cancel_run(run_id=a[1], reason="x", at_ms=9_000))
-    node = log.store   # the pager asks its node only get and scan, as a store answers them
+    node = StoreQueries(log.store)   # the node's queries, over this replica's store
     assert page_through(node, "t1", {"job_id": "job_a1"}, 3) == a[::-1]
     assert page_through(node, "t1", {"state": "cancelled"}, 3) == [a[1]]
     assert page_through(node, "t1", {"trigger": "manual"}, 10) == [a[3], a[2], b, a[1], a[0]]
@@ -100,7 +101,7 @@ def test_a_page_reads_a_bounded_number_of_rows(monkeypatch: pytest.MonkeyPatch):
     make_job(log, "job_a1")
     runs = [trigger(log, "job_a1", ms) for ms in range(1_000, 8_000, 1_000)]
     log.run(commands.cancel_run(run_id=runs[0], reason="x", at_ms=9_000))
-    node = log.store   # the pager asks its node only get and scan, as a store answers them
+    node = StoreQueries(log.store)   # the node's queries, over this replica's store
     first, token = history.list_runs_page(node, "t1", {"state": "cancelled"}, 10, None)
     assert first == [] and token is not None   # three rows read, none matched: go on
     assert page_through(node, "t1", {"state": "cancelled"}, 10) == [runs[0]]
@@ -117,7 +118,7 @@ def test_paging_is_stable_while_runs_are_added(initial, added, limit, by_job):
     log = Replica()
     make_job(log, "job_a1")
     before = {trigger(log, "job_a1", ms * 1000) for ms in initial}
-    node = log.store   # the pager asks its node only get and scan, as a store answers them
+    node = StoreQueries(log.store)   # the node's queries, over this replica's store
     batches = iter(added)
     made = set(before)
 
@@ -193,11 +194,11 @@ def test_jobs_match_by_status_name_and_every_label():
     job = log.store.get(JOBS, b"job_a1")
     filters = history.job_filters(request([("label", "team:pay"), ("label", "tier:1"),
                                            ("name_prefix", "billing"), ("status", "active")]))
-    assert history.job_matches(job, "t1", filters)
-    assert not history.job_matches(job, "t2", filters)
+    assert queries.job_matches(job, "t1", filters)
+    assert not queries.job_matches(job, "t2", filters)
     for other in ([("label", "team:ops")], [("label", "owner:pay")],
                   [("name_prefix", "daily")], [("status", "paused")]):
-        assert not history.job_matches(job, "t1", history.job_filters(request(other)))
+        assert not queries.job_matches(job, "t1", history.job_filters(request(other)))
 
 
 def test_overlap_bodies():

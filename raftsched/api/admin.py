@@ -10,11 +10,10 @@ from raftsched import limits
 from raftsched.api.auth import actor_of, new_token, principal, token_sha256, validate_tenant
 from raftsched.api.common import (int_param, json_body, json_response, maybe_consistent,
                                   node_of, raise_refusal)
-from raftsched.core import commands, keys
+from raftsched.core import commands
 from raftsched.core.bounded import bounded_int
 from raftsched.core.tenancy import QUOTA_NAMES, ROLES
 from raftsched.core.timeutil import format_ms
-from raftsched.core.tx import AUDIT, TENANTS, TOKENS
 from raftsched.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -70,7 +69,7 @@ async def list_tokens(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
     only = request.query.get("tenant")
-    tokens = [token_view(rec) for _, rec in node.scan(TOKENS, limit=limits.tokens_max)
+    tokens = [token_view(rec) for rec in node.tokens()
               if only is None or rec["tenant"] == only]
     return json_response({"tokens": tokens})
 
@@ -115,14 +114,14 @@ async def get_tenant(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
     tenant = validate_tenant(request.match_info["tenant"])
-    return json_response(tenant_view(node, tenant, node.get(TENANTS, tenant.encode())))
+    return json_response(tenant_view(node, tenant, node.tenant(tenant)))
 
 
 async def list_tenants(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
-    rows = node.scan(TENANTS, limit=limits.tenants_max)
-    return json_response({"tenants": [tenant_view(node, key.decode(), rec) for key, rec in rows]})
+    rows = node.tenants()
+    return json_response({"tenants": [tenant_view(node, name, rec) for name, rec in rows]})
 
 
 # --- audit ------------------------------------------------------------------------------
@@ -136,10 +135,9 @@ async def list_audit(request: web.Request) -> web.Response:
     after = request.query.get("after", "0")
     if len(after) > 19 or not after.isdigit() or int(after) >= limits.command_int_max:
         raise InvalidInput("`after` is a record's seq, an integer of 0 or more", field="after")
-    rows = node.scan(AUDIT, start=keys.u64(int(after) + 1), limit=limit)
     records = [{"seq": r["seq"], "at": format_ms(r["at_ms"]), "actor": r["actor"],
                 "action": r["action"], "tenant": r["tenant"], "subject": r["subject"],
-                "detail": r["detail"]} for _, r in rows]
+                "detail": r["detail"]} for r in node.audit_after(int(after), limit)]
     return json_response({"records": records,
                           "next_after": records[-1]["seq"] if records else int(after)})
 

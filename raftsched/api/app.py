@@ -20,8 +20,7 @@ from raftsched.api.common import (NODE_KEY, int_param, job_secrets, json_body,
                                   json_response, maybe_consistent, node_of, raise_refusal)
 from raftsched.api.problems import problem, problem_body
 from raftsched.api.views import format_in_job_zone, job_view, run_view
-from raftsched.core import commands, keys
-from raftsched.core.apply import JOBS, NODES, RUNS, RUNS_BY_JOB, SHARDS
+from raftsched.core import commands
 from raftsched.core.bounded import bounded_int
 from raftsched.core.jobspec import (JOB_ID_PATTERN, validate_create, validate_job_id,
                                     validate_patch)
@@ -74,7 +73,7 @@ async def problems_middleware(request: web.Request, handler: Any) -> web.StreamR
 def _live_job(node: "NodePort", job_id: str, tenant: str) -> dict:
     """The job, if it is not deleted and belongs to `tenant` (another tenant's
     job is answered exactly as a missing one)."""
-    job = node.get(JOBS, keys.job_key(job_id))
+    job = node.job(job_id)
     if job is None or job["status"] == "deleted" or job["tenant"] != tenant:
         raise NotFound(f"job {job_id} not found", field="job_id")
     return job
@@ -99,7 +98,7 @@ async def create_job(request: web.Request) -> web.Response:
     node.check_room()
     tenant = tenant_of(request)
     cmd = commands.create_job(job_id=job_id, tenant=tenant, spec=spec, idempotency_key=idem,
-                              shard=keys.shard_of(job_id, node.shard_count),
+                              shard=node.shard_of(job_id),
                               next_ms=next_fire_ms(spec["schedule"], now), at_ms=now,
                               quota=_create_quota(node, tenant), actor=actor_of(request))
     result = await node.propose(cmd)
@@ -182,7 +181,7 @@ def _batch_item(node: "NodePort", body: object, now: int) -> dict:
     _check_run_at(spec["schedule"], now)
     return commands.create_job_item(job_id=job_id, spec=spec,
                                     idempotency_key=parsed["idempotency_key"],
-                                    shard=keys.shard_of(job_id, node.shard_count),
+                                    shard=node.shard_of(job_id),
                                     next_ms=next_fire_ms(spec["schedule"], now))
 
 
@@ -321,22 +320,19 @@ async def job_runs(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
     job_id = request.match_info["job_id"]
-    job = node.get(JOBS, keys.job_key(job_id))
+    job = node.job(job_id)
     if job is None or job["tenant"] != tenant_of(request):
         raise NotFound(f"job {job_id} not found", field="job_id")
     limit = int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
-    prefix = keys.runs_by_job_prefix(job_id)
-    rows = node.scan(RUNS_BY_JOB, start=prefix, stop=prefix[:-1] + b"\x01",
-                     reverse=True, limit=limit)
-    runs = [node.get(RUNS, run_id.encode()) for _, run_id in rows]
+    runs = node.job_runs(job_id, limit)
     hidden = job_secrets(node, job_id)
-    return json_response({"runs": [run_view(r, hidden) for r in runs if r is not None]})
+    return json_response({"runs": [run_view(r, hidden) for r in runs]})
 
 
 async def get_run(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
-    run = node.get(RUNS, request.match_info["run_id"].encode())
+    run = node.run(request.match_info["run_id"])
     if run is None or run["tenant"] != tenant_of(request):
         raise NotFound(f"run {request.match_info['run_id']} not found", field="run_id")
     return json_response(run_view(run, job_secrets(node, run["job_id"])))
@@ -396,7 +392,7 @@ async def node_clock(request: web.Request) -> web.Response:
 async def cluster(request: web.Request) -> web.Response:
     node = node_of(request)
     me = node.status()
-    registered = {rec["id"]: rec for _, rec in node.scan(NODES)}
+    registered = {rec["id"]: rec for rec in node.registered_nodes()}
     registered.setdefault(node.node_id, {"id": node.node_id, "http": me["http"],
                                          "raft": me["raft"]})
 
@@ -425,7 +421,7 @@ async def cluster(request: web.Request) -> web.Response:
                        # minus the cluster's time (null: not measured yet).
                        "clock_offset_ms": offsets.get(s["id"])}
              for s in statuses}
-    shards = [state for _, state in node.scan(SHARDS)]
+    shards = [state for _, state in node.shards()]
     return json_response({"leader": leader, "self": node.node_id, "shard_count": node.shard_count,
                   "nodes": nodes,
                   # Fires refused by apply for a stale fencing token, cluster-wide
@@ -436,10 +432,10 @@ async def cluster(request: web.Request) -> web.Response:
 async def cluster_shards(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
-    shards = [{"shard": int.from_bytes(key, "big"), "owner": state["owner"],
+    shards = [{"shard": shard, "owner": state["owner"],
                "token": state["token"], "checkpoint": format_ms(state["checkpoint_ms"] or None),
                "stale_fires": state["stale_fires"]}
-              for key, state in node.scan(SHARDS)]
+              for shard, state in node.shards()]
     return json_response({"shards": shards})
 
 

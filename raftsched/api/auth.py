@@ -37,7 +37,6 @@ from aiohttp import web
 
 from raftsched import limits
 from raftsched.api.common import node_of
-from raftsched.core.tx import TOKENS
 from raftsched.errors import Forbidden, InvalidInput, Unauthorized
 
 PRINCIPAL_KEY = web.RequestKey("principal", object)
@@ -114,7 +113,7 @@ def authenticate(request: web.Request) -> tuple[str, str, str]:
     if bootstrap is not None and hmac.compare_digest(digest, bootstrap):
         return BOOTSTRAP_ID, DEFAULT_TENANT, "admin"
     match = TOKEN_RE.fullmatch(text)
-    record = node.get(TOKENS, ("tok_" + match.group(1)).encode()) if match else None
+    record = node.token("tok_" + match.group(1)) if match else None
     if record is None or not hmac.compare_digest(digest, record["sha256"]):
         raise Unauthorized("the bearer token is not known to this cluster (never created, "
                            "or revoked)")

@@ -15,10 +15,9 @@ from raftsched.api.auth import actor_of, tenant_of
 from raftsched.api.common import (json_body, json_response, maybe_consistent, node_of,
                                   optional_reason, raise_refusal)
 from raftsched.api.views import format_in_job_zone
-from raftsched.core import backfill, commands, keys
+from raftsched.core import backfill, commands
 from raftsched.core.jobspec import JOB_ID_PATTERN
 from raftsched.core.timeutil import format_ms
-from raftsched.core.tx import BACKFILLS, JOBS, RUNS, RUNS_BY_JOB
 from raftsched.errors import InvalidInput, NotFound
 
 if TYPE_CHECKING:
@@ -29,7 +28,7 @@ BACKFILL_ID = "{backfill_id:%s}" % backfill.ID_PATTERN
 
 
 def _job(node: "NodePort", job_id: str, tenant: str) -> dict:
-    job = node.get(JOBS, keys.job_key(job_id))
+    job = node.job(job_id)
     if job is None or job["status"] == "deleted" or job["tenant"] != tenant:
         raise NotFound(f"job {job_id} not found", field="job_id")
     return job
@@ -81,15 +80,14 @@ async def create_backfill(request: web.Request) -> web.Response:
 def _dry_run(node: "NodePort", job: dict, found: list[int]) -> dict:
     """The occurrences, in the job's zone, and how many already have a run
     (those a backfill would not run again)."""
-    existing = sum(node.get(RUNS_BY_JOB, keys.runs_by_job_key(job["id"], ms, 1))
-                   is not None for ms in found)
+    existing = node.occurrences_with_a_run(job["id"], found)
     return {"backfill_id": None, "dry_run": True, "occurrences": len(found),
             "existing": existing,
             "scheduled_for": [format_in_job_zone(job["spec"], ms) for ms in found]}
 
 
 def _record(node: "NodePort", backfill_id: str, tenant: str) -> dict:
-    record = node.get(BACKFILLS, backfill_id.encode())
+    record = node.backfill(backfill_id)
     if record is None or record["tenant"] != tenant:
         raise NotFound(f"backfill {backfill_id} not found", field="backfill_id")
     return record
@@ -97,10 +95,7 @@ def _record(node: "NodePort", backfill_id: str, tenant: str) -> dict:
 
 def backfill_view(node: "NodePort", record: dict) -> dict:
     """The record with its progress as of now: its open runs' states are read."""
-    states = []
-    for run_id, _ in record["open"]:
-        run = node.get(RUNS, run_id.encode())
-        states.append(run["state"] if run is not None else None)
+    states = node.run_states([run_id for run_id, _ in record["open"]])
     return {"backfill_id": record["id"], "job_id": record["job_id"], "state": record["state"],
             "reason": record["reason"], **backfill.progress(record, states),
             "start": format_ms(record["start_ms"]), "end": format_ms(record["end_ms"]),

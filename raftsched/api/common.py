@@ -9,9 +9,7 @@ from aiohttp import hdrs, web
 
 from raftsched import limits
 from raftsched.api import strictjson
-from raftsched.core import keys
 from raftsched.core.bounded import bounded_float, bounded_int
-from raftsched.core.apply import JOBS
 from raftsched.core.redact import secret_values
 from raftsched.errors import Conflict, InvalidInput, NotFound, QuotaExceeded
 from raftsched.nodeport import NodePort
@@ -121,7 +119,7 @@ def job_secrets(node: "NodePort", job_id: str) -> tuple[str, ...]:
     """The texts to mask in what a job's runs show (core/redact.py secret_values);
     none once the job is removed (its runs' output and errors were masked when
     they were recorded)."""
-    job = node.get(JOBS, keys.job_key(job_id))
+    job = node.job(job_id)
     return secret_values(job["spec"]) if job is not None else ()
 
 

@@ -18,12 +18,10 @@ from raftsched.api.common import (float_param, int_param, job_secrets, json_body
                                   raise_refusal)
 from raftsched.api.views import run_view
 from raftsched.core import commands, keys
-from raftsched.core.apply import GROUPS, NODES, RUNS, TOPICS
 from raftsched.core.bounded import bounded_float, bounded_int
 from raftsched.core.jobspec import RUN_ID_PATTERN, validate_name_token, validate_run_id
 from raftsched.core.redact import redact_output, redact_text
 from raftsched.core.timeutil import format_ms
-from raftsched.core.topics import meta as topic_meta
 from raftsched.errors import Forbidden, InvalidInput, NotFound
 
 if TYPE_CHECKING:
@@ -55,7 +53,7 @@ def _worker(request: web.Request) -> str:
 
 
 def _run(node: "NodePort", run_id: str, tenant: str) -> dict:
-    run = node.get(RUNS, run_id.encode())
+    run = node.run(run_id)
     if run is None or run["tenant"] != tenant:
         raise NotFound(f"run {run_id} not found", field="run_id")
     return run
@@ -117,7 +115,7 @@ def _local_logs(node: "NodePort", run_id: str) -> list[dict]:
     records = node.run_output(run_id)
     if not records:
         return records
-    run = node.get(RUNS, run_id.encode())
+    run = node.run(run_id)
     hidden = job_secrets(node, run["job_id"]) if run is not None else ()
     return [redact_output(record, hidden) for record in records]
 
@@ -125,7 +123,7 @@ def _local_logs(node: "NodePort", run_id: str) -> list[dict]:
 async def _logs_from(node: "NodePort", holder: str, run_id: str) -> tuple[list[dict], str | None]:
     if holder == node.node_id:
         return node.run_output(run_id), None
-    rec = node.get(NODES, holder.encode())
+    rec = node.registered_node(holder)
     if rec is None:
         return [], f"node {holder} is not registered"
     try:
@@ -156,10 +154,8 @@ async def topic_messages(request: web.Request) -> web.Response:
     deadline = time.monotonic() + wait_s
     while True:
         event = node.topic_event(topic)
-        state = topic_meta(node, topic)   # type: ignore[arg-type]
-        start = max(after + 1, state["first"])
-        rows = node.scan(TOPICS, start=keys.topic_key(topic, start),
-                         stop=keys.prefix_end(keys.topic_prefix(topic)), limit=limit)
+        first, next_offset = node.topic_bounds(topic)
+        rows = node.topic_messages(topic, max(after + 1, first), limit)
         remaining = deadline - time.monotonic()
         if rows or remaining <= 0:
             break
@@ -169,10 +165,10 @@ async def topic_messages(request: web.Request) -> web.Response:
             pass
     messages = [{"offset": m["offset"], "key": m["key"], "message": m["message"],
                  "execution_id": m["execution_id"], "job_id": m["job_id"],
-                 "published_at": format_ms(m["published_ms"])} for _, m in rows]
+                 "published_at": format_ms(m["published_ms"])} for m in rows]
     return json_response({"topic": name, "messages": messages,
                           "next_after": messages[-1]["offset"] if messages else after,
-                          "first_offset": state["first"], "last_offset": state["next"] - 1})
+                          "first_offset": first, "last_offset": next_offset - 1})
 
 
 def _offset_param(request: web.Request, node: "NodePort", topic: str) -> int:
@@ -189,7 +185,7 @@ def _offset_param(request: web.Request, node: "NodePort", topic: str) -> int:
     if group is None:
         return 0
     _group(group)
-    committed = node.get(GROUPS, keys.group_key(topic, group))
+    committed = node.group_offset(topic, group)
     return committed["offset"] if committed else 0
 
 
@@ -197,7 +193,7 @@ async def get_group(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
     (name, topic), group = _topic(request), _group(request.match_info["group"])
-    committed = node.get(GROUPS, keys.group_key(topic, group))
+    committed = node.group_offset(topic, group)
     return json_response({"topic": name, "group": group,
                           "offset": committed["offset"] if committed else 0,
                           "committed_at": format_ms(committed["committed_ms"]) if committed
@@ -213,7 +209,7 @@ async def commit_group(request: web.Request) -> web.Response:
     offset = bounded_int(body.get("offset"), "offset", 0, limits.command_int_max,
                          limit="command_int_max")
     (name, topic), group = _topic(request), _group(request.match_info["group"])
-    if node.get(GROUPS, keys.group_key(topic, group)) is None:
+    if node.group_offset(topic, group) is None:
         node.check_room()   # a new group adds state; moving an offset does not
     result = await node.propose(commands.commit_offset(topic=topic, group=group, offset=offset,
                                                        at_ms=node.now_ms()))

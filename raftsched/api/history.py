@@ -2,13 +2,14 @@
 tenant, filtered, newest first), GET /v1/jobs (filtered by status, name and
 labels) and POST /v1/runs/{id}:retry (a failed run's new attempt).
 
-Pages go on from an opaque `page_token` that encodes the last key the page
-read and a digest of the filters it was read with (a token is refused with
-other filters). Paging by key, not by offset, keeps a listing stable while
-runs are added: a page starts strictly after the last row shown, so a row is
-never shown twice and a row that existed when the listing began is never
-skipped (unless it was purged meanwhile). Runs are read newest first, so a run
-scheduled from now on lands before the first page rather than among them.
+Pages go on from an opaque `page_token` that encodes where the page stopped
+reading (core/queries.py pages through the state's indexes) and a digest of
+the filters it was read with (a token is refused with other filters). Paging
+by key, not by offset, keeps a listing stable while runs are added: a page
+starts strictly after the last row shown, so a row is never shown twice and
+a row that existed when the listing began is never skipped (unless it was
+purged meanwhile). Runs are read newest first, so a run scheduled from now on
+lands before the first page rather than among them.
 
 A filter that the index does not order by (state, trigger, status, name,
 labels) is checked row by row: a page reads at most list_scan_rows_max rows
@@ -20,7 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -29,10 +30,9 @@ from raftsched.api.auth import actor_of, tenant_of
 from raftsched.api.common import (int_param, job_secrets, json_body, json_response,
                                   maybe_consistent, node_of, raise_refusal)
 from raftsched.api.views import job_view, run_view
-from raftsched.core import backfill, commands, keys, lifecycle, redrive
+from raftsched.core import backfill, commands, lifecycle, redrive
 from raftsched.core.jobspec import validate_job_id
 from raftsched.core.schedule import parse_instant
-from raftsched.core.tx import JOBS, RUNS, RUNS_BY_JOB, RUNS_BY_TENANT
 from raftsched.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -107,90 +107,19 @@ def _one_of(value: str, choices: tuple[str, ...], field: str) -> str:
     return value
 
 
-class RunSource:
-    """Where a listing reads run ids newest first: one job's history
-    (runs_by_job) or the tenant's runs (runs_by_tenant), between two keys."""
-
-    def __init__(self, tenant: str, filters: dict) -> None:
-        after = filters.get("scheduled_after")
-        before = filters.get("scheduled_before")
-        job_id = filters.get("job_id")
-        self.tenant = tenant
-        self.table = RUNS_BY_JOB if job_id else RUNS_BY_TENANT
-        self.prefix = (keys.runs_by_job_prefix(job_id) if job_id
-                       else keys.runs_by_tenant_prefix(tenant))
-        self.low = self.prefix + (keys.u64(after) if after is not None else b"")
-        self.high = (self.prefix + keys.u64(before) if before is not None
-                     else keys.prefix_end(self.prefix))
-
-    def resume_after(self, scheduled_ms: int, run_id: str) -> None:
-        """Go on below (older than) the run a previous page ended with."""
-        if self.table == RUNS_BY_JOB:   # one run per (job, scheduled_for)
-            key = self.prefix + keys.u64(scheduled_ms)
-        else:
-            key = keys.runs_by_tenant_key(self.tenant, scheduled_ms, run_id)
-        self.high = min(self.high, key)
-
-    def position(self, key: bytes, value: object) -> tuple[int, str]:
-        """(scheduled_ms, run_id) of an index row."""
-        if self.table == RUNS_BY_JOB:
-            return keys.from_u64(key[len(self.prefix):len(self.prefix) + 8]), value  # type: ignore
-        return keys.parse_runs_by_tenant_key(self.prefix, key)
-
-
 def list_runs_page(node: "NodePort", tenant: str, filters: dict, limit: int,
                    token: list | None) -> tuple[list[dict], list | None]:
     """(runs, position to go on from or None): up to `limit` runs matching the
-    filters, newest first, reading at most list_scan_rows_max rows."""
-    job_id = filters.get("job_id")
-    if job_id:
-        job = node.get(JOBS, keys.job_key(job_id))
-        if job is None or job["tenant"] != tenant:
-            return [], None   # another tenant's job is answered as one without runs
-    source = RunSource(tenant, filters)
+    filters, newest first, from the position a page token held
+    (core/queries.py runs_page reads them)."""
+    after = None
     if token is not None:
         if len(token) != 2 or not isinstance(token[0], int) or not isinstance(token[1], str):
             raise InvalidInput("`page_token` is not a token this listing gave out",
                                field="page_token")
-        source.resume_after(token[0], token[1])
-
-    def matches(run: dict) -> bool:
-        return (run["tenant"] == tenant
-                and filters.get("state", run["state"]) == run["state"]
-                and filters.get("trigger", run["trigger"]) == run["trigger"])
-
-    found, last = _scan(node, source, limit, matches)
-    more = last is not None and bool(node.scan(source.table, start=source.low,
-                                               stop=source.high, reverse=True, limit=1))
-    return found, list(last) if more and last is not None else None
-
-
-def _scan(node: "NodePort", source: RunSource, limit: int,
-          matches: Callable[[dict], bool]) -> tuple[list[dict], tuple[int, str] | None]:
-    """Read rows newest first from source.high down, moving source.high past
-    each; return the matching runs and the position of the last row read
-    (None if none was)."""
-    found: list[dict] = []
-    last: tuple[int, str] | None = None
-    scanned = 0
-    while len(found) < limit and scanned < limits.list_scan_rows_max:
-        chunk = min(limits.list_scan_chunk_rows, limits.list_scan_rows_max - scanned)
-        rows = node.scan(source.table, start=source.low, stop=source.high,
-                         reverse=True, limit=chunk)
-        for key, value in rows:
-            scanned += 1
-            source.high = key
-            last = source.position(key, value)
-            run = node.get(RUNS, last[1].encode())
-            if run is None:
-                continue   # purged between the index read and this one
-            if matches(run):
-                found.append(run)
-                if len(found) >= limit:
-                    break
-        if len(rows) < chunk:
-            break
-    return found, last
+        after = (token[0], token[1])
+    found, position = node.runs_page(tenant, filters, limit, after)
+    return found, None if position is None else list(position)
 
 
 async def list_runs(request: web.Request) -> web.Response:
@@ -236,17 +165,6 @@ def job_filters(request: web.Request) -> dict:
     return out
 
 
-def job_matches(job: dict, tenant: str, filters: dict) -> bool:
-    if job["tenant"] != tenant or job["status"] == "deleted":
-        return False
-    if filters.get("status", job["status"]) != job["status"]:
-        return False
-    if not job["spec"]["name"].startswith(filters.get("name_prefix", "")):
-        return False
-    labels = job["spec"].get("labels") or {}
-    return all(labels.get(key) == value for key, value in filters.get("label", ()))
-
-
 async def list_jobs(request: web.Request) -> web.Response:
     """Jobs in id order. `page_token` (or the older `cursor`, a job id) goes on
     from where the previous page stopped; both are answered."""
@@ -255,44 +173,21 @@ async def list_jobs(request: web.Request) -> web.Response:
     limit = int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
     filters = job_filters(request)
     tenant = tenant_of(request)
-    start = b""
+    start = None
     position = decode_token(request.query.get("page_token"), "jobs", filters)
     if position is not None:
         if len(position) != 1 or not isinstance(position[0], str):
             raise InvalidInput("`page_token` is not a token this listing gave out",
                                field="page_token")
-        start = keys.job_key(validate_job_id(position[0], "page_token")) + b"\x00"
+        start = validate_job_id(position[0], "page_token")
     elif request.query.get("cursor"):
-        start = keys.job_key(validate_job_id(request.query["cursor"], "cursor")) + b"\x00"
-    jobs, last, more = _scan_jobs(node, start, limit, lambda j: job_matches(j, tenant, filters))
+        start = validate_job_id(request.query["cursor"], "cursor")
+    jobs, last, more = node.jobs_page(tenant, filters, limit, start)
     after = last if more or len(jobs) == limit else None
     return json_response({
         "jobs": [job_view(job) for job in jobs],
         "next_page_token": None if after is None else encode_token("jobs", filters, [after]),
         "next_cursor": after})
-
-
-def _scan_jobs(node: "NodePort", start: bytes, limit: int,
-               matches: Callable[[dict], bool]) -> tuple[list[dict], str | None, bool]:
-    """Jobs of every tenant share one table: a page stops after
-    list_scan_rows_max rows however few matched, and goes on from there.
-    Returns (jobs, the last id read, whether rows may follow)."""
-    jobs: list[dict] = []
-    last: str | None = None
-    scanned, more = 0, False
-    while len(jobs) < limit and scanned < limits.list_scan_rows_max:
-        rows = node.scan(JOBS, start=start, limit=limit)
-        scanned += len(rows)
-        more = len(rows) == limit
-        for key, job in rows:
-            start, last = key + b"\x00", key.decode()
-            if matches(job):
-                jobs.append(job)
-                if len(jobs) >= limit:
-                    break
-        if not more:
-            break
-    return jobs, last, more
 
 
 # --- POST /v1/runs/{id}:retry -------------------------------------------------------------

@@ -2,26 +2,102 @@
 
 Every call is a thin delegation to the part of the node that owns the answer
 (the store, the replicator, the trigger loop, the worker service...), so the
-API depends on this one surface instead of on the node's insides.
+API depends on this one surface instead of on the node's insides. The
+queries of the committed state are core.queries' functions over the node's
+store (StoreQueries, which a test can build over any store).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from raftsched import limits
+from raftsched.core import keys, queries
 from raftsched.storage.base import digest
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node, NodeConfig
 
 
-class NodeAdapter:
+class StoreQueries:
+    """The queries of raftsched.nodeport.NodePort over one store (or any
+    core.queries.Reader): each is core.queries' function of the same name."""
+
+    def __init__(self, reader: queries.Reader) -> None:
+        self._reader_of = reader
+
+    def _reader(self) -> queries.Reader:
+        return self._reader_of
+
+    def job(self, job_id: str) -> dict | None:
+        return queries.job(self._reader(), job_id)
+
+    def jobs_page(self, tenant: str, filters: dict, limit: int,
+                  after: str | None) -> tuple[list[dict], str | None, bool]:
+        return queries.jobs_page(self._reader(), tenant, filters, limit, after)
+
+    def run(self, run_id: str) -> dict | None:
+        return queries.run(self._reader(), run_id)
+
+    def run_states(self, run_ids: list[str]) -> list[str | None]:
+        return queries.run_states(self._reader(), run_ids)
+
+    def job_runs(self, job_id: str, limit: int) -> list[dict]:
+        return queries.job_runs(self._reader(), job_id, limit)
+
+    def runs_page(self, tenant: str, filters: dict, limit: int,
+                  after: tuple[int, str] | None) -> tuple[list[dict], tuple[int, str] | None]:
+        return queries.runs_page(self._reader(), tenant, filters, limit, after)
+
+    def occurrences_with_a_run(self, job_id: str, scheduled_ms: list[int]) -> int:
+        return queries.occurrences_with_a_run(self._reader(), job_id, scheduled_ms)
+
+    def backfill(self, backfill_id: str) -> dict | None:
+        return queries.backfill(self._reader(), backfill_id)
+
+    def topic_bounds(self, topic: str) -> tuple[int, int]:
+        return queries.topic_bounds(self._reader(), topic)
+
+    def topic_messages(self, topic: str, start: int, limit: int) -> list[dict]:
+        return queries.topic_messages(self._reader(), topic, start, limit)
+
+    def group_offset(self, topic: str, group: str) -> dict | None:
+        return queries.group_offset(self._reader(), topic, group)
+
+    def registered_node(self, node_id: str) -> dict | None:
+        return queries.registered_node(self._reader(), node_id)
+
+    def registered_nodes(self) -> list[dict]:
+        return queries.registered_nodes(self._reader())
+
+    def shards(self) -> list[tuple[int, dict]]:
+        return queries.shards(self._reader())
+
+    def token(self, token_id: str) -> dict | None:
+        return queries.token(self._reader(), token_id)
+
+    def tokens(self) -> list[dict]:
+        return queries.tokens(self._reader())
+
+    def tenant(self, name: str) -> dict | None:
+        return queries.tenant(self._reader(), name)
+
+    def tenants(self) -> list[tuple[str, dict]]:
+        return queries.tenants(self._reader())
+
+    def audit_after(self, after: int, limit: int) -> list[dict]:
+        return queries.audit_after(self._reader(), after, limit)
+
+
+class NodeAdapter(StoreQueries):
     """Implements raftsched.nodeport.NodePort for one running Node."""
 
     def __init__(self, node: "Node") -> None:
         self._node = node
+
+    def _reader(self) -> queries.Reader:
+        return self._node.store
 
     # --- identity, flags and time ---------------------------------------------------
 
@@ -37,6 +113,9 @@ class NodeAdapter:
     def config(self) -> "NodeConfig":
         return self._node.config
 
+    def shard_of(self, job_id: str) -> int:
+        return keys.shard_of(job_id, self._node.shard_count)
+
     def now_ms(self) -> int:
         return self._node.now_ms()
 
@@ -48,18 +127,10 @@ class NodeAdapter:
     def check_room(self) -> None:
         self._node.storage.check_room()
 
-    # --- consistent reads and queries ------------------------------------------------
+    # --- consistent reads and the state's digest ------------------------------------
 
     async def wait_caught_up(self, timeout_s: float = limits.propose_timeout_s) -> None:
         await self._node.wait_caught_up(timeout_s)
-
-    def get(self, table: str, key: bytes) -> Any | None:
-        return self._node.store.get(table, key)
-
-    def scan(self, table: str, *, start: bytes = b"", stop: bytes | None = None,
-             reverse: bool = False, limit: int | None = None) -> list[tuple[bytes, Any]]:
-        return self._node.store.scan(table, start=start, stop=stop, reverse=reverse,
-                                     limit=limit)
 
     def applied_index(self) -> int:
         return self._node.store.applied_index()

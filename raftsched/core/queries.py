@@ -1,0 +1,262 @@
+"""Read-only queries of the committed state, named by what they return.
+
+These are what the HTTP API asks of its node (raftsched/nodeport.py NodePort
+offers each one; runtime/port.py answers them over the node's store). They
+keep the storage layout to core: which table holds what, how keys are built,
+and which index (runs_by_job, runs_by_tenant) serves a listing. Each takes a
+`Reader`, which a store and core's View-with-scan both are, and returns
+decoded records or None; nothing here writes.
+
+A key built from a name no record can have (too long for LMDB, say) reads as
+nothing: a store answers None for it, and a scan from it finds no row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Protocol
+
+from raftsched import limits
+from raftsched.core import keys, topics
+from raftsched.core.tx import (AUDIT, BACKFILLS, GROUPS, JOBS, NODES, RUNS, RUNS_BY_JOB,
+                               RUNS_BY_TENANT, SHARDS, TENANTS, TOKENS, TOPICS)
+
+
+class Reader(Protocol):
+    """The two reads every query needs (a store has both)."""
+
+    def get(self, table: str, key: bytes) -> Any | None: ...
+
+    def scan(self, table: str, *, start: bytes = b"", stop: bytes | None = None,
+             reverse: bool = False, limit: int | None = None) -> list[tuple[bytes, Any]]: ...
+
+
+# --- jobs and runs ----------------------------------------------------------------------
+
+def job(reader: Reader, job_id: str) -> dict | None:
+    """The job record (a deleted job's too, until it is purged), or None."""
+    return reader.get(JOBS, keys.job_key(job_id))
+
+
+def run(reader: Reader, run_id: str) -> dict | None:
+    return reader.get(RUNS, run_id.encode())
+
+
+def run_states(reader: Reader, run_ids: Iterable[str]) -> list[str | None]:
+    """Each run's state, in order; None for a run that is gone."""
+    states: list[str | None] = []
+    for run_id in run_ids:
+        record = run(reader, run_id)
+        states.append(record["state"] if record is not None else None)
+    return states
+
+
+def job_runs(reader: Reader, job_id: str, limit: int) -> list[dict]:
+    """Up to `limit` of the job's runs, the latest scheduled first."""
+    prefix = keys.runs_by_job_prefix(job_id)
+    rows = reader.scan(RUNS_BY_JOB, start=prefix, stop=keys.prefix_end(prefix),
+                       reverse=True, limit=limit)
+    found = (run(reader, run_id) for _, run_id in rows)
+    return [record for record in found if record is not None]
+
+
+def occurrences_with_a_run(reader: Reader, job_id: str, scheduled_ms: Iterable[int]) -> int:
+    """How many of the job's occurrences at `scheduled_ms` already have a run
+    (its first attempt is indexed under the occurrence)."""
+    return sum(reader.get(RUNS_BY_JOB, keys.runs_by_job_key(job_id, ms, 1)) is not None
+               for ms in scheduled_ms)
+
+
+class _RunSource:
+    """Where a runs page reads run ids newest first: one job's history
+    (runs_by_job) or the tenant's runs (runs_by_tenant), between two keys."""
+
+    def __init__(self, tenant: str, filters: dict) -> None:
+        after = filters.get("scheduled_after")
+        before = filters.get("scheduled_before")
+        job_id = filters.get("job_id")
+        self.tenant = tenant
+        self.table = RUNS_BY_JOB if job_id else RUNS_BY_TENANT
+        self.prefix = (keys.runs_by_job_prefix(job_id) if job_id
+                       else keys.runs_by_tenant_prefix(tenant))
+        self.low = self.prefix + (keys.u64(after) if after is not None else b"")
+        self.high = (self.prefix + keys.u64(before) if before is not None
+                     else keys.prefix_end(self.prefix))
+
+    def resume_after(self, scheduled_ms: int, run_id: str) -> None:
+        """Go on below (older than) the run a previous page ended with."""
+        if self.table == RUNS_BY_JOB:   # one run per (job, scheduled_for)
+            key = self.prefix + keys.u64(scheduled_ms)
+        else:
+            key = keys.runs_by_tenant_key(self.tenant, scheduled_ms, run_id)
+        self.high = min(self.high, key)
+
+    def position(self, key: bytes, value: object) -> tuple[int, str]:
+        """(scheduled_ms, run_id) of an index row."""
+        if self.table == RUNS_BY_JOB:
+            return keys.from_u64(key[len(self.prefix):len(self.prefix) + 8]), value  # type: ignore
+        return keys.parse_runs_by_tenant_key(self.prefix, key)
+
+
+def runs_page(reader: Reader, tenant: str, filters: dict, limit: int,
+              after: tuple[int, str] | None) -> tuple[list[dict], tuple[int, str] | None]:
+    """(runs, position to go on from or None): up to `limit` of the tenant's
+    runs matching `filters` (any of job_id, state, trigger, and
+    scheduled_after / scheduled_before in ms, the latter exclusive), newest
+    first, older than `after` (the (scheduled_ms, run_id) a previous page
+    ended with). A page reads at most list_scan_rows_max index rows, so it
+    may come back short with a position to go on from."""
+    job_id = filters.get("job_id")
+    if job_id:
+        owner = job(reader, job_id)
+        if owner is None or owner["tenant"] != tenant:
+            return [], None   # another tenant's job is answered as one without runs
+    source = _RunSource(tenant, filters)
+    if after is not None:
+        source.resume_after(*after)
+
+    def matches(record: dict) -> bool:
+        return (record["tenant"] == tenant
+                and filters.get("state", record["state"]) == record["state"]
+                and filters.get("trigger", record["trigger"]) == record["trigger"])
+
+    found, last = _read_runs(reader, source, limit, matches)
+    more = last is not None and bool(reader.scan(source.table, start=source.low,
+                                                 stop=source.high, reverse=True, limit=1))
+    return found, last if more else None
+
+
+def _read_runs(reader: Reader, source: _RunSource, limit: int,
+               matches: Any) -> tuple[list[dict], tuple[int, str] | None]:
+    """Read rows newest first from source.high down, moving source.high past
+    each; return the matching runs and the position of the last row read
+    (None if none was)."""
+    found: list[dict] = []
+    last: tuple[int, str] | None = None
+    scanned = 0
+    while len(found) < limit and scanned < limits.list_scan_rows_max:
+        chunk = min(limits.list_scan_chunk_rows, limits.list_scan_rows_max - scanned)
+        rows = reader.scan(source.table, start=source.low, stop=source.high,
+                           reverse=True, limit=chunk)
+        for key, value in rows:
+            scanned += 1
+            source.high = key
+            last = source.position(key, value)
+            record = run(reader, last[1])
+            if record is None:
+                continue   # purged between the index read and this one
+            if matches(record):
+                found.append(record)
+                if len(found) >= limit:
+                    break
+        if len(rows) < chunk:
+            break
+    return found, last
+
+
+def job_matches(record: dict, tenant: str, filters: dict) -> bool:
+    """Whether a job is listed for `tenant` under `filters` (any of status,
+    name_prefix, and label: [key, value] pairs that must all match)."""
+    if record["tenant"] != tenant or record["status"] == "deleted":
+        return False
+    if filters.get("status", record["status"]) != record["status"]:
+        return False
+    if not record["spec"]["name"].startswith(filters.get("name_prefix", "")):
+        return False
+    labels = record["spec"].get("labels") or {}
+    return all(labels.get(key) == value for key, value in filters.get("label", ()))
+
+
+def jobs_page(reader: Reader, tenant: str, filters: dict, limit: int,
+              after: str | None) -> tuple[list[dict], str | None, bool]:
+    """Up to `limit` of the tenant's jobs matching `filters` (job_matches), in
+    id order, after job id `after`. Jobs of every tenant share one table: a
+    page stops after list_scan_rows_max rows however few matched. Returns
+    (jobs, the last id read, whether rows may follow)."""
+    start = b"" if after is None else keys.job_key(after) + b"\x00"
+    jobs: list[dict] = []
+    last: str | None = None
+    scanned, more = 0, False
+    while len(jobs) < limit and scanned < limits.list_scan_rows_max:
+        rows = reader.scan(JOBS, start=start, limit=limit)
+        scanned += len(rows)
+        more = len(rows) == limit
+        for key, record in rows:
+            start, last = key + b"\x00", key.decode()
+            if job_matches(record, tenant, filters):
+                jobs.append(record)
+                if len(jobs) >= limit:
+                    break
+        if not more:
+            break
+    return jobs, last, more
+
+
+def backfill(reader: Reader, backfill_id: str) -> dict | None:
+    return reader.get(BACKFILLS, backfill_id.encode())
+
+
+# --- topics -----------------------------------------------------------------------------
+
+def topic_bounds(reader: Reader, topic: str) -> tuple[int, int]:
+    """(first, next) offsets of `topic` (a tenant-scoped name): the messages
+    kept are first..next-1; (1, 1) for a topic never published to."""
+    state = topics.meta(reader, topic)   # type: ignore[arg-type]
+    return state["first"], state["next"]
+
+
+def topic_messages(reader: Reader, topic: str, start: int, limit: int) -> list[dict]:
+    """Up to `limit` messages of `topic` from offset `start`, oldest first."""
+    rows = reader.scan(TOPICS, start=keys.topic_key(topic, start),
+                       stop=keys.prefix_end(keys.topic_prefix(topic)), limit=limit)
+    return [message for _, message in rows]
+
+
+def group_offset(reader: Reader, topic: str, group: str) -> dict | None:
+    """The offset `group` committed on `topic` and when, or None if it never did."""
+    return reader.get(GROUPS, keys.group_key(topic, group))
+
+
+# --- cluster ----------------------------------------------------------------------------
+
+def registered_node(reader: Reader, node_id: str) -> dict | None:
+    """A node's registration (its HTTP and Raft addresses), or None."""
+    return reader.get(NODES, node_id.encode())
+
+
+def registered_nodes(reader: Reader) -> list[dict]:
+    """Every registered node, in id order."""
+    return [record for _, record in reader.scan(NODES)]
+
+
+def shards(reader: Reader) -> list[tuple[int, dict]]:
+    """(shard, its owner, fencing token, checkpoint and stale fires) of every
+    shard assigned so far, in shard order."""
+    return [(int.from_bytes(key, "big"), state) for key, state in reader.scan(SHARDS)]
+
+
+# --- tenancy and audit ------------------------------------------------------------------
+
+def token(reader: Reader, token_id: str) -> dict | None:
+    """A token's record (tenant, role, name, the sha256 of its text), or None."""
+    return reader.get(TOKENS, token_id.encode())
+
+
+def tokens(reader: Reader) -> list[dict]:
+    """Every token's record, in id order (the table holds at most tokens_max)."""
+    return [record for _, record in reader.scan(TOKENS, limit=limits.tokens_max)]
+
+
+def tenant(reader: Reader, name: str) -> dict | None:
+    """A tenant's record (its own quotas, jobs counted), or None if it has none."""
+    return reader.get(TENANTS, name.encode())
+
+
+def tenants(reader: Reader) -> list[tuple[str, dict]]:
+    """(name, record) of every tenant that has a record, in name order."""
+    rows = reader.scan(TENANTS, limit=limits.tenants_max)
+    return [(key.decode(), record) for key, record in rows]
+
+
+def audit_after(reader: Reader, after: int, limit: int) -> list[dict]:
+    """Up to `limit` audit records with seq > `after`, oldest first."""
+    return [record for _, record in reader.scan(AUDIT, start=keys.u64(after + 1), limit=limit)]
