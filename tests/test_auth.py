@@ -97,6 +97,7 @@ REQUESTS: dict[tuple[str, str], tuple[str, set[int], object]] = {
     ("GET", "/v1/tenants"): ("admin", {200}, None),
     ("GET", "/v1/tenants/{tenant}"): ("admin", {200}, None),
     ("PUT", "/v1/tenants/{tenant}"): ("admin", {200}, {}),
+    ("DELETE", "/v1/tenants/{tenant}"): ("admin", {204, 404}, None),
     ("GET", "/v1/audit"): ("admin", {200}, None),
 }
 # Path parameters that name a tenant's object: another tenant's caller gets 404.
@@ -388,6 +389,26 @@ def test_jobs_max_refuses_the_job_over_it_until_one_is_deleted(shared_cluster):
     assert deleted.status == 204
     create_job(c, "n2", writer)
     assert_quota_refusal(c.api("n2", "POST", "/v1/jobs", job_body(), token=writer), "jobs_max")
+
+
+def test_a_tenant_without_jobs_can_be_deleted_freeing_its_place(shared_cluster):
+    c = shared_cluster
+    writer = new_token(c, "t10", "writer", "tenant-to-go")["token"]
+    wait_known_everywhere(c, writer)
+    put_quota(c, "t10", "n1", jobs_max=5)
+    job = create_job(c, "n2", writer)
+    count = len(c.api("n1", "GET", "/v1/tenants?consistent=true").body["tenants"])
+    busy = c.api("n1", "DELETE", "/v1/tenants/t10")
+    assert_problem(busy, 409, "has 1 jobs")
+    assert c.api("n2", "DELETE", f"/v1/jobs/{job['job_id']}", token=writer).status == 204
+    assert c.api("n3", "DELETE", "/v1/tenants/t10").status == 204
+    listed = c.api("n1", "GET", "/v1/tenants?consistent=true").body["tenants"]
+    assert len(listed) == count - 1 and "t10" not in {t["tenant"] for t in listed}
+    assert c.api("n1", "DELETE", "/v1/tenants/t10").status == 404
+    # Its token still works; a create makes a new record under the flags' quotas.
+    create_job(c, "n2", writer)
+    again = c.api("n1", "GET", "/v1/tenants/t10?consistent=true").body
+    assert (again["jobs"], again["quota"]["jobs_max"]) == (1, None)
 
 
 def test_creates_per_s_refuses_a_burst_and_lets_creates_through_later(shared_cluster):

@@ -110,6 +110,16 @@ async def put_tenant(request: web.Request) -> web.Response:
     return json_response(tenant_view(node, tenant, result["tenant"]))
 
 
+async def delete_tenant(request: web.Request) -> web.Response:
+    node = node_of(request)
+    tenant = validate_tenant(request.match_info["tenant"])
+    result = await node.propose(commands.delete_tenant(tenant=tenant, actor=actor_of(request),
+                                                       at_ms=node.now_ms()))
+    raise_refusal(result, field="tenant")
+    node.forget_quota(tenant)
+    return web.Response(status=204)
+
+
 async def get_tenant(request: web.Request) -> web.Response:
     node = node_of(request)
     await maybe_consistent(request)
@@ -149,4 +159,5 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/v1/tenants", list_tenants)
     router.add_get(f"/v1/tenants/{TENANT}", get_tenant)
     router.add_put(f"/v1/tenants/{TENANT}", put_tenant)
+    router.add_delete(f"/v1/tenants/{TENANT}", delete_tenant)
     router.add_get("/v1/audit", list_audit)

@@ -199,5 +199,6 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("GET", "/v1/tenants"): "admin",
     ("GET", "/v1/tenants/{tenant}"): "admin",
     ("PUT", "/v1/tenants/{tenant}"): "admin",
+    ("DELETE", "/v1/tenants/{tenant}"): "admin",
     ("GET", "/v1/audit"): "admin",
 }

@@ -938,6 +938,10 @@ def _admin_paths() -> dict[str, Schema]:
             "get": _op("A tenant's quotas", {200: tenant}, params=[name, _CONSISTENT]),
             "put": _op("Set a tenant's quotas", {200: tenant}, params=[name],
                        body=_ref("TenantQuota"), errors=(400, 409, 413, 415, 500, 503)),
+            "delete": _op("Delete a tenant's record (quotas and counters), freeing its place "
+                          "under tenants_max; 409 while it has jobs",
+                          {204: {"description": "Deleted"}}, params=[name],
+                          errors=(400, 404, 409, 500, 503)),
         },
         "/v1/audit": {"get": _op("Audit records after `after`, oldest first",
                                  {200: _json(audit, "A page of records")}, params=[

@@ -115,4 +115,5 @@ class AsyncClient:
     list_tenants = _method(ops.list_tenants)
     get_tenant = _method(ops.get_tenant)
     set_tenant_quota = _method(ops.set_tenant_quota)
+    delete_tenant = _method(ops.delete_tenant)
     list_audit = _method(ops.list_audit)

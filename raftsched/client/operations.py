@@ -390,6 +390,12 @@ def set_tenant_quota(tenant: str, *, jobs_max: int | None = None,
                        "runs_concurrent_max": runs_concurrent_max, "weight": weight})
 
 
+@operation("DELETE", "/v1/tenants/{tenant}", tenant=False)
+def delete_tenant(tenant: str) -> Call[None]:
+    """Drop the tenant's record (quotas and counters); refused while it has jobs."""
+    return _call()
+
+
 @operation("GET", "/v1/audit", tenant=False)
 def list_audit(*, after: int | None = None, limit: int | None = None,
                consistent: bool = False) -> Call[JSON]:

@@ -124,4 +124,5 @@ class Client:
     list_tenants = _method(ops.list_tenants)
     get_tenant = _method(ops.get_tenant)
     set_tenant_quota = _method(ops.set_tenant_quota)
+    delete_tenant = _method(ops.delete_tenant)
     list_audit = _method(ops.list_audit)

@@ -451,6 +451,7 @@ HANDLERS: dict[str, Callable[[Tx, dict], dict]] = {
     "create_token": tenancy.handle_create_token,
     "revoke_token": tenancy.handle_revoke_token,
     "put_tenant": tenancy.handle_put_tenant,
+    "delete_tenant": tenancy.handle_delete_tenant,
     "retry_run": redrive.handle_retry_run,
     "create_backfill": backfill.handle_create_backfill,
     "backfill_step": backfill.handle_backfill_step,

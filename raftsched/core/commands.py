@@ -34,7 +34,7 @@ TAGS = frozenset({"create_job", "update_job", "delete_job", "pause_job", "resume
                   "trigger_job", "fire", "assign_shards", "run_updates", "register_node", "renew",
                   "check_digest", "expire_leases", "reassign_runs", "cancel_run", "alert_done",
                   "publish", "commit_offset", "purge", "create_jobs", "create_token",
-                  "revoke_token", "put_tenant", "fire_many", "retry_run", "create_backfill",
+                  "revoke_token", "put_tenant", "delete_tenant", "fire_many", "retry_run", "create_backfill",
                   "backfill_step", "cancel_backfill"})
 
 
@@ -367,6 +367,7 @@ SCHEMAS: dict[str, Check] = {
                              at_ms=_TIME_MS, tenant=_may(_TENANT)),
     "put_tenant": _command(tenant=_TENANT, quota=_record(_QUOTA_VALUE), actor=_ACTOR,
                            at_ms=_TIME_MS),
+    "delete_tenant": _command(tenant=_TENANT, actor=_ACTOR, at_ms=_TIME_MS),
     # The proposer counted `total` occurrences of the job's schedule (as of
     # expected_version) in [start_ms, end_ms); apply copies that schedule.
     "create_backfill": _record(_fields(
@@ -610,6 +611,12 @@ def backfill_step(*, node: str, at_ms: int, items: list[dict]) -> dict:
 
 def cancel_backfill(*, backfill_id: str, reason: str | None, at_ms: int) -> dict:
     return _cmd("cancel_backfill", backfill_id=backfill_id, reason=reason, at_ms=at_ms)
+
+
+def delete_tenant(*, tenant: str, actor: str | None, at_ms: int) -> dict:
+    """Drop `tenant`'s record (its quotas and counters), freeing its place
+    under tenants_max; apply refuses while the tenant has jobs."""
+    return _cmd("delete_tenant", tenant=tenant, actor=actor, at_ms=at_ms)
 
 
 def put_tenant(*, tenant: str, quota: dict, actor: str | None, at_ms: int) -> dict:

@@ -7,7 +7,8 @@ stops accepting the token when it applies the revocation.
 
 Tenants: a record per tenant holds the quotas an admin set (None: the node
 flags' default) and what apply counts against them: the jobs that are not
-deleted, and a token bucket for the create rate. The bucket is refilled from
+deleted, and a token bucket for the create rate. A record without jobs can be
+deleted, which frees its place under tenants_max. The bucket is refilled from
 the commands' `at_ms`, never backwards, so every replica counts alike and the
 rate holds for the whole cluster, not per node. The quota in force comes with
 each create (the proposer read it), since the flags' defaults are not state.
@@ -131,6 +132,24 @@ def handle_put_tenant(tx: Tx, cmd: dict) -> dict:
     tx.put(TENANTS, tenant.encode(), rec)
     audit(tx, cmd, "tenant.put", tenant, tenant, quota=rec["quota"])
     return {"ok": True, "tenant": rec}
+
+
+def handle_delete_tenant(tx: Tx, cmd: dict) -> dict:
+    """Drop a tenant's record, which frees its place under tenants_max. Only a
+    tenant without jobs (deleted ones do not count) may go: the record holds
+    the count its jobs_max is judged by. The tenant's tokens stay valid; a
+    create by one of them makes a new record, with the node flags' quotas."""
+    tenant = cmd["tenant"]
+    rec = tenant_record(tx, tenant)
+    if rec is None:
+        return {"ok": False, "error": "not_found", "detail": f"tenant {tenant} has no record"}
+    if rec["jobs"] > 0:
+        return {"ok": False, "error": "conflict",
+                "detail": f"tenant {tenant} has {rec['jobs']} jobs; delete them first"}
+    tx.delete(TENANTS, tenant.encode())
+    _set_count(tx, _TENANTS_COUNTER, max(0, _count(tx, _TENANTS_COUNTER) - 1))
+    audit(tx, cmd, "tenant.delete", tenant, tenant)
+    return {"ok": True}
 
 
 # --- tokens -------------------------------------------------------------------------------
