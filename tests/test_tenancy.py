@@ -1,10 +1,17 @@
-"""A tenant's record in apply: deleting one without jobs frees its place under tenants_max and is audited; one with jobs, or none, is refused."""
+"""A tenant's record: deleting one without jobs frees its place under tenants_max and is audited, one with jobs or none is refused; a create over a quota is judged at the edge as apply judges it, and refused there only once caught up."""
 
 from __future__ import annotations
 
+import copy
+
+import pytest
+from hypothesis import given, strategies as st
+
 from raftsched import limits
-from raftsched.core import commands, jobspec, keys
-from raftsched.core.tx import AUDIT, TENANTS
+from raftsched.api.app import _refuse_over_quota
+from raftsched.core import commands, jobspec, keys, tenancy
+from raftsched.core.tx import AUDIT, TENANTS, Tx
+from raftsched.errors import QuotaExceeded
 from raftsched.testing.replica import Replica
 
 QUOTA = {"jobs_max": 10, "creates_per_s": 100}
@@ -49,3 +56,70 @@ def test_a_tenant_with_jobs_or_without_a_record_is_not_deleted():
     assert log.run(commands.delete_job(job_id="job_t1a", at_ms=1_800))["ok"]
     assert delete(log, "t1") == {"ok": True}
     assert delete(log, "t1")["error"] == "not_found"
+
+
+# --- a create over a quota is answered before it is proposed --------------------------------
+
+class _Tenants:
+    """A read view holding one tenant record."""
+
+    def __init__(self, record: dict) -> None:
+        self.record = record
+
+    def get(self, table: str, key: bytes) -> dict | None:
+        return self.record if table == TENANTS and key == b"t" else None
+
+
+@given(st.integers(0, 6), st.one_of(st.none(), st.integers(0, 20_000)),
+       st.integers(0, 10_000), st.integers(1, 5), st.integers(1, 5))
+def test_the_edge_judges_a_create_as_apply_does_and_changes_nothing(jobs, bucket_milli, later_ms,
+                                                                    jobs_max, rate_per_s):
+    record = {"v": 1, "name": "t", "quota": {}, "jobs": jobs, "bucket_milli": bucket_milli,
+              "bucket_ms": 50_000, "created_ms": 0}
+    quota = {"jobs_max": jobs_max, "creates_per_s": rate_per_s}
+    at_ms = 50_000 + later_ms
+    before = copy.deepcopy(record)
+    edge = tenancy.create_refusal(record, quota, "t", at_ms)
+    assert record == before
+    applied = tenancy.CreateCounter(Tx(_Tenants(copy.deepcopy(record))), "t", quota,
+                                    at_ms).take()
+    assert edge == applied
+    assert tenancy.create_refusal(None, quota, "t", at_ms) is None
+
+
+class _Node:
+    """A stand-in port: its tenant record changes once it has caught up."""
+
+    def __init__(self, local: dict, caught_up: dict) -> None:
+        self.record, self._caught_up, self.waits = local, caught_up, 0
+
+    def tenant(self, name: str) -> dict:
+        return self.record
+
+    def now_ms(self) -> int:
+        return 60_000
+
+    async def wait_caught_up(self) -> None:
+        self.waits += 1
+        self.record = self._caught_up
+
+
+def _record(jobs: int) -> dict:
+    return {"v": 1, "name": "t", "quota": {}, "jobs": jobs, "bucket_milli": None,
+            "bucket_ms": 0, "created_ms": 0}
+
+
+async def test_a_create_over_jobs_max_is_refused_at_the_edge_once_caught_up():
+    quota = {"jobs_max": 2, "creates_per_s": 100}
+    node = _Node(_record(2), caught_up=_record(2))
+    with pytest.raises(QuotaExceeded) as caught:
+        await _refuse_over_quota(node, "t", quota)
+    assert (caught.value.limit, node.waits) == ("jobs_max", 1)
+    # A delete this node had not applied yet: the create goes on to apply.
+    node = _Node(_record(2), caught_up=_record(1))
+    await _refuse_over_quota(node, "t", quota)
+    assert node.waits == 1
+    # Under the quota here: no wait at all.
+    node = _Node(_record(1), caught_up=_record(1))
+    await _refuse_over_quota(node, "t", quota)
+    assert node.waits == 0

@@ -20,7 +20,7 @@ from raftsched.api.common import (NODE_KEY, int_param, job_secrets, json_body,
                                   json_response, maybe_consistent, node_of, raise_refusal)
 from raftsched.api.problems import problem, problem_body
 from raftsched.api.views import format_in_job_zone, job_view, run_view
-from raftsched.core import commands
+from raftsched.core import commands, tenancy
 from raftsched.core.bounded import bounded_int
 from raftsched.core.jobspec import (JOB_ID_PATTERN, validate_create, validate_job_id,
                                     validate_patch)
@@ -97,15 +97,31 @@ async def create_job(request: web.Request) -> web.Response:
     _check_run_at(spec["schedule"], now)
     node.check_room()
     tenant = tenant_of(request)
+    quota = _create_quota(node, tenant)
+    if idem is None:   # a key's replay answers the job it made, whatever the quota
+        await _refuse_over_quota(node, tenant, quota)
     cmd = commands.create_job(job_id=job_id, tenant=tenant, spec=spec, idempotency_key=idem,
                               shard=node.shard_of(job_id),
                               next_ms=next_fire_ms(spec["schedule"], now), at_ms=now,
-                              quota=_create_quota(node, tenant), actor=actor_of(request))
+                              quota=quota, actor=actor_of(request))
     result = await node.propose(cmd)
     if result.get("error") == "idempotency_key_reserved":
         raise _key_reserved(node, result)
     raise_refusal(result)
     return json_response(job_view(result["job"]), status=200 if result["existing"] else 201)
+
+
+async def _refuse_over_quota(node: "NodePort", tenant: str, quota: dict) -> None:
+    """Answer a create over the tenant's quota without a Raft entry: when this
+    node's state says it is over, judge again once caught up with the leader
+    (a delete or a refill this node has not applied yet would let it through),
+    and refuse as apply would. Otherwise apply judges, as always."""
+    if tenancy.create_refusal(node.tenant(tenant), quota, tenant, node.now_ms()) is None:
+        return
+    await node.wait_caught_up()
+    refusal = tenancy.create_refusal(node.tenant(tenant), quota, tenant, node.now_ms())
+    if refusal is not None:
+        raise_refusal(refusal)
 
 
 async def batch_create_jobs(request: web.Request) -> web.Response:

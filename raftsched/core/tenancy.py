@@ -20,6 +20,8 @@ records are dropped past `audit_entries_max`.
 
 from __future__ import annotations
 
+import copy
+
 from raftsched import limits
 from raftsched.core import keys
 from raftsched.core.tx import AUDIT, COUNTERS, TENANTS, TOKENS, Tx
@@ -77,41 +79,63 @@ class CreateCounter:
             if self._record is None:
                 return _quota_refusal("tenants_max", f"the cluster holds {limits.tenants_max} "
                                       f"tenants (tenants_max)", 60)
-        rec, quota = self._record, self._quota
-        if quota is not None:
-            if rec["jobs"] >= quota["jobs_max"]:
-                return _quota_refusal("jobs_max", f"tenant {self._tenant} has {rec['jobs']} "
-                                      f"jobs, its jobs_max; delete some first", 60)
-            refusal = self._take_token(rec, quota["creates_per_s"])
+        if self._quota is not None:
+            refusal = _over_quota(self._record, self._quota, self._tenant, self._at_ms,
+                                  refill=not self._refill_done)
+            self._refill_done = True
             if refusal is not None:
                 return refusal
-        rec["jobs"] += 1
-        return None
-
-    def _take_token(self, rec: dict, rate_per_s: int) -> dict | None:
-        """The bucket, in thousandths of a create: it refills `rate_per_s` per
-        second of at_ms and holds tenant_create_burst_s seconds' worth."""
-        capacity = max(1000, int(rate_per_s * limits.tenant_create_burst_s * 1000))
-        if not self._refill_done:
-            self._refill_done = True
-            if rec["bucket_milli"] is None:
-                rec["bucket_milli"], rec["bucket_ms"] = capacity, self._at_ms
-            elif self._at_ms > rec["bucket_ms"]:
-                gained = (self._at_ms - rec["bucket_ms"]) * rate_per_s
-                rec["bucket_milli"] = min(capacity, rec["bucket_milli"] + gained)
-                rec["bucket_ms"] = self._at_ms
-            rec["bucket_milli"] = min(rec["bucket_milli"], capacity)
-        if rec["bucket_milli"] < 1000:
-            wait_ms = -(-(1000 - rec["bucket_milli"]) // rate_per_s)
-            return _quota_refusal("creates_per_s", f"tenant {self._tenant} creates more than "
-                                  f"{rate_per_s} jobs a second (creates_per_s)",
-                                  max(1, -(-wait_ms // 1000)))
-        rec["bucket_milli"] -= 1000
+        self._record["jobs"] += 1
         return None
 
     def finish(self) -> None:
         if self._record is not None:
             self._tx.put(TENANTS, self._tenant.encode(), self._record)
+
+
+def _over_quota(rec: dict, quota: dict, tenant: str, at_ms: int, refill: bool) -> dict | None:
+    """The refusal of one more create by `tenant` under `quota`, or None; takes
+    a create from its bucket when there is one to take."""
+    if rec["jobs"] >= quota["jobs_max"]:
+        return _quota_refusal("jobs_max", f"tenant {tenant} has {rec['jobs']} "
+                              f"jobs, its jobs_max; delete some first", 60)
+    return _take_token(rec, quota["creates_per_s"], tenant, at_ms, refill)
+
+
+def _take_token(rec: dict, rate_per_s: int, tenant: str, at_ms: int,
+                refill: bool) -> dict | None:
+    """The bucket, in thousandths of a create: it refills `rate_per_s` per
+    second of at_ms and holds tenant_create_burst_s seconds' worth (refilled
+    once a command: `refill`)."""
+    capacity = max(1000, int(rate_per_s * limits.tenant_create_burst_s * 1000))
+    if refill:
+        if rec["bucket_milli"] is None:
+            rec["bucket_milli"], rec["bucket_ms"] = capacity, at_ms
+        elif at_ms > rec["bucket_ms"]:
+            gained = (at_ms - rec["bucket_ms"]) * rate_per_s
+            rec["bucket_milli"] = min(capacity, rec["bucket_milli"] + gained)
+            rec["bucket_ms"] = at_ms
+        rec["bucket_milli"] = min(rec["bucket_milli"], capacity)
+    if rec["bucket_milli"] < 1000:
+        wait_ms = -(-(1000 - rec["bucket_milli"]) // rate_per_s)
+        return _quota_refusal("creates_per_s", f"tenant {tenant} creates more than "
+                              f"{rate_per_s} jobs a second (creates_per_s)",
+                              max(1, -(-wait_ms // 1000)))
+    rec["bucket_milli"] -= 1000
+    return None
+
+
+def create_refusal(record: dict | None, quota: dict | None, tenant: str,
+                   at_ms: int) -> dict | None:
+    """What apply would answer to one create by `tenant` at `at_ms` under
+    `quota`, judged on a copy of its tenant record: the quota refusal, or None.
+    The API asks before it proposes, so that a create over a quota does not
+    cost a Raft entry (it judges again on caught-up state before it refuses).
+    A tenant without a record is judged by apply alone (only tenants_max can
+    refuse its first create)."""
+    if record is None or quota is None:
+        return None
+    return _over_quota(copy.deepcopy(record), quota, tenant, at_ms, refill=True)
 
 
 def release_job(tx: Tx, tenant: str) -> None:
