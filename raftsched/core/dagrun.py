@@ -108,12 +108,8 @@ def _reopen_task(tx: Tx, run: dict, inst: dict, child: dict, node: str | None,
                  at_ms: int) -> None:
     """A failed task of a re-driven DAG run runs again: the same task run, with
     the same ids, its next attempt, its task's retry policy afresh from here."""
-    child.setdefault("first_trigger", child["trigger"])
-    child.update(trigger=run["trigger"], redrives=child.get("redrives", 0) + 1,
-                 redrive_base=child["attempt"], attempt=child["attempt"] + 1,
-                 token=run["token"], queue=inst["queue"], started_ms=None, finished_ms=None,
-                 holder=None, lease_ms=None, retry_due_ms=None, http_status=None,
-                 exit_code=None, error=None, reason=None)
+    runs.reopen(child, run["trigger"], run["token"], None)
+    child.update(queue=inst["queue"], started_ms=None)
     child["state"] = lifecycle.next_state(child["id"], child["state"], "redrive")
     runs.enqueue(tx, child, node or run["node"], at_ms)
     runs.put_run(tx, child)

@@ -88,16 +88,8 @@ def _refusal(tx: Tx, run: dict) -> dict | None:
 
 
 def _reopen(tx: Tx, job: dict, run: dict, reason: str | None) -> None:
-    """The run as a new attempt of it starts: its summary fields are the new
-    attempt's (its earlier attempts keep theirs)."""
-    run.setdefault("first_trigger", run["trigger"])
-    run["trigger"] = TRIGGER
-    run["redrives"] = run.get("redrives", 0) + 1
-    run["redrive_base"] = run["attempt"]
-    run["attempt"] += 1
+    """The run's new attempt, under the fencing token its shard has now."""
     shard = tx.get(SHARDS, keys.shard_key(job["shard"]))
-    run["token"] = shard["token"] if shard else 0
-    run.update(finished_ms=None, http_status=None, exit_code=None, error=None, reason=reason,
-               retry_due_ms=None, holder=None, lease_ms=None)
+    runs.reopen(run, TRIGGER, shard["token"] if shard else 0, reason)
     if dagrun.is_dag_run(run):
         dagrun.redrive(run)   # its tasks are released when it is queued

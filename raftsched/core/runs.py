@@ -24,8 +24,9 @@ from raftsched import limits
 from raftsched.core import dag, dagrun, keys, lifecycle, retry
 from raftsched.core.lifecycle import ACTIVE, QUEUED, RETRY_WAIT, RUNNING, SCHEDULED, SKIPPED
 from raftsched.core.tx import (ALERTS, DUE, JOBS, LEASES, READY, RECORD_VERSION, RUNS,
-                               RUNS_BY_JOB, RUNS_BY_TENANT, RUNS_OPEN, SHARDS, AlertPending, DueArmed,
-                               TALLY_DEAD_LETTER, TALLY_RETRY, TALLY_RUN_ENDED, RunCancelled, RunQueued, Tx)
+                               RUNS_BY_JOB, RUNS_BY_TENANT, RUNS_OPEN, SHARDS, TALLY_DEAD_LETTER,
+                               TALLY_RETRY, TALLY_RUN_ENDED, AlertPending, DueArmed, RunCancelled,
+                               RunQueued, Tx)
 
 DEFAULT_QUEUE = "default"
 
@@ -336,6 +337,19 @@ def _raise_alert(tx: Tx, job: dict, run: dict, at_ms: int) -> None:
     run["alert"] = "pending"
     tx.tally(TALLY_DEAD_LETTER)
     tx.effects.append(AlertPending(run_id=run["id"]))
+
+
+def reopen(run: dict, trigger: str, token: int, reason: str | None) -> None:
+    """A failed run's next attempt is made (a re-drive, core/redrive.py, or a
+    re-driven DAG run's failed task, core/dagrun.py): the same record, ids and
+    execution id, `attempt` one up, the retry policy counted afresh from here
+    (`redrive_base`), and the summary fields the new attempt's (its earlier
+    attempts keep theirs). The caller moves its state and queues it."""
+    run.setdefault("first_trigger", run["trigger"])
+    run.update(trigger=trigger, redrives=run.get("redrives", 0) + 1,
+               redrive_base=run["attempt"], attempt=run["attempt"] + 1, token=token,
+               finished_ms=None, http_status=None, exit_code=None, error=None, reason=reason,
+               retry_due_ms=None, holder=None, lease_ms=None)
 
 
 # What core/dagrun.py uses to queue, place and report the task runs and DAG

@@ -20,8 +20,6 @@ records are dropped past `audit_entries_max`.
 
 from __future__ import annotations
 
-import copy
-
 from raftsched import limits
 from raftsched.core import keys
 from raftsched.core.tx import AUDIT, COUNTERS, TENANTS, TOKENS, Tx
@@ -135,7 +133,8 @@ def create_refusal(record: dict | None, quota: dict | None, tenant: str,
     refuse its first create)."""
     if record is None or quota is None:
         return None
-    return _over_quota(copy.deepcopy(record), quota, tenant, at_ms, refill=True)
+    # A shallow copy: the judgement changes only the record's own numbers.
+    return _over_quota(dict(record), quota, tenant, at_ms, refill=True)
 
 
 def release_job(tx: Tx, tenant: str) -> None:
