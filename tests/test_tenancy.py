@@ -1,17 +1,20 @@
-"""A tenant's record: deleting one without jobs frees its place under tenants_max and is audited, one with jobs or none is refused; a create over a quota is judged at the edge as apply judges it, and refused there only once caught up."""
+"""A tenant's record: deleting one without jobs frees its place under tenants_max and is audited, one with jobs or none is refused; a create over a quota is judged at the edge as apply judges it, refused there only once caught up, and then with no proposal."""
 
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import given, strategies as st
 
 from raftsched import limits
-from raftsched.api.app import _refuse_over_quota
+from raftsched.api.app import _refuse_over_quota, make_app
 from raftsched.core import commands, jobspec, keys, tenancy
 from raftsched.core.tx import AUDIT, TENANTS, Tx
 from raftsched.errors import QuotaExceeded
+from raftsched.runtime.port import StoreQueries
 from raftsched.testing.replica import Replica
 
 QUOTA = {"jobs_max": 10, "creates_per_s": 100}
@@ -123,3 +126,49 @@ async def test_a_create_over_jobs_max_is_refused_at_the_edge_once_caught_up():
     node = _Node(_record(1), caught_up=_record(1))
     await _refuse_over_quota(node, "t", quota)
     assert node.waits == 0
+
+
+class _Port(StoreQueries):
+    """A node port over a replica: proposals are applied at once, and counted."""
+
+    def __init__(self, log: Replica) -> None:
+        super().__init__(log.store)
+        self.log, self.proposed = log, []
+        self.node_id, self.shard_count = "n1", 16
+        self.config = SimpleNamespace(insecure_no_auth=True, allow_target_cidrs=(),
+                                      allow_commands=False)
+
+    def now_ms(self) -> int:
+        return 1_796_000_000_000   # late 2026
+
+    def check_room(self) -> None:
+        return None
+
+    def shard_of(self, job_id: str) -> int:
+        return keys.shard_of(job_id, self.shard_count)
+
+    def quota_of(self, tenant: str) -> dict:
+        return {"jobs_max": 1, "creates_per_s": 1000}
+
+    async def wait_caught_up(self, timeout_s: float = 0) -> None:
+        return None
+
+    async def propose(self, command: dict) -> dict:
+        self.proposed.append(command)
+        return self.log.run(command)
+
+
+async def test_a_single_create_over_jobs_max_answers_429_without_a_proposal():
+    port = _Port(Replica())
+    body = {"run_at": "2030-01-01T00:00:00Z",
+            "target": {"type": "http", "url": "https://h.example/x"}}
+    async with TestClient(TestServer(make_app(port))) as client:
+        assert (await client.post("/v1/jobs", json=body)).status == 201
+        assert len(port.proposed) == 1
+        over = await client.post("/v1/jobs", json=body)
+        assert (over.status, (await over.json())["limit"]) == (429, "jobs_max")
+        assert len(port.proposed) == 1   # refused at the edge: no Raft entry
+        # With an idempotency key the create goes to apply, which may answer
+        # the job the key made.
+        keyed = await client.post("/v1/jobs", json=dict(body, idempotency_key="k1"))
+        assert keyed.status == 429 and len(port.proposed) == 2
