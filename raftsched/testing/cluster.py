@@ -46,8 +46,10 @@ class LocalCluster:
     def __init__(self, base_dir: str | Path, nodes: int = 3, *,
                  extra_env: dict[str, str] | None = None,
                  node_args: list[str] | None = None, partitionable: bool = False,
-                 allow_loopback_targets: bool = True, allow_commands: bool = True) -> None:
-        """`allow_loopback_targets`: give every node --allow-target-cidr
+                 allow_loopback_targets: bool = True, allow_commands: bool = True,
+                 args_of: dict[str, list[str]] | None = None) -> None:
+        """`node_args`: flags every node gets; `args_of`: flags of one node, by id.
+        `allow_loopback_targets`: give every node --allow-target-cidr
         127.0.0.0/8, as tests call their sinks on 127.0.0.1 (nodes refuse
         loopback targets by default); False to test that refusal.
         `allow_commands`: give every node --allow-commands, as tests run
@@ -75,6 +77,7 @@ class LocalCluster:
                         RAFTSCHED_ADMIN_TOKEN=ADMIN_TOKEN, RAFTSCHED_TOKEN=ADMIN_TOKEN,
                         **(extra_env or {}))
         self.node_args = list(node_args or [])
+        self.args_of = {nid: list(args) for nid, args in (args_of or {}).items()}
         self.allow_loopback_targets = allow_loopback_targets
         self.allow_commands = allow_commands
         self.paused: set[str] = set()
@@ -95,7 +98,7 @@ class LocalCluster:
                 "--peers", peers, "--data", str(self.base / nid),
                 *(["--allow-target-cidr", "127.0.0.0/8"] if self.allow_loopback_targets else []),
                 *(["--allow-commands"] if self.allow_commands else []),
-                *self.node_args]
+                *self.node_args, *self.args_of.get(nid, [])]
 
     def start(self, nid: str | None = None) -> None:
         for node in [nid] if nid else self.ids:
