@@ -251,10 +251,22 @@ def read_secret_file(path: str, flag: str) -> tuple[str | None, str | None]:
 def raft_secret(args: argparse.Namespace,
                 environ: MutableMapping[str, str]) -> tuple[str | None, str | None]:
     """(secret or None, error or None) from --raft-secret-file, --raft-secret
-    or RAFTSCHED_RAFT_SECRET, in that order. The variable is removed from this
-    process's environment once read, so no process it starts inherits it. A
-    secret on the command line is visible to every local user (ps,
-    /proc/PID/cmdline): it still works, with a warning."""
+    or RAFTSCHED_RAFT_SECRET, in that order, at least raft_secret_chars_min
+    long. The variable is removed from this process's environment once read,
+    so no process it starts inherits it. A secret on the command line is
+    visible to every local user (ps, /proc/PID/cmdline): it still works, with
+    a warning."""
+    secret, error = _raft_secret_given(args, environ)
+    if secret is not None and len(secret) < limits.raft_secret_chars_min:
+        return None, (f"refusing to start: the Raft secret is {len(secret)} characters, under "
+                      f"the {limits.raft_secret_chars_min} raft_secret_chars_min asks (a random "
+                      f"one: python -c 'import secrets; print(secrets.token_urlsafe(32))'); "
+                      f"give every node the same")
+    return secret, error
+
+
+def _raft_secret_given(args: argparse.Namespace,
+                       environ: MutableMapping[str, str]) -> tuple[str | None, str | None]:
     from_env = environ.pop("RAFTSCHED_RAFT_SECRET", None) or None
     if args.raft_secret_file is not None and args.raft_secret is not None:
         return None, "give the Raft secret once: --raft-secret-file or --raft-secret"
