@@ -45,6 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
                            "served by `raftsched worker` (see docs/execution.md)")
     node.add_argument("--advertise-http", default=None,
                       help="URL other nodes use to reach this node's API (default from --http)")
+    node.add_argument("--tls-cert", default=None, metavar="PATH",
+                      help="serve the API over TLS with this certificate chain (PEM); needs "
+                           "--tls-key. Other nodes then call this one over https")
+    node.add_argument("--tls-key", default=None, metavar="PATH",
+                      help="the private key (PEM) of --tls-cert")
+    node.add_argument("--tls-ca", default=None, metavar="PATH",
+                      help="CA certificates (PEM) this node verifies the other nodes' "
+                           "certificates by when it calls them (default: the system's); "
+                           "give every node the same")
     node.add_argument("--shard-count", type=int, default=limits.shard_count_default,
                       help="shards; fixed when the cluster is created (default %(default)s)")
     node.add_argument("--raft-snapshot-entries", type=int,
@@ -87,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="this worker's id (default: hostname-pid); it names the lease holder")
     worker.add_argument("--token", default=None,
                         help="a worker token of the queue's tenant (default: env RAFTSCHED_TOKEN)")
+    worker.add_argument("--tls-ca", default=os.environ.get("RAFTSCHED_TLS_CA") or None,
+                        metavar="PATH",
+                        help="CA certificates (PEM) https nodes are verified by (default: env "
+                             "RAFTSCHED_TLS_CA, else the system's)")
     worker.add_argument("--log-level", default=os.environ.get("RAFTSCHED_LOG_LEVEL", "INFO"))
 
     dev = sub.add_parser("dev", help="start and supervise a local cluster on 127.0.0.1")
@@ -197,6 +210,30 @@ def _storage_flags_error(args: argparse.Namespace) -> str | None:
         ("history_max_runs", 1, limits.history_max_runs_max, True),
         ("history_max_age_s", *seconds), ("finished_job_retention_s", *seconds),
         ("idempotency_ttl_s", *seconds))
+
+
+def _tls_error(args: argparse.Namespace) -> str | None:
+    """Why the TLS flags cannot work, or None: each file is loaded once here, so
+    a bad one stops the node at start with its name, not at the first call."""
+    import ssl
+
+    from raftsched.runtime.peer import client_ssl_context, server_ssl_context
+    if (args.tls_cert is None) != (args.tls_key is None):
+        return "--tls-cert and --tls-key go together: give both, or neither"
+    if args.tls_cert is not None:
+        if args.advertise_http is not None and not args.advertise_http.startswith("https://"):
+            return ("--advertise-http must be an https:// URL when the node serves TLS "
+                    "(--tls-cert)")
+        try:
+            server_ssl_context(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            return f"--tls-cert / --tls-key: cannot load them: {exc}"
+    if args.tls_ca is not None:
+        try:
+            client_ssl_context(args.tls_ca)
+        except (OSError, ssl.SSLError) as exc:
+            return f"--tls-ca: cannot load it: {exc}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -346,6 +383,10 @@ def run_node(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"raftsched node: --allow-target-cidr: {exc}", file=sys.stderr)
         return 2
+    tls_error = _tls_error(args)
+    if tls_error is not None:
+        print(f"raftsched node: {tls_error}", file=sys.stderr)
+        return 2
     token, token_error = admin_token(args, peers, os.environ)
     if token_error is not None:
         print(f"raftsched node: {token_error}", file=sys.stderr)
@@ -390,6 +431,7 @@ def run_node(args: argparse.Namespace) -> int:
                         tenant_jobs_max=args.tenant_jobs_max,
                         tenant_creates_per_s=args.tenant_creates_per_s,
                         tenant_runs_concurrent_max=args.tenant_runs_concurrent_max,
-                        tenant_weight=args.tenant_weight)
+                        tenant_weight=args.tenant_weight,
+                        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca)
     uvloop.run(serve(config))
     return 0

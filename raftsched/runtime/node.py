@@ -299,8 +299,10 @@ class Node:
         app = make_app(self)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
+        server_ssl = peer.server_ssl_context(cfg.tls_cert, cfg.tls_key) \
+            if cfg.tls_cert and cfg.tls_key else None
         site = web.TCPSite(self._runner, cfg.http_host, cfg.http_port,
-                           reuse_address=True, backlog=1024)
+                           reuse_address=True, backlog=1024, ssl_context=server_ssl)
         await site.start()
         self._start_loops()
         log.info("node %s serving HTTP on %s, Raft on %s, peers %s", self.node_id,
