@@ -45,6 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
                            "served by `raftsched worker` (see docs/execution.md)")
     node.add_argument("--advertise-http", default=None,
                       help="URL other nodes use to reach this node's API (default from --http)")
+    node.add_argument("--tls-cert", default=None, metavar="PATH",
+                      help="serve the API over TLS with this certificate chain (PEM); needs "
+                           "--tls-key. Other nodes then call this one over https")
+    node.add_argument("--tls-key", default=None, metavar="PATH",
+                      help="the private key (PEM) of --tls-cert")
+    node.add_argument("--tls-ca", default=None, metavar="PATH",
+                      help="CA certificates (PEM) this node verifies the other nodes' "
+                           "certificates by when it calls them (default: the system's); "
+                           "give every node the same")
     node.add_argument("--shard-count", type=int, default=limits.shard_count_default,
                       help="shards; fixed when the cluster is created (default %(default)s)")
     node.add_argument("--raft-snapshot-entries", type=int,
@@ -87,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="this worker's id (default: hostname-pid); it names the lease holder")
     worker.add_argument("--token", default=None,
                         help="a worker token of the queue's tenant (default: env RAFTSCHED_TOKEN)")
+    worker.add_argument("--tls-ca", default=os.environ.get("RAFTSCHED_TLS_CA") or None,
+                        metavar="PATH",
+                        help="CA certificates (PEM) https nodes are verified by (default: env "
+                             "RAFTSCHED_TLS_CA, else the system's)")
     worker.add_argument("--log-level", default=os.environ.get("RAFTSCHED_LOG_LEVEL", "INFO"))
 
     dev = sub.add_parser("dev", help="start and supervise a local cluster on 127.0.0.1")
@@ -199,6 +212,30 @@ def _storage_flags_error(args: argparse.Namespace) -> str | None:
         ("idempotency_ttl_s", *seconds))
 
 
+def _tls_error(args: argparse.Namespace) -> str | None:
+    """Why the TLS flags cannot work, or None: each file is loaded once here, so
+    a bad one stops the node at start with its name, not at the first call."""
+    import ssl
+
+    from raftsched.runtime.peer import client_ssl_context, server_ssl_context
+    if (args.tls_cert is None) != (args.tls_key is None):
+        return "--tls-cert and --tls-key go together: give both, or neither"
+    if args.tls_cert is not None:
+        if args.advertise_http is not None and not args.advertise_http.startswith("https://"):
+            return ("--advertise-http must be an https:// URL when the node serves TLS "
+                    "(--tls-cert)")
+        try:
+            server_ssl_context(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            return f"--tls-cert / --tls-key: cannot load them: {exc}"
+    if args.tls_ca is not None:
+        try:
+            client_ssl_context(args.tls_ca)
+        except (OSError, ssl.SSLError) as exc:
+            return f"--tls-ca: cannot load it: {exc}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] and argv[0] in cli_ops.COMMANDS:
@@ -251,10 +288,22 @@ def read_secret_file(path: str, flag: str) -> tuple[str | None, str | None]:
 def raft_secret(args: argparse.Namespace,
                 environ: MutableMapping[str, str]) -> tuple[str | None, str | None]:
     """(secret or None, error or None) from --raft-secret-file, --raft-secret
-    or RAFTSCHED_RAFT_SECRET, in that order. The variable is removed from this
-    process's environment once read, so no process it starts inherits it. A
-    secret on the command line is visible to every local user (ps,
-    /proc/PID/cmdline): it still works, with a warning."""
+    or RAFTSCHED_RAFT_SECRET, in that order, at least raft_secret_chars_min
+    long. The variable is removed from this process's environment once read,
+    so no process it starts inherits it. A secret on the command line is
+    visible to every local user (ps, /proc/PID/cmdline): it still works, with
+    a warning."""
+    secret, error = _raft_secret_given(args, environ)
+    if secret is not None and len(secret) < limits.raft_secret_chars_min:
+        return None, (f"refusing to start: the Raft secret is {len(secret)} characters, under "
+                      f"the {limits.raft_secret_chars_min} raft_secret_chars_min asks (a random "
+                      f"one: python -c 'import secrets; print(secrets.token_urlsafe(32))'); "
+                      f"give every node the same")
+    return secret, error
+
+
+def _raft_secret_given(args: argparse.Namespace,
+                       environ: MutableMapping[str, str]) -> tuple[str | None, str | None]:
     from_env = environ.pop("RAFTSCHED_RAFT_SECRET", None) or None
     if args.raft_secret_file is not None and args.raft_secret is not None:
         return None, "give the Raft secret once: --raft-secret-file or --raft-secret"
@@ -334,6 +383,10 @@ def run_node(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"raftsched node: --allow-target-cidr: {exc}", file=sys.stderr)
         return 2
+    tls_error = _tls_error(args)
+    if tls_error is not None:
+        print(f"raftsched node: {tls_error}", file=sys.stderr)
+        return 2
     token, token_error = admin_token(args, peers, os.environ)
     if token_error is not None:
         print(f"raftsched node: {token_error}", file=sys.stderr)
@@ -378,6 +431,7 @@ def run_node(args: argparse.Namespace) -> int:
                         tenant_jobs_max=args.tenant_jobs_max,
                         tenant_creates_per_s=args.tenant_creates_per_s,
                         tenant_runs_concurrent_max=args.tenant_runs_concurrent_max,
-                        tenant_weight=args.tenant_weight)
+                        tenant_weight=args.tenant_weight,
+                        tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca)
     uvloop.run(serve(config))
     return 0

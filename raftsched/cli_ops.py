@@ -57,7 +57,12 @@ def run(args: argparse.Namespace) -> int:
     from raftsched.client import ApiError, Client, ClusterError, UserError
     out = Renderer(args.output)
     try:
-        api = Client(args.url, token=args.token, tenant=args.act_for, timeout_s=args.timeout_s)
+        try:
+            api = Client(args.url, token=args.token, tenant=args.act_for,
+                         timeout_s=args.timeout_s, ca_file=args.tls_ca)
+        except OSError as exc:   # the CA file (ssl.SSLError is an OSError)
+            out.error(f"--tls-ca / RAFTSCHED_TLS_CA: cannot load it: {exc}")
+            return EXIT_USER
         handler: Handler = args.handler
         return handler(api, args, out)
     except (InputError, ValueError) as exc:
@@ -81,6 +86,9 @@ def _common(parser: argparse.ArgumentParser, act_for: bool = True) -> argparse.A
                              "http://127.0.0.1:8701); any node will do")
     parser.add_argument("--token", default=None,
                         help="the API token (default: env RAFTSCHED_TOKEN)")
+    parser.add_argument("--tls-ca", default=None, metavar="PATH",
+                        help="CA certificates (PEM) an https node is verified by (default: "
+                             "env RAFTSCHED_TLS_CA, else the system's)")
     if act_for:
         parser.add_argument("--tenant", dest="act_for", default=None, metavar="TENANT",
                             help="with an admin token: act for this tenant")

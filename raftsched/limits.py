@@ -181,6 +181,21 @@ raft_frame_preauth_bytes_max = 4 * 1024
 # entries and snapshots travel in chunks of 64 KiB. So 64 MiB is eight times
 # the worst case and still bounds what one peer connection can hold.
 raft_frame_bytes_max = 64 * 1024 ** 2
+# Seconds a connection to the Raft port has to finish its handshake (its first
+# frame decrypted with the secret, then the peer's address) before it is
+# closed. A peer does both in one round trip (milliseconds); pysyncobj itself
+# closes an idle connection only when it next has an event on it, so a
+# connection that sends nothing, or a byte now and then, would stay forever.
+raft_handshake_timeout_s = 5.0
+# Connections to the Raft port from one source address that have not finished
+# their handshake. A peer opens one link at a time (a redial replaces the old
+# one), so a few cover peers behind one address (a relay, NAT, one host in
+# tests); more from one address are closed as they are accepted.
+raft_preauth_connections_per_source_max = 8
+# The same across all sources: bounds what unauthenticated connections can hold
+# (each at most raft_frame_preauth_bytes_max buffered, for
+# raft_handshake_timeout_s) however many addresses they come from.
+raft_preauth_connections_max = 256
 # Bytes of Raft entries a node holds since its last snapshot before it takes one,
 # whatever --raft-snapshot-entries says: pysyncobj keeps those entries in memory,
 # so this bounds a node's private memory under batch creates (about 100 KB an
@@ -557,6 +572,10 @@ token_secret_bytes = 32
 # The bootstrap admin token an operator gives (RAFTSCHED_ADMIN_TOKEN): at least
 # this many characters, so a short guessable word is refused.
 admin_token_chars_min = 24
+# The shared Raft secret (RAFTSCHED_RAFT_SECRET, --raft-secret-file): as long
+# as the admin token, for the same reason; it is also what the node credential
+# (runtime/peer.py) is derived from.
+raft_secret_chars_min = admin_token_chars_min
 # Audit records kept; apply drops the oldest past this, so the table is bounded.
 audit_entries_max = 100_000
 audit_list_limit_max = 1000

@@ -19,7 +19,8 @@ raftsched.limits (the contract checks it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, Protocol
 
 from raftsched import limits
 
@@ -43,8 +44,14 @@ class Settings(Protocol):
     @property
     def admin_token_sha256(self) -> str | None: ...
 
-    def peer_headers(self) -> dict[str, str]:
-        """What a node sends when it calls another node's API."""
+    @property
+    def node_credential_sha256(self) -> str | None:
+        """The SHA-256 of the credential nodes call each other with (None: none)."""
+
+    def peer_session(self, timeout: Any) -> "AbstractAsyncContextManager[Any]":
+        """An aiohttp ClientSession for calls to another node's API: it sends
+        the node credential (never the admin token) and verifies the nodes' TLS
+        certificates by the cluster's CA. `timeout`: an aiohttp.ClientTimeout."""
 
 
 class NodePort(Protocol):

@@ -146,6 +146,7 @@ def fake_node(**overrides: object) -> SimpleNamespace:
         breaker=ns(opened_total=0), workers=ns(claimed_total=0),
         reporter=ns(pending=lambda: 0, dropped_total=0),
         replicator=ns(status=lambda: raft, journal_flushes_total=5, frames_refused_total=0,
+                      handshakes_refused_total=0,
                       snapshots_written_total=2, snapshot_installs_total=0,
                       snapshot_write_s_sum=0.75, snapshot_write_s_last=0.25),
         storage=ns(refused_total=0, status=lambda: {

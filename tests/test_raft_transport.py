@@ -108,6 +108,59 @@ def test_an_unencrypted_frame_gets_no_answer(shared_cluster):
         seconds_until_closed(sock)
 
 
+@pytest.mark.integration
+def test_a_connection_that_does_not_authenticate_in_time_is_closed(shared_cluster):
+    """pysyncobj alone keeps a silent connection, or one that trickles a byte
+    now and then, open for good."""
+    timeout_s = limits.raft_handshake_timeout_s
+    endpoint = raft_endpoint(shared_cluster, "n2")
+    before = shared_cluster.api("n2", "GET", "/v1/node").body["raft_handshakes_refused_total"]
+    with socket.create_connection(endpoint, timeout=5) as silent, \
+            socket.create_connection(endpoint, timeout=5) as trickle:
+        started = time.monotonic()
+        trickle.sendall(struct.pack("i", 1000))   # a frame of 1000 bytes, within the cap
+        trickle.settimeout(0.5)
+        closed = False
+        while not closed and time.monotonic() - started < timeout_s + closed_within_s:
+            try:   # one byte of its body every half second
+                trickle.sendall(b"x")
+                closed = trickle.recv(1) == b""
+            except socket.timeout:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+        trickled_s = time.monotonic() - started
+        assert closed, f"a trickling connection was still open after {trickled_s:.1f} s"
+        assert trickled_s >= timeout_s - 1.0, f"closed after {trickled_s:.1f} s, before its time"
+        silent_s = time.monotonic() - started + seconds_until_closed(silent)
+        assert timeout_s - 1.0 <= silent_s <= timeout_s + closed_within_s
+    after = shared_cluster.api("n2", "GET", "/v1/node").body["raft_handshakes_refused_total"]
+    assert after >= before + 2
+    assert "no handshake within raft_handshake_timeout_s" in shared_cluster.logs("n2", 100_000)
+    still_commits(shared_cluster, "n2")
+
+
+@pytest.mark.integration
+def test_connections_in_handshake_over_the_per_source_cap_are_closed_at_once(shared_cluster):
+    cap = limits.raft_preauth_connections_per_source_max
+    endpoint = raft_endpoint(shared_cluster, "n3")
+    held = [socket.create_connection(endpoint, timeout=5) for _ in range(cap)]
+    try:
+        with socket.create_connection(endpoint, timeout=5) as extra:
+            took_s = seconds_until_closed(extra)
+        assert took_s < limits.raft_handshake_timeout_s / 2, took_s
+        for sock in held:   # the first `cap` wait for their handshake
+            sock.settimeout(0.2)
+            with pytest.raises(socket.timeout):
+                sock.recv(1)
+    finally:
+        for sock in held:
+            sock.close()
+    assert "raft_preauth_connections_per_source_max" in shared_cluster.logs("n3", 100_000)
+    # Its peers' links (authenticated, also from 127.0.0.1) were never at risk.
+    still_commits(shared_cluster, "n3")
+
+
 def still_commits(cluster: LocalCluster, nid: str) -> None:
     created = cluster.api(nid, "POST", "/v1/jobs", PROBE_JOB)
     assert created.status == 201, created
@@ -129,7 +182,7 @@ def test_a_single_node_without_a_secret_opens_no_raft_port(tmp_path):
 
 def test_a_single_node_with_a_secret_file_listens_but_refuses_unencrypted_frames(tmp_path):
     secret_file = tmp_path / "raft-secret"
-    secret_file.write_text("s3cret-" + os.urandom(8).hex() + "\n")
+    secret_file.write_text("s3cret-" + os.urandom(16).hex() + "\n")
     secret_file.chmod(0o600)
     cluster = LocalCluster(tmp_path / "c", nodes=1,
                            node_args=["--raft-secret-file", str(secret_file)])
@@ -225,6 +278,11 @@ def test_a_bad_header_behind_a_good_frame_in_one_read_is_caught(link, declared):
 
 # --- where the secret comes from --------------------------------------------------------------
 
+# Secrets of raft_secret_chars_min characters, the shortest a node takes.
+ON_ARGV, FROM_FILE, FROM_ENV = (name.ljust(limits.raft_secret_chars_min, "-")
+                                for name in ("on-argv", "from-file", "from-env"))
+
+
 def node_args(*extra: str) -> argparse.Namespace:
     return build_parser().parse_args(["node", "--id", "n1", "--http", "127.0.0.1:1",
                                       "--raft", "127.0.0.1:2", "--data", "/nonexistent",
@@ -232,19 +290,19 @@ def node_args(*extra: str) -> argparse.Namespace:
 
 
 def test_the_secret_on_argv_works_with_a_warning_naming_the_file_option(capsys):
-    secret, error = raft_secret(node_args("--raft-secret", "abc"), {})
-    assert (secret, error) == ("abc", None)
+    secret, error = raft_secret(node_args("--raft-secret", ON_ARGV), {})
+    assert (secret, error) == (ON_ARGV, None)
     assert "--raft-secret-file" in capsys.readouterr().err
 
 
 def test_the_secret_from_a_file_or_the_environment_without_warning(tmp_path, capsys):
     path = tmp_path / "secret"
-    path.write_text("from-file\n")
+    path.write_text(FROM_FILE + "\n")
     path.chmod(0o600)
-    environ = {"RAFTSCHED_RAFT_SECRET": "from-env", "OTHER": "1"}
-    assert raft_secret(node_args("--raft-secret-file", str(path)), environ) == ("from-file", None)
+    environ = {"RAFTSCHED_RAFT_SECRET": FROM_ENV, "OTHER": "1"}
+    assert raft_secret(node_args("--raft-secret-file", str(path)), environ) == (FROM_FILE, None)
     assert environ == {"OTHER": "1"}, "the variable must leave the node's environment"
-    assert raft_secret(node_args(), {"RAFTSCHED_RAFT_SECRET": "from-env"}) == ("from-env", None)
+    assert raft_secret(node_args(), {"RAFTSCHED_RAFT_SECRET": FROM_ENV}) == (FROM_ENV, None)
     assert raft_secret(node_args(), {}) == (None, None)
     assert capsys.readouterr().err == ""
 
@@ -258,7 +316,29 @@ def test_unusable_secret_sources_are_refused(tmp_path, capsys):
     both = node_args("--raft-secret-file", str(empty), "--raft-secret", "x")
     assert "once" in raft_secret(both, {})[1]
     shared = tmp_path / "shared"
-    shared.write_text("s")
+    shared.write_text(FROM_FILE)
     shared.chmod(0o644)
-    assert raft_secret(node_args("--raft-secret-file", str(shared)), {}) == ("s", None)
+    assert raft_secret(node_args("--raft-secret-file", str(shared)), {}) == (FROM_FILE, None)
     assert "chmod 600" in capsys.readouterr().err
+
+
+def test_a_secret_shorter_than_the_admin_tokens_minimum_is_refused(tmp_path):
+    assert limits.raft_secret_chars_min == limits.admin_token_chars_min
+    short = "x" * (limits.raft_secret_chars_min - 1)
+    for args, environ in [(node_args("--raft-secret", short), {}),
+                          (node_args(), {"RAFTSCHED_RAFT_SECRET": short})]:
+        secret, error = raft_secret(args, environ)
+        assert secret is None
+        assert f"{limits.raft_secret_chars_min} raft_secret_chars_min" in error
+    path = tmp_path / "secret"
+    path.write_text(short + "\n")
+    path.chmod(0o600)
+    assert "refusing to start" in raft_secret(node_args("--raft-secret-file", str(path)), {})[1]
+
+
+def test_a_node_given_a_short_secret_exits_with_the_reason(tmp_path):
+    cluster = LocalCluster(tmp_path, nodes=3)
+    cluster.env["RAFTSCHED_RAFT_SECRET"] = "too-short"
+    with cluster:
+        assert cluster.procs["n1"].wait(30) == 2
+        assert "the Raft secret is 9 characters" in cluster.logs("n1")

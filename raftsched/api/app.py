@@ -417,8 +417,7 @@ async def cluster(request: web.Request) -> web.Response:
             return me
         try:
             timeout = aiohttp.ClientTimeout(total=limits.cluster_peer_status_timeout_s)
-            async with aiohttp.ClientSession(timeout=timeout,
-                                             headers=node.config.peer_headers()) as session:
+            async with node.config.peer_session(timeout) as session:
                 async with session.get(rec["http"] + "/v1/node") as response:
                     return await response.json()
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):

@@ -19,8 +19,10 @@ tenant's name is a 403.
 
 The admin token the nodes were started with (RAFTSCHED_ADMIN_TOKEN or
 --admin-token-file) is not in the replicated state: it is the way in to a new
-cluster, acts as token id `bootstrap` of tenant `default`, and is what nodes
-send each other. `--insecure-no-auth` turns all of this off: every request
+cluster and acts as token id `bootstrap` of tenant `default`. Nodes never send
+it to each other: they call with the node credential (runtime/peer.py, derived
+from the Raft secret), whose `node` role may call only PEER_ROUTES, each with
+the query it needs. `--insecure-no-auth` turns all of this off: every request
 is an admin's.
 """
 
@@ -41,6 +43,8 @@ from raftsched.errors import Forbidden, InvalidInput, Unauthorized
 
 PRINCIPAL_KEY = web.RequestKey("principal", object)
 BOOTSTRAP_ID = "bootstrap"
+NODE_ID = "node"
+NODE_ROLE = "node"
 INSECURE_ID = "insecure"
 DEFAULT_TENANT = "default"
 TENANT_RE = re.compile(limits.tenant_name_pattern)
@@ -112,6 +116,9 @@ def authenticate(request: web.Request) -> tuple[str, str, str]:
     bootstrap = node.config.admin_token_sha256
     if bootstrap is not None and hmac.compare_digest(digest, bootstrap):
         return BOOTSTRAP_ID, DEFAULT_TENANT, "admin"
+    peer = node.config.node_credential_sha256
+    if peer is not None and hmac.compare_digest(digest, peer):
+        return NODE_ID, DEFAULT_TENANT, NODE_ROLE
     match = TOKEN_RE.fullmatch(text)
     record = node.token("tok_" + match.group(1)) if match else None
     if record is None or not hmac.compare_digest(digest, record["sha256"]):
@@ -146,12 +153,38 @@ async def auth_middleware(request: web.Request, handler: Any) -> web.StreamRespo
         token_id, own, role = INSECURE_ID, DEFAULT_TENANT, "admin"
     else:
         token_id, own, role = authenticate(request)
-    if need not in GRANTS[role]:
+    if role == NODE_ROLE:
+        _check_peer_call(request, method, resource.canonical)
+    elif need not in GRANTS[role]:
         raise Forbidden(f"a {role} token may not {request.method} {resource.canonical} "
                         f"(needs {need})")
     request[PRINCIPAL_KEY] = Principal(token_id, _acting_tenant(request, own, role), role)
     return await handler(request)
 
+
+def _check_peer_call(request: web.Request, method: str, template: str) -> None:
+    """A node credential may call a peer route, with that route's query, only."""
+    query = PEER_ROUTES.get((method, template))
+    if query is None:
+        raise Forbidden(f"the node credential may not {request.method} {template} (it may "
+                        f"call only the routes nodes call on each other)")
+    for name, value in query.items():
+        if request.query.get(name) != value:
+            raise Forbidden(f"with the node credential, {template} needs `{name}={value}`",
+                            field=name)
+    if "tenant" in request.query:
+        raise Forbidden("the node credential acts for no tenant", field="tenant")
+
+
+# What nodes call on each other (runtime/peer.py), with the query each call
+# must carry: a node's status (commit index, storage; GET /v1/cluster), its
+# clock (runtime/clock.py), and the run output it keeps (only its own store:
+# the node that asked checked the caller's tenant).
+PEER_ROUTES: dict[tuple[str, str], dict[str, str]] = {
+    ("GET", "/v1/node"): {},
+    ("GET", "/v1/node/clock"): {},
+    ("GET", "/v1/runs/{run_id}/logs"): {"local": "true"},
+}
 
 # (method, route template) -> permission. Every route the app adds is here.
 PERMISSIONS: dict[tuple[str, str], str] = {

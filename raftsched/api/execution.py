@@ -12,7 +12,7 @@ import aiohttp
 from aiohttp import web
 
 from raftsched import limits
-from raftsched.api.auth import actor_of, principal, tenant_of
+from raftsched.api.auth import NODE_ROLE, actor_of, principal, tenant_of
 from raftsched.api.common import (float_param, int_param, job_secrets, json_body,
                                   json_response, maybe_consistent, node_of, optional_reason,
                                   raise_refusal)
@@ -81,9 +81,9 @@ async def run_logs(request: web.Request) -> web.Response:
     node = node_of(request)
     run_id = request.match_info["run_id"]
     if request.query.get("local") == "true":
-        if not principal(request).is_admin:
-            raise Forbidden("`local=true` is how nodes ask each other; it needs an admin "
-                            "token", field="local")
+        if principal(request).role not in ("admin", NODE_ROLE):
+            raise Forbidden("`local=true` is how nodes ask each other; it needs the node "
+                            "credential or an admin token", field="local")
         return json_response({"node": node.node_id, "attempts": _local_logs(node, run_id)})
     run = _run(node, run_id, tenant_of(request))
     hidden = job_secrets(node, run["job_id"])
@@ -128,8 +128,7 @@ async def _logs_from(node: "NodePort", holder: str, run_id: str) -> tuple[list[d
         return [], f"node {holder} is not registered"
     try:
         timeout = aiohttp.ClientTimeout(total=limits.logs_fetch_timeout_s)
-        async with aiohttp.ClientSession(timeout=timeout,
-                                         headers=node.config.peer_headers()) as session:
+        async with node.config.peer_session(timeout) as session:
             async with session.get(f"{rec['http']}/v1/runs/{run_id}/logs",
                                    params={"local": "true"}) as response:
                 body = await response.json()

@@ -35,15 +35,18 @@ class AsyncClient:
     """The arguments of Client. Use it as `async with`, or call close()."""
 
     def __init__(self, url: str | None = None, *, token: str | None = None,
-                 tenant: str | None = None, timeout_s: float | None = None) -> None:
-        self.settings = wire.Settings.resolve(url, token, tenant, timeout_s)
+                 tenant: str | None = None, timeout_s: float | None = None,
+                 ca_file: str | None = None) -> None:
+        self.settings = wire.Settings.resolve(url, token, tenant, timeout_s, ca_file=ca_file)
+        self._ssl = self.settings.ssl_context()
         self._session: aiohttp.ClientSession | None = None
 
     async def send(self, call: Call[T]) -> T:
         """Send one built Call; every operation method goes through here."""
         request = wire.encode(call, self.settings)
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+                ssl=self._ssl if self._ssl is not None else True))
         try:
             async with self._session.request(
                     request.method, request.url, data=request.body, headers=request.headers,

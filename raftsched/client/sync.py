@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import http.client
 import socket
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -34,11 +35,12 @@ def _method(build: Callable[P, Call[T]]) -> Callable[Concatenate["Client", P], T
     return method
 
 
-def _open(request: wire.Request) -> tuple[int, dict[str, str], bytes]:
+def _open(request: wire.Request,
+          context: ssl.SSLContext | None = None) -> tuple[int, dict[str, str], bytes]:
     sent = urllib.request.Request(request.url, data=request.body, method=request.method,
                                   headers=request.headers)
     try:
-        with urllib.request.urlopen(sent, timeout=request.timeout_s) as answer:
+        with urllib.request.urlopen(sent, timeout=request.timeout_s, context=context) as answer:
             return answer.status, dict(answer.headers), answer.read()
     except urllib.error.HTTPError as exc:
         with exc:
@@ -56,15 +58,18 @@ def _open(request: wire.Request) -> tuple[int, dict[str, str], bytes]:
 class Client:
     """`url`, `token`: arguments, else RAFTSCHED_URL and RAFTSCHED_TOKEN, else
     http://127.0.0.1:8701 and no token. `tenant`: with an admin token, act for
-    this tenant. `timeout_s`: per request (default limits.client_timeout_s_default)."""
+    this tenant. `timeout_s`: per request (default limits.client_timeout_s_default).
+    `ca_file`: else RAFTSCHED_TLS_CA; the CAs an https node is verified by."""
 
     def __init__(self, url: str | None = None, *, token: str | None = None,
-                 tenant: str | None = None, timeout_s: float | None = None) -> None:
-        self.settings = wire.Settings.resolve(url, token, tenant, timeout_s)
+                 tenant: str | None = None, timeout_s: float | None = None,
+                 ca_file: str | None = None) -> None:
+        self.settings = wire.Settings.resolve(url, token, tenant, timeout_s, ca_file=ca_file)
+        self._ssl = self.settings.ssl_context()
 
     def send(self, call: Call[T]) -> T:
         """Send one built Call; every operation method goes through here."""
-        status, headers, data = _open(wire.encode(call, self.settings))
+        status, headers, data = _open(wire.encode(call, self.settings), self._ssl)
         result: T = wire.decode(call, status, headers, data)
         return result
 

@@ -8,6 +8,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import ssl
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -22,23 +23,35 @@ DEFAULT_URL = "http://127.0.0.1:8701"
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """`url`: a node's API (any node: each forwards writes to the leader itself).
-    `tenant`: with an admin token, act for this tenant."""
+    `tenant`: with an admin token, act for this tenant. `ca_file`: the CA
+    certificates (PEM) an https node is verified by (None: the system's)."""
     url: str
     token: str | None
     tenant: str | None
     timeout_s: float
+    ca_file: str | None = None
 
     @classmethod
     def resolve(cls, url: str | None, token: str | None, tenant: str | None,
-                timeout_s: float | None, environ: Mapping[str, str] | None = None) -> "Settings":
-        """Arguments first, then RAFTSCHED_URL and RAFTSCHED_TOKEN, then the defaults."""
+                timeout_s: float | None, environ: Mapping[str, str] | None = None, *,
+                ca_file: str | None = None) -> "Settings":
+        """Arguments first, then RAFTSCHED_URL, RAFTSCHED_TOKEN and
+        RAFTSCHED_TLS_CA, then the defaults."""
         env = os.environ if environ is None else environ
         resolved_url = url or env.get("RAFTSCHED_URL") or DEFAULT_URL
         timeout = limits.client_timeout_s_default if timeout_s is None else timeout_s
         if not timeout > 0:
             raise ValueError(f"timeout_s must be positive, not {timeout_s!r}")
         return cls(url=resolved_url.rstrip("/"), token=token or env.get("RAFTSCHED_TOKEN") or None,
-                   tenant=tenant, timeout_s=timeout)
+                   tenant=tenant, timeout_s=timeout,
+                   ca_file=ca_file or env.get("RAFTSCHED_TLS_CA") or None)
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """What verifies an https node: ca_file's CAs, or None for the system's.
+        Raises OSError / ssl.SSLError for a file that cannot be read as PEM."""
+        if self.ca_file is None:
+            return None
+        return ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_file)
 
 
 @dataclasses.dataclass(frozen=True)

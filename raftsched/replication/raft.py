@@ -63,7 +63,12 @@ frame is a 4-byte length, then that many bytes, and pysyncobj buffers a frame
 whole before it decrypts it; so a declared length is checked as soon as its
 header arrives (_CappedConnection): over raft_frame_preauth_bytes_max before
 the connection's first frame has decrypted, over raft_frame_bytes_max after,
-the connection is closed.
+the connection is closed. An incoming connection must also finish its
+handshake (first frame decrypted, then the peer's address) within
+raft_handshake_timeout_s, and at most raft_preauth_connections_per_source_max
+connections from one address (raft_preauth_connections_max in all) may be
+in their handshake at once: more are closed as they are accepted
+(_Transport).
 """
 
 from __future__ import annotations
@@ -224,6 +229,39 @@ class _FrameRefusals:
 _frame_refusals = _FrameRefusals()
 
 
+class _HandshakeRefusals:
+    """Counts the incoming connections closed before their handshake finished
+    (Raft thread only): too slow, or over a cap of connections in handshake."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._unlogged = 0
+        self._logged_at = float("-inf")
+
+    def note(self, source: str, why: str) -> None:
+        self.total += 1
+        now = time.monotonic()
+        if now - self._logged_at < limits.frame_refusal_log_period_s:
+            self._unlogged += 1
+            return
+        log.warning("Raft port: closed a connection from %s before it authenticated: %s%s",
+                    source, why, f"; {self._unlogged} more closed since the last such warning"
+                    if self._unlogged else "")
+        self._logged_at = now
+        self._unlogged = 0
+
+
+_handshake_refusals = _HandshakeRefusals()
+
+
+def _source_of(conn: TcpConnection) -> str:
+    """The address (no port) an incoming connection comes from."""
+    try:
+        return str(conn._TcpConnection__socket.getpeername()[0])
+    except (OSError, AttributeError, TypeError, IndexError):
+        return "an unknown address"
+
+
 class _CappedConnection(TcpConnection):
     """pysyncobj's TCP connection, closed as soon as a frame header declares
     more than the cap: raft_frame_preauth_bytes_max until a first frame has
@@ -323,7 +361,48 @@ class _Transport(TCPTransport):
 
     def _onNewIncomingConnection(self, conn: TcpConnection) -> None:
         _cap_frames(conn, trusted=False)   # before any byte of it is read
+        source = _source_of(conn)
+        refusal = self._raftsched_admission(source)
+        if refusal is not None:
+            _handshake_refusals.note(source, refusal)
+            conn.disconnect()   # no callback is set yet: pysyncobj never sees it
+            return
+        conn._raftsched_source = source
+        conn._raftsched_accepted_at = time.monotonic()
         super()._onNewIncomingConnection(conn)
+
+    def _raftsched_admission(self, source: str) -> str | None:
+        """Why a new connection from `source` must be closed at once, or None.
+        pysyncobj keeps every incoming connection in _unknownConnections until
+        the peer has sent its address, which takes the handshake first."""
+        pending = self._unknownConnections
+        if len(pending) >= limits.raft_preauth_connections_max:
+            return (f"{len(pending)} connections are in their handshake, the most "
+                    f"raft_preauth_connections_max ({limits.raft_preauth_connections_max}) allows")
+        from_source = sum(1 for c in pending if getattr(c, "_raftsched_source", None) == source)
+        if from_source >= limits.raft_preauth_connections_per_source_max:
+            return (f"{from_source} connections from it are in their handshake, the most "
+                    f"raft_preauth_connections_per_source_max "
+                    f"({limits.raft_preauth_connections_per_source_max}) allows")
+        return None
+
+    def _onTick(self) -> None:
+        super()._onTick()
+        if self._unknownConnections:
+            self._raftsched_close_slow_handshakes()
+
+    def _raftsched_close_slow_handshakes(self) -> None:
+        """Close the incoming connections still in their handshake
+        raft_handshake_timeout_s after they were accepted."""
+        accepted_before = time.monotonic() - limits.raft_handshake_timeout_s
+        for conn in list(self._unknownConnections):
+            if getattr(conn, "_raftsched_accepted_at", accepted_before) <= accepted_before:
+                _handshake_refusals.note(
+                    getattr(conn, "_raftsched_source", "an unknown address"),
+                    f"no handshake within raft_handshake_timeout_s "
+                    f"({limits.raft_handshake_timeout_s:g} s)")
+                self._unknownConnections.discard(conn)
+                conn.disconnect()
 
     def addNode(self, node: Any) -> None:
         super().addNode(node)
@@ -621,6 +700,12 @@ class Replicator:
         """Raft connections this process closed for a declared frame length
         over the cap (an HTTP request or a probe sent to the Raft port)."""
         return _frame_refusals.total
+
+    @property
+    def handshakes_refused_total(self) -> int:
+        """Incoming Raft connections this process closed before they
+        authenticated: too slow, or over a cap of connections in handshake."""
+        return _handshake_refusals.total
 
     # --- snapshots: a compacted LMDB copy, written off the Raft thread ------------------
 

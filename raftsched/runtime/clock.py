@@ -207,11 +207,13 @@ class ClusterClock:
 
     # --- measuring (loop thread) -------------------------------------------------------
 
-    async def run(self, peers: Callable[[], dict[str, str]], headers: dict[str, str]) -> None:
+    async def run(self, peers: Callable[[], dict[str, str]],
+                  session_of: Callable[[aiohttp.ClientTimeout], aiohttp.ClientSession]) -> None:
         """Measure every peer (`peers()`: node id -> HTTP URL) each period, then
-        judge. Runs under the node's supervisor."""
+        judge. `session_of(timeout)` makes the session peers are called with
+        (the node credential, TLS). Runs under the node's supervisor."""
         timeout = aiohttp.ClientTimeout(total=limits.clock_probe_timeout_s)
-        async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
+        async with session_of(timeout) as session:
             while True:
                 await asyncio.sleep(await self.measure_round(session, peers()))
 

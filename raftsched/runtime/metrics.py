@@ -175,6 +175,9 @@ class NodeCollector(Collector):
                       replicator.journal_flushes_total)
         yield counter("raft_frames_refused", "Raft connections closed for an oversized frame",
                       replicator.frames_refused_total)
+        yield counter("raft_handshakes_refused",
+                      "Raft connections closed before they authenticated: too slow, or over "
+                      "a cap of connections authenticating", replicator.handshakes_refused_total)
         yield counter("snapshots_written", "Raft snapshots this node wrote and put in place",
                       replicator.snapshots_written_total)
         yield counter("snapshot_installs", "Raft snapshots this node installed",

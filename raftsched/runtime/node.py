@@ -13,9 +13,11 @@ over this node's NodePort (runtime/port.py) and passes it to start().
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import os
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -38,6 +40,7 @@ from raftsched.runtime.clock import ClusterClock
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
 from raftsched.runtime.lateness import LatenessHistogram
+from raftsched.runtime import peer
 from raftsched.runtime.metrics import AppliedCounts, exposition, make_registry
 from raftsched.runtime.purger import Purger
 from raftsched.runtime.reaper import Reaper
@@ -102,6 +105,12 @@ class NodeConfig:
     # cluster's time (the median of the nodes' clocks) owns no shards
     # (runtime/clock.py). Positive; give every node the same.
     max_clock_skew_ms: int = limits.max_clock_skew_ms_default
+    # --tls-cert / --tls-key: serve the API over TLS (both or neither);
+    # --tls-ca: the CAs a node verifies the other nodes' certificates by (None:
+    # the system's). Give every node the same CA (docs/security.md).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
 
     @property
     def admin_token_sha256(self) -> str | None:
@@ -109,9 +118,32 @@ class NodeConfig:
             return None
         return hashlib.sha256(self.admin_token.encode()).hexdigest()
 
+    @functools.cached_property
+    def node_credential(self) -> str | None:
+        """What nodes send each other (runtime/peer.py), derived from the Raft
+        secret, else from the admin token; None when there is neither (then
+        the API takes no tokens or there are no peers to call)."""
+        secret = self.raft_secret or self.admin_token
+        return peer.node_credential(secret) if secret else None
+
+    @functools.cached_property
+    def node_credential_sha256(self) -> str | None:
+        if self.node_credential is None:
+            return None
+        return hashlib.sha256(self.node_credential.encode()).hexdigest()
+
     def peer_headers(self) -> dict[str, str]:
-        """What a node sends when it calls another node's API."""
-        return {"Authorization": f"Bearer {self.admin_token}"} if self.admin_token else {}
+        """What a node sends when it calls another node's API: never the admin token."""
+        return {"Authorization": f"Bearer {self.node_credential}"} if self.node_credential else {}
+
+    @functools.cached_property
+    def peer_ssl(self) -> ssl.SSLContext | None:
+        return peer.client_ssl_context(self.tls_ca)
+
+    def peer_session(self, timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:
+        """A session for calls to other nodes: the node credential, and the CA."""
+        return peer.peer_session(timeout=timeout, headers=self.peer_headers(),
+                                 ssl_context=self.peer_ssl)
 
     def quota_defaults(self) -> dict[str, int]:
         return {"jobs_max": self.tenant_jobs_max, "creates_per_s": self.tenant_creates_per_s,
@@ -120,7 +152,8 @@ class NodeConfig:
 
     @property
     def http_url(self) -> str:
-        return self.advertise_http or f"http://{self.http_host}:{self.http_port}"
+        scheme = "https" if self.tls_cert else "http"
+        return self.advertise_http or f"{scheme}://{self.http_host}:{self.http_port}"
 
 
 class Node:
@@ -237,8 +270,7 @@ class Node:
                               reason="no_leader")
         try:
             timeout = aiohttp.ClientTimeout(total=timeout_s)
-            async with aiohttp.ClientSession(timeout=timeout,
-                                             headers=self.config.peer_headers()) as session:
+            async with self.config.peer_session(timeout) as session:
                 async with session.get(leader["http"] + "/v1/node") as response:
                     body = await response.json()
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
@@ -267,8 +299,10 @@ class Node:
         app = make_app(self)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
+        server_ssl = peer.server_ssl_context(cfg.tls_cert, cfg.tls_key) \
+            if cfg.tls_cert and cfg.tls_key else None
         site = web.TCPSite(self._runner, cfg.http_host, cfg.http_port,
-                           reuse_address=True, backlog=1024)
+                           reuse_address=True, backlog=1024, ssl_context=server_ssl)
         await site.start()
         self._start_loops()
         log.info("node %s serving HTTP on %s, Raft on %s, peers %s", self.node_id,
@@ -285,7 +319,7 @@ class Node:
                  "sync": self._sync_loop, "prune_outputs": self._prune_outputs_loop,
                  "purger": self.purger.run, "storage": self.storage.run,
                  "backfiller": self.backfiller.run,
-                 "clock": lambda: self.clock.run(self._peer_urls, self.config.peer_headers())}
+                 "clock": lambda: self.clock.run(self._peer_urls, self.config.peer_session)}
         for name, loop in loops.items():
             self.supervisor.start(name, loop)
         self.supervisor.start("register", self._register_loop, finite=True)

@@ -166,6 +166,7 @@ class NodeAdapter(StoreQueries):
                 "snapshot_installs_total": node.replicator.snapshot_installs_total,
                 # Connections to the Raft port closed for an oversized frame header.
                 "raft_frames_refused_total": node.replicator.frames_refused_total,
+                "raft_handshakes_refused_total": node.replicator.handshakes_refused_total,
                 # Failures of each background task since start (runtime/supervise.py).
                 "task_failures": dict(node.supervisor.failures),
                 # Peers read `storage.full` to refuse writes while this node is past its mark.

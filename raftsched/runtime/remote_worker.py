@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 import time
 from typing import Any
@@ -30,6 +31,7 @@ import aiohttp
 from raftsched import limits
 from raftsched.executors.base import Attempt, Outcome
 from raftsched.executors.command import CommandExecutor
+from raftsched.runtime.peer import client_ssl_context
 from raftsched.runtime.procguard import deny_same_user_inspection
 from raftsched.runtime.supervise import Supervisor
 
@@ -43,7 +45,9 @@ class NoNodeAnswered(Exception):
 class RemoteWorker:
     def __init__(self, urls: list[str], queue: str, concurrency: int, worker_id: str,
                  executor: CommandExecutor | None = None,
-                 supervisor: Supervisor | None = None, token: str | None = None) -> None:
+                 supervisor: Supervisor | None = None, token: str | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        """`ssl_context`: what verifies https nodes (None: the system's CAs)."""
         assert urls
         assert concurrency >= 1
         self._urls = [u.rstrip("/") for u in urls]
@@ -59,6 +63,7 @@ class RemoteWorker:
         self._session: aiohttp.ClientSession | None = None
         # A worker token of the queue's tenant (or an admin's): sent on every call.
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._ssl = ssl_context
         self.completed_total = 0
         self.supervisor = supervisor or Supervisor(f"worker {worker_id}")
 
@@ -85,7 +90,8 @@ class RemoteWorker:
         """Serve until cancelled. Each loop restarts when it fails, and the
         process exits when one cannot go on (runtime/supervise.py); stopping
         cancels the loops and the running commands (their groups are killed)."""
-        async with aiohttp.ClientSession(headers=self._headers) as session:
+        connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True)
+        async with aiohttp.ClientSession(headers=self._headers, connector=connector) as session:
             self._session = session
             self.supervisor.start("claim", self._claim_loop)
             self.supervisor.start("heartbeat", self._heartbeat_loop)
@@ -225,7 +231,13 @@ def run_worker_cli(args: Any) -> int:
     if token is None:
         log.warning("no token (--token or RAFTSCHED_TOKEN): the nodes will refuse this "
                     "worker unless they run with --insecure-no-auth")
-    worker = RemoteWorker(urls, args.queue, args.concurrency, worker_id, token=token)
+    try:
+        ssl_context = client_ssl_context(args.tls_ca)
+    except OSError as exc:   # ssl.SSLError is one
+        print(f"raftsched worker: --tls-ca: cannot load it: {exc}", file=sys.stderr)
+        return 2
+    worker = RemoteWorker(urls, args.queue, args.concurrency, worker_id, token=token,
+                          ssl_context=ssl_context)
     log.info("worker %s serving queue %s with %d slots for %s", worker_id, args.queue,
              args.concurrency, ", ".join(urls))
 

@@ -99,8 +99,7 @@ class StorageGuard:
         if not peers:
             return
         timeout = aiohttp.ClientTimeout(total=limits.storage_peer_timeout_s)
-        async with aiohttp.ClientSession(timeout=timeout,
-                                         headers=self._node.config.peer_headers()) as session:
+        async with self._node.config.peer_session(timeout) as session:
             await asyncio.gather(*(self._ask(session, rec) for rec in peers))
 
     async def _ask(self, session: aiohttp.ClientSession, rec: dict) -> None:

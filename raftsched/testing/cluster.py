@@ -18,6 +18,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from typing import Any
 
 from raftsched.testing.http import ADMIN_TOKEN, call, wait_until
 from raftsched.testing.netproxy import LinkProxy
+from raftsched.testing.tls import TlsFiles
 
 
 def free_ports(count: int) -> list[int]:
@@ -46,8 +48,13 @@ class LocalCluster:
     def __init__(self, base_dir: str | Path, nodes: int = 3, *,
                  extra_env: dict[str, str] | None = None,
                  node_args: list[str] | None = None, partitionable: bool = False,
-                 allow_loopback_targets: bool = True, allow_commands: bool = True) -> None:
-        """`allow_loopback_targets`: give every node --allow-target-cidr
+                 allow_loopback_targets: bool = True, allow_commands: bool = True,
+                 args_of: dict[str, list[str]] | None = None,
+                 tls: TlsFiles | None = None) -> None:
+        """`node_args`: flags every node gets; `args_of`: flags of one node, by id.
+        `tls`: the nodes serve their API over TLS with these files (--tls-cert,
+        --tls-key, --tls-ca), and api() verifies them by its CA.
+        `allow_loopback_targets`: give every node --allow-target-cidr
         127.0.0.0/8, as tests call their sinks on 127.0.0.1 (nodes refuse
         loopback targets by default); False to test that refusal.
         `allow_commands`: give every node --allow-commands, as tests run
@@ -75,6 +82,12 @@ class LocalCluster:
                         RAFTSCHED_ADMIN_TOKEN=ADMIN_TOKEN, RAFTSCHED_TOKEN=ADMIN_TOKEN,
                         **(extra_env or {}))
         self.node_args = list(node_args or [])
+        self.args_of = {nid: list(args) for nid, args in (args_of or {}).items()}
+        self.tls = tls
+        self.client_ssl = ssl.create_default_context(cafile=str(tls.ca)) if tls else None
+        if tls is not None:
+            self.node_args += ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key),
+                               "--tls-ca", str(tls.ca)]
         self.allow_loopback_targets = allow_loopback_targets
         self.allow_commands = allow_commands
         self.paused: set[str] = set()
@@ -95,7 +108,7 @@ class LocalCluster:
                 "--peers", peers, "--data", str(self.base / nid),
                 *(["--allow-target-cidr", "127.0.0.0/8"] if self.allow_loopback_targets else []),
                 *(["--allow-commands"] if self.allow_commands else []),
-                *self.node_args]
+                *self.node_args, *self.args_of.get(nid, [])]
 
     def start(self, nid: str | None = None) -> None:
         for node in [nid] if nid else self.ids:
@@ -190,9 +203,11 @@ class LocalCluster:
     # --- HTTP ------------------------------------------------------------------------
 
     def url(self, nid: str) -> str:
-        return f"http://127.0.0.1:{self.http_ports[nid]}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.http_ports[nid]}"
 
     def api(self, nid: str, method: str, path: str, body: Any = None, **kw: Any):
+        kw.setdefault("context", self.client_ssl)
         return call(method, self.url(nid) + path, body, **kw)
 
     def leader(self, among: list[str] | None = None) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -34,14 +35,16 @@ class Response:
 
 def call(method: str, url: str, body: Any = None, *, timeout_s: float = 10.0,
          raw: bytes | None = None, token: Any = _ADMIN,
-         headers: dict[str, str] | None = None) -> Response:
-    """`token`: the bearer token to send (default ADMIN_TOKEN; None sends none)."""
+         headers: dict[str, str] | None = None,
+         context: ssl.SSLContext | None = None) -> Response:
+    """`token`: the bearer token to send (default ADMIN_TOKEN; None sends none).
+    `context`: what verifies an https node (None: the system's CAs)."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
     sent = {"Content-Type": "application/json",
             **auth_headers(ADMIN_TOKEN if token is _ADMIN else token), **(headers or {})}
     req = urllib.request.Request(url, data=data, method=method, headers=sent)
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
             payload = resp.read()
             return Response(resp.status, _decode(payload), dict(resp.headers))
     except urllib.error.HTTPError as exc:

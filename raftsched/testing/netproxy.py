@@ -7,17 +7,23 @@ into a black hole: bytes already in flight and any new connection are held
 silently, as a dead switch would, so the peers see silence (not a reset) and
 must notice it by their own timeouts. `heal()` drops the held connections so
 both ends reconnect, and relays again.
+
+`tap`, when given, is called (on a relay thread) with every chunk a client
+sends through the relay: what tests read to see what crosses a link.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
+from typing import Callable
 
 
 class LinkProxy:
-    def __init__(self, listen_port: int, target: tuple[str, int], name: str = "") -> None:
+    def __init__(self, listen_port: int, target: tuple[str, int], name: str = "",
+                 tap: Callable[[bytes], None] | None = None) -> None:
         self.name = name
+        self._tap = tap
         self.target = target
         self._cut = threading.Event()
         self._lock = threading.Lock()
@@ -99,10 +105,11 @@ class LinkProxy:
                 client.close()   # the peer process is down: refuse like it would
                 continue
             self._track(upstream)
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+            for src, dst, tap in ((client, upstream, self._tap), (upstream, client, None)):
+                threading.Thread(target=self._pump, args=(src, dst, tap), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket,
+              tap: Callable[[bytes], None] | None = None) -> None:
         broken = False   # bytes were dropped: the stream is torn, never relay again
         try:
             while True:
@@ -112,6 +119,8 @@ class LinkProxy:
                 if broken or self._cut.is_set():
                     broken = True
                     continue   # the black hole: read and drop
+                if tap is not None:
+                    tap(data)
                 dst.sendall(data)
         except OSError:
             pass
