@@ -80,6 +80,7 @@ from typing import Any, Callable, Protocol
 
 from pysyncobj import FAIL_REASON, SERIALIZER_STATE, SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as pysyncobj_pickle
+from pysyncobj import syncobj as pysyncobj_syncobj
 from pysyncobj.journal import FileJournal, MetaStorer
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
@@ -97,6 +98,47 @@ FSYNC_MODES = ("periodic", "always")
 SNAPSHOT_MAGIC = b"RSCHSNAP"
 SNAPSHOT_VERSION = 2
 _SNAPSHOT_PREFIX = struct.Struct(">8sQI")
+
+# Every private pysyncobj name this adapter reads, calls or replaces, as
+# (owner, name, kind): "method" is looked up on the class (a replacement
+# defined here under a name pysyncobj no longer has would never be called,
+# silently), "attribute" is set on the instance by the class's __init__, and
+# "module" is a module-level name. pysyncobj is pinned (pyproject.toml);
+# tests/test_pysyncobj_names.py checks each one against the installed release,
+# and that every mangled name this module uses is listed here.
+PYSYNCOBJ_PRIVATE_NAMES: tuple[tuple[Any, str, str], ...] = (
+    (SyncObj, "_onTick", "method"),
+    (SyncObj, "_isLeader", "method"),
+    (SyncObj, "_SyncObj__applyLogEntries", "method"),
+    (SyncObj, "_SyncObj__sendAppendEntries", "method"),
+    (SyncObj, "_SyncObj__sendNextNodeIdx", "method"),
+    (SyncObj, "_SyncObj__onMessageReceived", "method"),
+    (SyncObj, "_SyncObj__getCurrentLogIndex", "method"),
+    (SyncObj, "_SyncObj__generateRaftTimeout", "method"),
+    (SyncObj, "_poller", "attribute"),
+    (SyncObj, "_SyncObj__raftLog", "attribute"),
+    (SyncObj, "_SyncObj__raftLastApplied", "attribute"),
+    (SyncObj, "_SyncObj__raftCommitIndex", "attribute"),
+    (SyncObj, "_SyncObj__raftElectionDeadline", "attribute"),
+    (SyncObj, "_SyncObj__raftMatchIndex", "attribute"),
+    (SyncObj, "_SyncObj__otherNodes", "attribute"),
+    (SyncObj, "_SyncObj__lastResponseTime", "attribute"),
+    (SyncObj, "_SyncObj__recvTransmission", "attribute"),
+    (FileJournal, "_FileJournal__journal", "attribute"),
+    (FileJournal, "_FileJournal__metaStorer", "attribute"),
+    (TcpConnection, "_TcpConnection__processRead", "method"),
+    (TcpConnection, "_TcpConnection__processParseMessage", "method"),
+    (TcpConnection, "_TcpConnection__readBuffer", "attribute"),
+    (TcpConnection, "_TcpConnection__socket", "attribute"),
+    (TCPTransport, "_createServer", "method"),
+    (TCPTransport, "_onNewIncomingConnection", "method"),
+    (TCPTransport, "_connections", "attribute"),
+    (TCPTransport, "_syncObj", "attribute"),
+    (TCPTransport, "_ready", "attribute"),
+    (TCPTransport, "_bindOverEvent", "attribute"),
+    # write_backup writes a no-op entry as this type's byte.
+    (pysyncobj_syncobj, "_COMMAND_TYPE", "module"),
+)
 
 _FAIL_TEXT = {
     FAIL_REASON.QUEUE_FULL: ("overloaded", "the Raft command queue is full"),
@@ -954,7 +996,7 @@ def write_backup(path: str, source: SnapshotSource) -> None:
     index = source.applied_index
     if index < 2:
         raise ValueError(f"the state has applied no entry yet (applied_index {index})")
-    noop = struct.pack("B", 1)   # pysyncobj's _COMMAND_TYPE.NO_OP
+    noop = struct.pack("B", pysyncobj_syncobj._COMMAND_TYPE.NO_OP)
     header = codec.pack({"v": SNAPSHOT_VERSION, "format": "lmdb-compact",
                          "last": [noop, index, 0], "prev": [noop, index - 1, 0],
                          "applied_index": index})
