@@ -114,6 +114,7 @@ PYSYNCOBJ_PRIVATE_NAMES: tuple[tuple[Any, str, str], ...] = (
     (SyncObj, "_SyncObj__sendNextNodeIdx", "method"),
     (SyncObj, "_SyncObj__onMessageReceived", "method"),
     (SyncObj, "_SyncObj__getCurrentLogIndex", "method"),
+    (SyncObj, "_SyncObj__getEntries", "method"),
     (SyncObj, "_SyncObj__generateRaftTimeout", "method"),
     (SyncObj, "_poller", "attribute"),
     (SyncObj, "_SyncObj__raftLog", "attribute"),
@@ -535,11 +536,69 @@ class _StateMachine(SyncObj):
     # the Raft thread logs a traceback for each chunk until the last one. Until
     # the pickled entry is whole, a 'finish' is taken as a 'process'.
     def _SyncObj__onMessageReceived(self, node: Any, message: dict) -> None:
-        if message.get("transmission") == "finish" and message.get("type") == "append_entries":
-            received = self._SyncObj__recvTransmission
-            if isinstance(received, bytes) and _truncated_pickle(received + message["data"]):
-                message = dict(message, transmission="process")
+        if message.get("type") == "append_entries":
+            if message.get("transmission") == "finish":
+                message = self._raftsched_finish_transmission(message)
+            if "entries" in message and "prevLogIdx" in message:
+                message = self._raftsched_keep_applied(message)
         SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _raftsched_finish_transmission(self, message: dict) -> dict:
+        """The last chunk of an entry sent in chunks: a 'process' while the
+        pickled entry is not whole (see above), else the same message with
+        the entry in it, as a regular append-entries, so that a re-sent large
+        entry is compared like any other (_raftsched_keep_applied)."""
+        received = self._SyncObj__recvTransmission
+        if not isinstance(received, bytes):
+            return message
+        whole = received + message["data"]
+        if _truncated_pickle(whole):
+            return dict(message, transmission="process")
+        self._SyncObj__recvTransmission = ""
+        regular = {k: v for k, v in message.items() if k not in ("transmission", "data")}
+        regular["entries"] = [pysyncobj_pickle.loads(whole)]
+        return regular
+
+    # pysyncobj's leader, on a follower's acknowledgement of an earlier batch,
+    # sets the follower's next index back to the end of that batch, although
+    # it has sent later batches meanwhile; so it sends those entries again.
+    # The follower, holding more entries than the previous one the message
+    # names, truncates its log there and appends the entries sent, logging
+    # CRITICAL "truncating already-applied log entries ... may have diverged"
+    # when some of them were applied already. Three nodes on loopback do so
+    # during ordinary creates. The entries sent again are the same ones (same
+    # index, term and command): a leader makes one entry per index in its
+    # term, and an applied entry is committed, so every leader holds it. So
+    # before pysyncobj sees such a message, the entries this node has applied
+    # are compared with those sent, and if they are the same the message is
+    # cut to start after the last applied entry: nothing applied is truncated.
+    # A different entry at an applied index is a broken Raft invariant: it is
+    # logged CRITICAL and the message is left to pysyncobj as it came.
+    def _raftsched_keep_applied(self, message: dict) -> dict:
+        prev = message["prevLogIdx"]
+        applied = self._SyncObj__raftLastApplied
+        if prev >= applied or message["term"] < self.raftCurrentTerm:
+            return message   # nothing applied would be truncated, or pysyncobj ignores it
+        held = self._SyncObj__getEntries(prev, applied - prev + 1)
+        if len(held) < 2 or held[0][2] != message["prevLogTerm"]:
+            return message   # pysyncobj refuses it, or has nothing to truncate
+        sent = message["entries"]
+        for entry in sent:
+            position = entry[1] - prev
+            if position >= len(held):
+                break
+            mine = held[position]
+            if mine[1] != entry[1] or mine[2] != entry[2] or mine[0] != entry[0]:
+                log.critical("Raft: the leader sent entry %d at term %d where this node applied "
+                             "one at term %s (%s command): the replicas' states may differ; "
+                             "compare GET /v1/state/digest on every node", entry[1], entry[2],
+                             mine[2], "the same" if mine[0] == entry[0] else "another")
+                return message
+        last = held[-1]
+        log.debug("Raft: entries %d..%d sent again by the leader are the ones applied here; "
+                  "kept", prev + 1, last[1])
+        return dict(message, prevLogIdx=last[1], prevLogTerm=last[2],
+                    entries=[entry for entry in sent if entry[1] > last[1]])
 
     @replicated
     def apply_command(self, data: bytes) -> Any:
