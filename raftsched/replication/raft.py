@@ -109,6 +109,7 @@ _SNAPSHOT_PREFIX = struct.Struct(">8sQI")
 PYSYNCOBJ_PRIVATE_NAMES: tuple[tuple[Any, str, str], ...] = (
     (SyncObj, "_onTick", "method"),
     (SyncObj, "_isLeader", "method"),
+    (SyncObj, "_getLeader", "method"),
     (SyncObj, "_SyncObj__applyLogEntries", "method"),
     (SyncObj, "_SyncObj__sendAppendEntries", "method"),
     (SyncObj, "_SyncObj__sendNextNodeIdx", "method"),
@@ -884,6 +885,18 @@ class Replicator:
 
     def is_leader(self) -> bool:
         return bool(self._obj._isLeader())
+
+    def leader_reachable(self) -> bool:
+        """Whether a command proposed now reaches a leader: this node leads, or
+        the leader it knows of is connected to it. False during an election and
+        while a follower still names a leader whose connection dropped (a
+        killed leader): pysyncobj would forward the command to it and lose it,
+        and the caller would learn only that the leader changed."""
+        obj = self._obj
+        if obj._isLeader():
+            return True
+        leader = obj._getLeader()
+        return leader is not None and bool(obj.isNodeConnected(leader))
 
     def status(self) -> RaftStatus:
         raw = self._obj.getStatus()
