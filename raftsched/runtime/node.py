@@ -215,8 +215,8 @@ class Node:
         return result
 
     async def wait_for_leader(self, timeout_s: float = limits.leader_wait_s) -> None:
-        """Return once a leader is reachable from this node (at once, but in an
-        election); raise Unavailable (no_leader, 503 with Retry-After) if none
+        """Return once a leader is reachable from this node (at once unless an
+        election is under way); raise Unavailable (no_leader, 503 with Retry-After) if none
         is within timeout_s. Writes call it before they propose, so a command
         is proposed once, to a leader, or not at all."""
         deadline = time.monotonic() + timeout_s
