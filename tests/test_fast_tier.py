@@ -1,41 +1,38 @@
-"""A test that starts node processes without the integration mark fails before any node starts, so the fast tier (`-m "not integration"`) starts none."""
+"""A test that starts node processes without the integration mark fails before any node starts, so the fast tier (`-m "not integration"`) starts none; a marked one gets past the guard."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import subprocess
+from types import SimpleNamespace
 
-pytest_plugins = ["pytester"]
-
-CONFTEST = Path(__file__).with_name("conftest.py").read_text()
-
-INNER = '''
 import pytest
+
 from raftsched.testing.cluster import LocalCluster
 
-def test_unmarked(tmp_path):
+
+def test_an_unmarked_test_starting_a_cluster_fails_before_a_node_starts(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(subprocess, "Popen", lambda argv, **kw: started.append(argv))
     cluster = LocalCluster(tmp_path)
-    with cluster:
-        pass
+    with pytest.raises(pytest.fail.Exception,
+                       match=r"test_fast_tier.py::test_an_unmarked_test_starting_a_cluster_fails_"
+                             r"before_a_node_starts starts raftsched node processes "
+                             r"\(LocalCluster.start\) but is not marked integration"):
+        with cluster:
+            pass
+    assert started == []
     assert cluster.procs == {}
 
+
 @pytest.mark.integration
-def test_marked_gets_past_the_guard(tmp_path, monkeypatch):
+def test_a_marked_test_gets_past_the_guard(tmp_path, monkeypatch):
     started = []
-    monkeypatch.setattr("subprocess.Popen", lambda argv, **kw: started.append(argv))
-    monkeypatch.setattr(LocalCluster, "close", lambda self: None)
+
+    def popen(argv, **kw):
+        started.append(argv)
+        return SimpleNamespace(poll=lambda: 0, wait=lambda timeout=None: 0)   # exited at once
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
     with LocalCluster(tmp_path, nodes=1):
         pass
     assert len(started) == 1
-'''
-
-
-def test_an_unmarked_test_starting_a_cluster_fails_and_a_marked_one_does_not(pytester):
-    pytester.makeconftest(CONFTEST)
-    pytester.makeini("[pytest]\nasyncio_default_fixture_loop_scope = function\n"
-                     "markers =\n    integration: starts real node processes\n")
-    pytester.makepyfile(test_inner=INNER)
-    # In a process of its own: this test's own guard is in force in this one.
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*test_unmarked starts raftsched node processes "
-                                 "(LocalCluster.start) but is not marked integration*"])
