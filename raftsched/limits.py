@@ -166,6 +166,16 @@ dag_task_id_bytes_max = 64
 # How long a write waits for its command to be committed and applied before the
 # caller gets 503 (the outcome is then unknown; retry with the same idempotency_key).
 propose_timeout_s = 5.0
+# How long (seconds) a write or a consistent read arriving while no leader is
+# reachable from this node (an election after the leader died) waits for one
+# before it answers 503 no_leader: an election takes 0.4-1.4 s
+# (election_timeout_min_s..max_s), one with split votes about twice that, and a
+# client would rather wait that long than retry. A command is proposed only once
+# a leader is reachable: a write that waited is proposed once, and one refused
+# at this bound was not proposed at all.
+leader_wait_s = 3.0
+# How often (seconds) that wait looks again; a look reads two fields of Raft state.
+leader_wait_poll_s = 0.02
 # Commands queued inside pysyncobj before it refuses more (QUEUE_FULL -> 503).
 raft_commands_queue_max = 100_000
 # A Raft frame's declared length (bytes, after pysyncobj's 4-byte length

@@ -1,13 +1,55 @@
-"""Fixtures: real local clusters (processes on loopback ports) and an HTTP sink."""
+"""Fixtures: real local clusters (processes on loopback ports) and an HTTP sink; the
+guard that keeps node processes out of the fast tier (./scripts/test --fast)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
+# Registers the hypothesis profiles `full` and `fast` (--hypothesis-profile).
+import raftsched.testing.proptest  # noqa: F401
 from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.memory_store import MemoryStore
 from raftsched.testing.cluster import LocalCluster
 from raftsched.testing.sink import Sink
+
+
+# The test being set up, run or torn down (a module's shared cluster starts in
+# the setup of its first test).
+_current: list[pytest.Item] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    _current.append(item)
+    try:
+        return (yield)
+    finally:
+        _current.pop()
+
+
+def refuse_unmarked_node_start() -> None:
+    """Fail the current test if it starts node processes without the
+    integration mark: the fast tier (`-m "not integration"`) must start none."""
+    item = _current[-1] if _current else None
+    if item is not None and item.get_closest_marker("integration") is None:
+        pytest.fail(f"{item.nodeid} starts raftsched node processes (LocalCluster.start) "
+                    "but is not marked integration: add @pytest.mark.integration (or "
+                    "pytestmark) so that ./scripts/test --fast leaves it out", pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nodes_only_in_integration_tests() -> Iterator[None]:
+    start = LocalCluster.start
+
+    def guarded_start(self: LocalCluster, nid: str | None = None) -> None:
+        refuse_unmarked_node_start()
+        start(self, nid)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LocalCluster, "start", guarded_start)
+        yield
 
 
 def _dump_logs(cluster: LocalCluster) -> None:

@@ -12,6 +12,7 @@ from raftsched.core.apply import SHARDS as SHARDS_TABLE
 from raftsched.errors import CommandRefused, InvalidTransition, UnknownCommand
 from raftsched.storage.base import digest, due_until
 from raftsched.storage.memory_store import MemoryStore
+from raftsched.testing.proptest import examples
 from raftsched.testing.replica import Replica
 
 SHARDS = 256
@@ -219,7 +220,7 @@ def _to_command(op: tuple, store: MemoryStore) -> dict:
     return commands.delete_job(job_id=job_id, at_ms=ms)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(_ops, min_size=1, max_size=30))
 def test_replicas_applying_the_same_log_have_equal_digests(ops):
     """Two replicas fed the same encoded log end bit-for-bit equal; and every

@@ -15,6 +15,7 @@ from raftsched.errors import UnknownCommand
 from raftsched.storage.base import digest
 from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.memory_store import MemoryStore
+from raftsched.testing.proptest import examples
 
 SHARD_COUNT = 4
 JOB_IDS = ("job_a", "job_b", "job_c")
@@ -364,7 +365,7 @@ def _replicas() -> Iterator[tuple[MemoryStore, LmdbStore]]:
             lmdb_store.close()
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_setup, st.lists(_op, min_size=1, max_size=25))
 def test_hostile_logs_never_raise_and_replicas_agree(variants, ops):
     with _replicas() as (memory, lmdb_store):
@@ -385,7 +386,7 @@ def test_hostile_logs_never_raise_and_replicas_agree(variants, ops):
         assert digest(lmdb_store) == digest(memory)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(_setup, st.lists(_valid_op, min_size=5, max_size=40))
 def test_valid_logs_are_accepted_and_replicas_agree(variants, ops):
     """The generator's valid commands pass the schemas: none is refused as malformed."""

@@ -4,11 +4,14 @@ node rejoins from a snapshot; the per-run cost counts every phase."""
 
 import json
 
+import pytest
+
 from raftsched.cli import main
 from raftsched.testing import bench
 from raftsched.testing.apscheduler_reference import measure_in_subprocess
 
 
+@pytest.mark.integration
 def test_a_small_burst_is_measured_whole(tmp_path, capsys):
     out = tmp_path / "burst.json"
     assert main(["bench", "burst", "300", "--json", str(out)]) == 0
@@ -27,6 +30,7 @@ def test_a_small_burst_is_measured_whole(tmp_path, capsys):
     assert "APScheduler reference (APScheduler 3." in printed
 
 
+@pytest.mark.integration
 def test_footprint_reports_bytes_per_job_and_memory_at_each_size(tmp_path, capsys):
     out = tmp_path / "footprint.json"
     assert main(["bench", "footprint", "1000,2000", "--runs", "200", "--json", str(out)]) == 0
@@ -45,6 +49,7 @@ def test_footprint_reports_bytes_per_job_and_memory_at_each_size(tmp_path, capsy
     assert "memory at 2,000 pending" in printed
 
 
+@pytest.mark.integration
 def test_creates_reports_single_and_batched_rates(tmp_path):
     out = tmp_path / "creates.json"
     assert main(["bench", "creates", "6", "--seconds", "1", "--json", str(out)]) == 0
@@ -62,6 +67,7 @@ def test_the_apscheduler_reference_calls_every_job_of_a_burst():
     assert "ThreadPoolExecutor of 10 threads" in figures["conditions"]
 
 
+@pytest.mark.integration
 def test_a_wiped_follower_rejoins_from_the_leaders_snapshot(tmp_path, capsys):
     out = tmp_path / "rejoin.json"
     assert main(["bench", "rejoin", "300", "--snapshot-entries", "100",

@@ -11,13 +11,14 @@ from hypothesis import given, settings, strategies as st
 
 from raftsched.core.clocks import Estimate, Sample, add_sample, best, judge, next_verdict, sample
 from raftsched.runtime.clock import TEST_SHIFT_ENV, ClusterClock, monotonic_us
+from raftsched.testing.proptest import examples
 
 DRIFT_PPM = 500
 BOUND_US = 500_000
 REJOIN_US = 450_000
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(true_offset_us=st.integers(-10 ** 9, 10 ** 9), t0_us=st.integers(0, 10 ** 12),
        there_us=st.integers(0, 10 ** 6), back_us=st.integers(0, 10 ** 6))
 def test_a_sample_is_within_half_the_round_trip_however_asymmetric(true_offset_us, t0_us,

@@ -11,6 +11,7 @@ from raftsched.core import codec, jobspec, keys
 from raftsched.core.compact import compact, expand
 from raftsched.storage.memory_store import MemoryStore
 from raftsched.core.tx import Transition
+from raftsched.testing.proptest import examples
 
 RUN_AT = "2030-01-01T00:00:00Z"
 
@@ -45,7 +46,7 @@ bodies = st.fixed_dictionaries(
               "misfire": st.sampled_from([{"policy": "skip"}, {"policy": "fire_all"}])})
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(bodies)
 def test_a_job_reads_back_as_it_was_written(body: dict) -> None:
     job = _job(jobspec.validate_create(body)["spec"])

@@ -11,6 +11,7 @@ from raftsched import limits
 from raftsched.core import commands, dag, dagrun, jobspec, keys
 from raftsched.core.apply import ALERTS, JOBS, LEASES, RUNS, RUNS_BY_JOB, RUNS_OPEN, RunCancelled
 from raftsched.errors import InvalidInput
+from raftsched.testing.proptest import examples
 from raftsched.testing.replica import Replica
 
 SHARDS = 16
@@ -145,7 +146,7 @@ def dags(draw, size_max: int = 12) -> list[dict]:
     return [tasks[i] for i in order]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(dags(), st.data())
 def test_acyclic_graphs_pass_and_a_back_edge_is_found_as_a_cycle(tasks, data):
     assert dag.graph_problem(tasks) is None
@@ -223,7 +224,7 @@ def reference_states(tasks: list[dict], ran: dict[str, str],
     return final
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(dags(), st.data())
 def test_incremental_release_ends_as_the_rules_say_in_any_order(tasks, data):
     ran = {t["id"]: data.draw(st.sampled_from([dag.SUCCEEDED, dag.FAILED])) for t in tasks}
@@ -262,7 +263,7 @@ def run_to_the_end(instances: list[dict], released: list[str], ran: dict[str, st
     return done
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(dags(), st.data())
 def test_a_redrive_runs_only_what_did_not_succeed_and_ends_as_the_rules_say(tasks, data):
     ran = {t["id"]: data.draw(st.sampled_from([dag.SUCCEEDED, dag.FAILED])) for t in tasks}
@@ -599,7 +600,7 @@ def test_a_dag_job_without_a_schedule_runs_when_triggered_and_never_completes():
     assert log.store.get(JOBS, JOB.encode())["status"] == "active"
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(dags(size_max=8), st.data())
 def test_dag_runs_through_apply_end_as_the_rules_say(tasks, data):
     """Reports of random outcomes, in random batches: every task ends as the

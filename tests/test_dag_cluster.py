@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from raftsched.testing.http import wait_until
+from raftsched.testing.http import expect, wait_until
 from raftsched.testing.sink import Call, Sink
 
 pytestmark = pytest.mark.integration
@@ -45,9 +45,9 @@ def by_task(sink: Sink) -> dict[str, list[Call]]:
 
 
 def run_of(cluster, run_id: str, nid: str = "n2") -> dict:
-    answer = cluster.api(nid, "GET", f"/v1/runs/{run_id}?consistent=true")
-    assert answer.status == 200, answer
-    return answer.body
+    """The run, read consistently. A 503 (an election after a kill) raises
+    ServiceUnavailable, which the wait_until of a caller asks again."""
+    return expect(cluster.api(nid, "GET", f"/v1/runs/{run_id}?consistent=true"), 200).body
 
 
 def ended(cluster, run_id: str, timeout_s: float, nid: str = "n2") -> dict:
@@ -229,7 +229,7 @@ def test_a_node_killed_mid_workflow_the_workflow_finishes_each_task_succeeding_o
         run = ended(cluster, run["run_id"], 40, survivor)
         took_s = time.monotonic() - killed_at
         calls = by_task(sink)
-        b = run_of(cluster, b_run, survivor)
+        b = wait_until(lambda: run_of(cluster, b_run, survivor), 10, "b's run record")
     assert run["state"] == "succeeded", run
     assert [(t["id"], t["state"]) for t in run["tasks"]] == [
         ("a", "succeeded"), ("b", "succeeded"), ("c", "succeeded")]

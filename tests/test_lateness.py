@@ -4,9 +4,10 @@ from hypothesis import given, settings, strategies as st
 
 from raftsched.runtime.lateness import (BOUNDS_MS, BUCKET_GROWTH, LatenessHistogram, difference,
                                         merged_percentile)
+from raftsched.testing.proptest import examples
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.integers(0, 600_000), min_size=1, max_size=300))
 def test_a_percentile_is_the_bucket_of_the_exact_one(values):
     hist = LatenessHistogram()

@@ -272,12 +272,14 @@ def _totals(body: object, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], i
     return found
 
 
+@pytest.mark.integration
 def test_metrics_need_a_token(cluster):
     response = call("GET", cluster.url("n1") + "/metrics", token=None)
     assert response.status == 401, response
     assert "Bearer" in response.headers.get("WWW-Authenticate", ""), response
 
 
+@pytest.mark.integration
 def test_every_total_counter_of_node_and_cluster_status_is_exported(cluster):
     for nid in cluster.ids:
         status = cluster.api(nid, "GET", "/v1/node").body
@@ -295,6 +297,7 @@ def test_every_total_counter_of_node_and_cluster_status_is_exported(cluster):
             assert value(text, "raftsched_task_failures_total", task=task) >= failures
 
 
+@pytest.mark.integration
 def test_one_leader_and_the_same_term_everywhere(cluster):
     def agreed() -> dict | None:
         texts = {nid: metrics_text(cluster, nid) for nid in cluster.ids}
@@ -311,6 +314,7 @@ def test_one_leader_and_the_same_term_everywhere(cluster):
         assert value(text, "raftsched_raft_commit_index") > 0
 
 
+@pytest.mark.integration
 def test_fires_runs_and_lateness_move_and_no_label_names_a_job_or_run(cluster):
     before = {nid: metrics_text(cluster, nid) for nid in cluster.ids}
 
@@ -363,6 +367,7 @@ def test_fires_runs_and_lateness_move_and_no_label_names_a_job_or_run(cluster):
             assert value(text, "raftsched_snapshot_last_write_seconds") > 0
 
 
+@pytest.mark.integration
 def test_storage_used_bytes_are_measured_against_the_maximum(cluster):
     def measured() -> str | None:
         text = metrics_text(cluster, "n3")

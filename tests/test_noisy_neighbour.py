@@ -6,9 +6,13 @@ scripts/bench_noisy.py, with its figures in docs/benchmarks.md; here the order i
 checked, which holds on a loaded machine too: every one of b's calls arrives before
 the median of a's, and nobody's attempt is called twice."""
 
+import pytest
+
 from raftsched.testing.cluster import LocalCluster
 from raftsched.testing.noisy import run_noisy
 from raftsched.testing.sink import Sink
+
+pytestmark = pytest.mark.integration
 
 A_JOBS = 3000
 B_JOBS = 10

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from raftsched.core.placement import plan_assignments, quotas
+from raftsched.testing.proptest import examples
 
 NODES = ["n1", "n2", "n3", "n4", "n5"]
 
@@ -15,7 +16,7 @@ def apply_plan(owners: dict, changes: list) -> dict:
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(shard_count=st.integers(1, 300),
        owners=st.dictionaries(st.integers(0, 299), st.sampled_from(NODES + [None])),
        live=st.lists(st.sampled_from(NODES), min_size=1, unique=True))

@@ -63,6 +63,7 @@ def pysyncobj_frame(message: object) -> bytes:
 
 # --- a real cluster's Raft port ----------------------------------------------------------
 
+@pytest.mark.integration
 def test_a_1gb_length_header_is_closed_at_once_and_buffers_nothing(shared_cluster):
     cluster = shared_cluster
     pid = cluster.procs["n2"].pid
@@ -91,6 +92,7 @@ def test_a_1gb_length_header_is_closed_at_once_and_buffers_nothing(shared_cluste
     still_commits(cluster, "n2")
 
 
+@pytest.mark.integration
 def test_an_http_request_to_the_raft_port_is_closed(shared_cluster):
     with socket.create_connection(raft_endpoint(shared_cluster, "n3"), timeout=5) as sock:
         # "GET " read as a length is 542 MB.
@@ -101,6 +103,7 @@ def test_an_http_request_to_the_raft_port_is_closed(shared_cluster):
     still_commits(shared_cluster, "n3")
 
 
+@pytest.mark.integration
 def test_an_unencrypted_frame_gets_no_answer(shared_cluster):
     """pysyncobj answers ['status'] with the node's status when it has no secret."""
     with socket.create_connection(raft_endpoint(shared_cluster, "n1"), timeout=5) as sock:
@@ -169,6 +172,7 @@ def still_commits(cluster: LocalCluster, nid: str) -> None:
 
 # --- a single node ------------------------------------------------------------------------
 
+@pytest.mark.integration
 def test_a_single_node_without_a_secret_opens_no_raft_port(tmp_path):
     cluster = LocalCluster(tmp_path, nodes=1)
     cluster.env.pop("RAFTSCHED_RAFT_SECRET")
@@ -180,6 +184,7 @@ def test_a_single_node_without_a_secret_opens_no_raft_port(tmp_path):
         assert "no Raft port is opened" in cluster.logs("n1", 100_000)
 
 
+@pytest.mark.integration
 def test_a_single_node_with_a_secret_file_listens_but_refuses_unencrypted_frames(tmp_path):
     secret_file = tmp_path / "raft-secret"
     secret_file.write_text("s3cret-" + os.urandom(16).hex() + "\n")

@@ -476,6 +476,7 @@ def test_used_bytes_falls_when_records_are_deleted(tmp_path: Path):
 
 # --- a live cluster ----------------------------------------------------------------------------
 
+@pytest.mark.integration
 def test_an_every_second_job_keeps_max_runs_finished_runs(shared_cluster, sink):
     created = shared_cluster.api("n1", "POST", "/v1/jobs", {
         "name": "history", "schedule": {"every": "1s"}, "history": {"max_runs": 3},
@@ -501,6 +502,7 @@ def test_an_every_second_job_keeps_max_runs_finished_runs(shared_cluster, sink):
         shared_cluster.api("n1", "DELETE", f"/v1/jobs/{job_id}")
 
 
+@pytest.mark.integration
 def test_a_reserved_key_of_a_deleted_job_answers_409_until_its_ttl(shared_cluster, sink):
     body = {"schedule": {"every": "1h"}, "target": {"type": "http", "url": sink.url},
             "idempotency_key": "retention-reserved"}

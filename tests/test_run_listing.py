@@ -13,6 +13,7 @@ from raftsched.core import commands, keys, queries
 from raftsched.core.tx import JOBS, RUNS, RUNS_BY_TENANT
 from raftsched.errors import InvalidInput
 from raftsched.runtime.port import StoreQueries
+from raftsched.testing.proptest import examples
 from raftsched.testing.replica import Replica
 
 SHARDS = 16
@@ -107,7 +108,7 @@ def test_a_page_reads_a_bounded_number_of_rows(monkeypatch: pytest.MonkeyPatch):
     assert page_through(node, "t1", {"state": "cancelled"}, 10) == [runs[0]]
 
 
-@settings(deadline=None, max_examples=60)
+@settings(deadline=None, max_examples=examples(60))
 @given(initial=st.lists(st.integers(0, 50), min_size=1, max_size=40, unique=True),
        added=st.lists(st.lists(st.integers(0, 100), max_size=4), max_size=12),
        limit=st.integers(1, 7), by_job=st.booleans())

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 from raftsched.core import commands, keys, lifecycle, retry
 from raftsched.core.apply import (ALERTS, DUE, JOBS, LEASES, READY, RUNS, RUNS_OPEN, TOPICS,
                                   AlertPending, RunCancelled, RunQueued)
+from raftsched.testing.proptest import examples
 from raftsched.testing.replica import EVERY_2S, HTTP, Replica
 from raftsched.errors import InvalidTransition
 
@@ -139,7 +140,7 @@ def test_a_non_retryable_failure_fails_at_once():
     assert log.store.scan(DUE)[0][0][10:11] == keys.KIND_OCCURRENCE   # only the next occurrence
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(attempt=st.integers(1, 100), base_s=st.floats(0, 100), span_s=st.floats(0, 1000),
        u=st.floats(0, 1, exclude_max=True), fixed=st.booleans())
 def test_retry_delays_stay_inside_the_full_jitter_bound(attempt, base_s, span_s, u, fixed):

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from raftsched.core import schedule as sch
 from raftsched.core.timeutil import datetime_to_ms, ms_to_datetime
 from raftsched.errors import InvalidInput
+from raftsched.testing.proptest import examples
 
 UTC = dt.timezone.utc
 
@@ -300,7 +301,7 @@ crons = st.builds(lambda m, h, d, w: f"{m} {h} {d} * {w}",
 instants = st.integers(ms("2020-01-01T00:00:00+00:00"), ms("2035-12-31T00:00:00+00:00"))
 
 
-@settings(deadline=None, max_examples=300)
+@settings(deadline=None, max_examples=examples(300))
 @given(cron=crons, tz=st.sampled_from(ZONES), after=instants)
 def test_next_fire_is_strictly_later_and_nothing_lies_between(cron, tz, after):
     first = sch.next_fire_cron(cron, tz, after)
@@ -311,7 +312,7 @@ def test_next_fire_is_strictly_later_and_nothing_lies_between(cron, tz, after):
             assert sch.next_fire_cron(cron, tz, probe) == first
 
 
-@settings(deadline=None, max_examples=300)
+@settings(deadline=None, max_examples=examples(300))
 @given(cron=crons, tz=st.sampled_from(ZONES), after=instants)
 def test_fire_wall_time_matches_the_expression_or_ends_a_gap(cron, tz, after):
     zone = ZoneInfo(tz)
@@ -327,7 +328,7 @@ def test_fire_wall_time_matches_the_expression_or_ends_a_gap(cron, tz, after):
     assert before.utcoffset() < local.utcoffset(), (cron, tz, utc(fired))
 
 
-@settings(deadline=None, max_examples=200)
+@settings(deadline=None, max_examples=examples(200))
 @given(cron=crons, tz=st.sampled_from(FIXED_ZONES), after=instants)
 def test_without_dst_it_is_plain_croniter(cron, tz, after):
     zone = ZoneInfo(tz)
@@ -336,7 +337,7 @@ def test_without_dst_it_is_plain_croniter(cron, tz, after):
     assert sch.next_fire_cron(cron, tz, after) == datetime_to_ms(expected.replace(tzinfo=zone))
 
 
-@settings(deadline=None, max_examples=150)
+@settings(deadline=None, max_examples=examples(150))
 @given(cron=crons, tz=st.sampled_from(ZONES), after=instants, count=st.integers(1, 30))
 def test_preview_is_strictly_increasing(cron, tz, after, count):
     spec = {"kind": "cron", "cron": cron, "timezone": tz}
@@ -346,7 +347,7 @@ def test_preview_is_strictly_increasing(cron, tz, after, count):
     assert times[0] > after
 
 
-@settings(deadline=None, max_examples=150)
+@settings(deadline=None, max_examples=examples(150))
 @given(every_s=st.integers(1, 7200), due_steps=st.integers(0, 1000),
        late_ms=st.integers(0, 10_000_000), limit=st.integers(1, 100))
 def test_covered_occurrences_every(every_s, due_steps, late_ms, limit):
@@ -420,7 +421,7 @@ FOLDS = [(zone, t) for zone, t in TRANSITIONS
          > ms_to_datetime(t, ZoneInfo(zone)).utcoffset()]
 
 
-@settings(deadline=None, max_examples=80)
+@settings(deadline=None, max_examples=examples(80))
 @given(cron=crons, where=st.sampled_from(TRANSITIONS),
        offset_min=st.integers(-180, 30), span_min=st.integers(60, 240))
 @example(cron="*/20 1-3 * * *", where=LORD_HOWE_FOLD, offset_min=-90, span_min=120)
@@ -441,7 +442,7 @@ stepped_minutes = st.one_of(
     st.tuples(st.integers(0, 30), st.integers(2, 29)).map(lambda p: f"{p[0]}-59/{p[1]}"))
 
 
-@settings(deadline=None, max_examples=50)
+@settings(deadline=None, max_examples=examples(50))
 @given(minute=stepped_minutes, hour=st.sampled_from(["*", "0-4", "1,2", "*/2"]),
        where=st.sampled_from(FOLDS), offset_min=st.integers(-130, -10))
 @example(minute="*/4", hour="*", where=LORD_HOWE_FOLD, offset_min=-10)

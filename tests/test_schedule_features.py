@@ -13,6 +13,7 @@ from raftsched.core import schedule as sch
 from raftsched.core.apply import DUE, JOBS, RUNS, misfire_decisions
 from raftsched.core.timeutil import datetime_to_ms
 from raftsched.errors import InvalidInput
+from raftsched.testing.proptest import examples
 from raftsched.testing.replica import Replica
 
 JOB = "job_0123456789abcdef0123"
@@ -45,7 +46,7 @@ def test_h_spreads_hourly_jobs_over_the_hour():
     assert len(minutes) == 60
 
 
-@settings(deadline=None, max_examples=200)
+@settings(deadline=None, max_examples=examples(200))
 @given(key=st.text(min_size=1, max_size=30), low=st.integers(0, 59), width=st.integers(0, 59),
        step=st.integers(1, 60))
 def test_h_terms_stay_in_their_range(key, low, width, step):
@@ -204,7 +205,7 @@ def test_labels_at_their_bounds_are_kept_and_replicated():
 
 # --- jitter ----------------------------------------------------------------------------------
 
-@settings(deadline=None, max_examples=200)
+@settings(deadline=None, max_examples=examples(200))
 @given(job=st.text(min_size=1, max_size=24), occurrence=st.integers(0, limits.timestamp_ms_max),
        jitter_ms=st.integers(0, limits.jitter_s_max * 1000))
 def test_a_delay_is_stable_and_within_the_jitter(job, occurrence, jitter_ms):
@@ -327,7 +328,7 @@ def test_a_pause_keeps_its_note_until_resume():
     assert resumed["pause_note"] is None and resumed["paused_ms"] is None
 
 
-@settings(deadline=None, max_examples=200)
+@settings(deadline=None, max_examples=examples(200))
 @given(every_s=st.integers(1, 600), due_steps=st.integers(0, 100),
        late_ms=st.integers(0, 5_000_000), window_ms=st.integers(1, 3_000_000),
        limit=st.integers(1, 50))

@@ -11,6 +11,8 @@ from raftsched import limits
 from raftsched.testing.cluster import LocalCluster
 from raftsched.testing.http import wait_until
 
+pytestmark = pytest.mark.integration
+
 # Small enough to fill in seconds, large enough that its 10% headroom holds
 # what a second of sequential creates adds before the next storage check.
 MAX_DATA_BYTES = 6 * 1024 ** 2

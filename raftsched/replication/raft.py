@@ -85,6 +85,7 @@ from typing import Any, Callable, Protocol
 
 from pysyncobj import FAIL_REASON, SERIALIZER_STATE, SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as pysyncobj_pickle
+from pysyncobj import syncobj as pysyncobj_syncobj
 from pysyncobj.journal import FileJournal, MetaStorer
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
@@ -102,6 +103,49 @@ FSYNC_MODES = ("periodic", "always")
 SNAPSHOT_MAGIC = b"RSCHSNAP"
 SNAPSHOT_VERSION = 2
 _SNAPSHOT_PREFIX = struct.Struct(">8sQI")
+
+# Every private pysyncobj name this adapter reads, calls or replaces, as
+# (owner, name, kind): "method" is looked up on the class (a replacement
+# defined here under a name pysyncobj no longer has would never be called,
+# silently), "attribute" is set on the instance by the class's __init__, and
+# "module" is a module-level name. pysyncobj is pinned (pyproject.toml);
+# tests/test_pysyncobj_names.py checks each one against the installed release,
+# and that every mangled name this module uses is listed here.
+PYSYNCOBJ_PRIVATE_NAMES: tuple[tuple[Any, str, str], ...] = (
+    (SyncObj, "_onTick", "method"),
+    (SyncObj, "_isLeader", "method"),
+    (SyncObj, "_getLeader", "method"),
+    (SyncObj, "_SyncObj__applyLogEntries", "method"),
+    (SyncObj, "_SyncObj__sendAppendEntries", "method"),
+    (SyncObj, "_SyncObj__sendNextNodeIdx", "method"),
+    (SyncObj, "_SyncObj__onMessageReceived", "method"),
+    (SyncObj, "_SyncObj__getCurrentLogIndex", "method"),
+    (SyncObj, "_SyncObj__getEntries", "method"),
+    (SyncObj, "_SyncObj__generateRaftTimeout", "method"),
+    (SyncObj, "_poller", "attribute"),
+    (SyncObj, "_SyncObj__raftLog", "attribute"),
+    (SyncObj, "_SyncObj__raftLastApplied", "attribute"),
+    (SyncObj, "_SyncObj__raftCommitIndex", "attribute"),
+    (SyncObj, "_SyncObj__raftElectionDeadline", "attribute"),
+    (SyncObj, "_SyncObj__raftMatchIndex", "attribute"),
+    (SyncObj, "_SyncObj__otherNodes", "attribute"),
+    (SyncObj, "_SyncObj__lastResponseTime", "attribute"),
+    (SyncObj, "_SyncObj__recvTransmission", "attribute"),
+    (FileJournal, "_FileJournal__journal", "attribute"),
+    (FileJournal, "_FileJournal__metaStorer", "attribute"),
+    (TcpConnection, "_TcpConnection__processRead", "method"),
+    (TcpConnection, "_TcpConnection__processParseMessage", "method"),
+    (TcpConnection, "_TcpConnection__readBuffer", "attribute"),
+    (TcpConnection, "_TcpConnection__socket", "attribute"),
+    (TCPTransport, "_createServer", "method"),
+    (TCPTransport, "_onNewIncomingConnection", "method"),
+    (TCPTransport, "_connections", "attribute"),
+    (TCPTransport, "_syncObj", "attribute"),
+    (TCPTransport, "_ready", "attribute"),
+    (TCPTransport, "_bindOverEvent", "attribute"),
+    # write_backup writes a no-op entry as this type's byte.
+    (pysyncobj_syncobj, "_COMMAND_TYPE", "module"),
+)
 
 _FAIL_TEXT = {
     FAIL_REASON.QUEUE_FULL: ("overloaded", "the Raft command queue is full"),
@@ -572,11 +616,69 @@ class _StateMachine(SyncObj):
     # the Raft thread logs a traceback for each chunk until the last one. Until
     # the pickled entry is whole, a 'finish' is taken as a 'process'.
     def _SyncObj__onMessageReceived(self, node: Any, message: dict) -> None:
-        if message.get("transmission") == "finish" and message.get("type") == "append_entries":
-            received = self._SyncObj__recvTransmission
-            if isinstance(received, bytes) and _truncated_pickle(received + message["data"]):
-                message = dict(message, transmission="process")
+        if message.get("type") == "append_entries":
+            if message.get("transmission") == "finish":
+                message = self._raftsched_finish_transmission(message)
+            if "entries" in message and "prevLogIdx" in message:
+                message = self._raftsched_keep_applied(message)
         SyncObj._SyncObj__onMessageReceived(self, node, message)
+
+    def _raftsched_finish_transmission(self, message: dict) -> dict:
+        """The last chunk of an entry sent in chunks: a 'process' while the
+        pickled entry is not whole (see above), else the same message with
+        the entry in it, as a regular append-entries, so that a re-sent large
+        entry is compared like any other (_raftsched_keep_applied)."""
+        received = self._SyncObj__recvTransmission
+        if not isinstance(received, bytes):
+            return message
+        whole = received + message["data"]
+        if _truncated_pickle(whole):
+            return dict(message, transmission="process")
+        self._SyncObj__recvTransmission = ""
+        regular = {k: v for k, v in message.items() if k not in ("transmission", "data")}
+        regular["entries"] = [pysyncobj_pickle.loads(whole)]
+        return regular
+
+    # pysyncobj's leader, on a follower's acknowledgement of an earlier batch,
+    # sets the follower's next index back to the end of that batch, although
+    # it has sent later batches meanwhile; so it sends those entries again.
+    # The follower, holding more entries than the previous one the message
+    # names, truncates its log there and appends the entries sent, logging
+    # CRITICAL "truncating already-applied log entries ... may have diverged"
+    # when some of them were applied already. Three nodes on loopback do so
+    # during ordinary creates. The entries sent again are the same ones (same
+    # index, term and command): a leader makes one entry per index in its
+    # term, and an applied entry is committed, so every leader holds it. So
+    # before pysyncobj sees such a message, the entries this node has applied
+    # are compared with those sent, and if they are the same the message is
+    # cut to start after the last applied entry: nothing applied is truncated.
+    # A different entry at an applied index is a broken Raft invariant: it is
+    # logged CRITICAL and the message is left to pysyncobj as it came.
+    def _raftsched_keep_applied(self, message: dict) -> dict:
+        prev = message["prevLogIdx"]
+        applied = self._SyncObj__raftLastApplied
+        if prev >= applied or message["term"] < self.raftCurrentTerm:
+            return message   # nothing applied would be truncated, or pysyncobj ignores it
+        held = self._SyncObj__getEntries(prev, applied - prev + 1)
+        if len(held) < 2 or held[0][2] != message["prevLogTerm"]:
+            return message   # pysyncobj refuses it, or has nothing to truncate
+        sent = message["entries"]
+        for entry in sent:
+            position = entry[1] - prev
+            if position >= len(held):
+                break
+            mine = held[position]
+            if mine[1] != entry[1] or mine[2] != entry[2] or mine[0] != entry[0]:
+                log.critical("Raft: the leader sent entry %d at term %d where this node applied "
+                             "one at term %s (%s command): the replicas' states may differ; "
+                             "compare GET /v1/state/digest on every node", entry[1], entry[2],
+                             mine[2], "the same" if mine[0] == entry[0] else "another")
+                return message
+        last = held[-1]
+        log.debug("Raft: entries %d..%d sent again by the leader are the ones applied here; "
+                  "kept", prev + 1, last[1])
+        return dict(message, prevLogIdx=last[1], prevLogTerm=last[2],
+                    entries=[entry for entry in sent if entry[1] > last[1]])
 
     @replicated
     def apply_command(self, data: bytes) -> Any:
@@ -869,6 +971,18 @@ class Replicator:
     def is_leader(self) -> bool:
         return bool(self._obj._isLeader())
 
+    def leader_reachable(self) -> bool:
+        """Whether a command proposed now reaches a leader: this node leads, or
+        the leader it knows of is connected to it. False during an election and
+        while a follower still names a leader whose connection dropped (a
+        killed leader): pysyncobj would forward the command to it and lose it,
+        and the caller would learn only that the leader changed."""
+        obj = self._obj
+        if obj._isLeader():
+            return True
+        leader = obj._getLeader()
+        return leader is not None and bool(obj.isNodeConnected(leader))
+
     def status(self) -> RaftStatus:
         raw = self._obj.getStatus()
         role = {0: "follower", 1: "candidate", 2: "leader"}.get(raw["state"], str(raw["state"]))
@@ -1039,7 +1153,7 @@ def write_backup(path: str, source: SnapshotSource) -> None:
     index = source.applied_index
     if index < 2:
         raise ValueError(f"the state has applied no entry yet (applied_index {index})")
-    noop = struct.pack("B", 1)   # pysyncobj's _COMMAND_TYPE.NO_OP
+    noop = struct.pack("B", pysyncobj_syncobj._COMMAND_TYPE.NO_OP)
     header = codec.pack({"v": SNAPSHOT_VERSION, "format": "lmdb-compact",
                          "last": [noop, index, 0], "prev": [noop, index - 1, 0],
                          "applied_index": index})

@@ -237,6 +237,7 @@ class Node:
     # --- the loop side ---------------------------------------------------------------
 
     async def propose(self, command: dict) -> dict:
+        await self.wait_for_leader()
         result = await self.replicator.propose_wait(commands.encode(command))
         if isinstance(result, dict) and result.get("replayed"):
             # The entry's index was already covered by a snapshot this node
@@ -246,21 +247,50 @@ class Node:
                               "idempotency_key", reason="unknown_outcome")
         return result
 
+    async def wait_for_leader(self, timeout_s: float = limits.leader_wait_s) -> None:
+        """Return once a leader is reachable from this node (at once unless an
+        election is under way); raise Unavailable (no_leader, 503 with Retry-After) if none
+        is within timeout_s. Writes call it before they propose, so a command
+        is proposed once, to a leader, or not at all."""
+        deadline = time.monotonic() + timeout_s
+        while not self.replicator.leader_reachable():
+            if time.monotonic() >= deadline:
+                raise Unavailable(f"no Raft leader was reachable from this node within "
+                                  f"{timeout_s:g} s (leader_wait_s); the command was not "
+                                  "proposed: retry", reason="no_leader")
+            await asyncio.sleep(limits.leader_wait_poll_s)
+
     async def wait_caught_up(self, timeout_s: float = limits.propose_timeout_s) -> None:
         """Read-your-writes: wait until this node has applied everything the
         leader had committed when the call began. A follower asks the leader for
-        its commit index (what it learns from heartbeats may be a tick old)."""
+        its commit index (what it learns from heartbeats may be a tick old).
+        During an election it first waits for the new leader, up to
+        limits.leader_wait_s, as a write does."""
         deadline = time.monotonic() + timeout_s
-        status = self.replicator.status()
-        if status.role == "leader":
-            target = status.commit_index
-        else:
-            target = await self._leader_commit_index(status.leader, timeout_s)
+        target = await self._commit_index_to_reach(timeout_s)
         while self.store.applied_index() < target:
             if time.monotonic() > deadline:
                 raise Unavailable(f"this node did not catch up with the leader's commit index "
                                   f"{target} within {timeout_s:g} s", reason="timeout")
             await asyncio.sleep(limits.consistent_read_poll_s)
+
+    async def _commit_index_to_reach(self, timeout_s: float) -> int:
+        """The leader's commit index now. A leader that cannot be asked (none
+        known, its connection or HTTP port gone, or no longer leader) is looked
+        for again until limits.leader_wait_s has passed."""
+        leader_deadline = time.monotonic() + limits.leader_wait_s
+        while True:
+            await self.wait_for_leader(max(0.0, leader_deadline - time.monotonic()))
+            status = self.replicator.status()
+            if status.role == "leader":
+                return status.commit_index
+            try:
+                return await self._leader_commit_index(status.leader, timeout_s)
+            except Unavailable as exc:
+                if exc.reason not in ("no_leader", "leader_changed") \
+                        or time.monotonic() >= leader_deadline:
+                    raise
+            await asyncio.sleep(limits.leader_wait_poll_s)
 
     async def _leader_commit_index(self, leader_raft: str | None, timeout_s: float) -> int:
         leader = next((rec for _, rec in self.store.scan(NODES)

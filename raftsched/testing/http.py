@@ -52,6 +52,26 @@ def call(method: str, url: str, body: Any = None, *, timeout_s: float = 10.0,
         return Response(exc.code, _decode(payload), dict(exc.headers))
 
 
+class ServiceUnavailable(Exception):
+    """A 503 answer: the node could not serve the request now (no leader during
+    an election, no quorum). wait_until counts it as "not yet": during a
+    failover a read or a write may be refused, and the caller's deadline, not
+    the first refusal, decides."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__(repr(response))
+        self.response = response
+
+
+def expect(response: Response, status: int) -> Response:
+    """`response` if it has `status`; ServiceUnavailable if it is a 503 (to
+    be asked again within a deadline); AssertionError otherwise."""
+    if response.status == 503 and status != 503:
+        raise ServiceUnavailable(response)
+    assert response.status == status, response
+    return response
+
+
 def _decode(payload: bytes) -> Any:
     if not payload:
         return None
@@ -64,7 +84,8 @@ def _decode(payload: bytes) -> Any:
 def wait_until(check: Callable[[], Any], timeout_s: float, what: str,
                interval_s: float = 0.05) -> Any:
     """Poll `check` until it returns a truthy value; fail with `what` at the deadline.
-    Exceptions from `check` count as "not yet" (a node may be restarting)."""
+    Exceptions from `check` count as "not yet" (a node may be restarting), and
+    so does a 503 raised by expect() (a failover is under way)."""
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
     while True:
@@ -72,7 +93,8 @@ def wait_until(check: Callable[[], Any], timeout_s: float, what: str,
             value = check()
             if value:
                 return value
-        except (OSError, urllib.error.URLError, ValueError, KeyError) as exc:
+        except (OSError, urllib.error.URLError, ValueError, KeyError,
+                ServiceUnavailable) as exc:
             last_error = exc
         if time.monotonic() > deadline:
             detail = f" (last error: {last_error!r})" if last_error else ""

@@ -1,0 +1,108 @@
+"""The API's handlers in this process over an in-memory replica (the fast tier): problem+json errors naming the field with nothing proposed, bounds named, a job's create-read-delete, paging, schedule preview."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftsched import limits
+from raftsched.testing.inprocess import ReplicaPort, api_client
+
+
+def body(**over) -> dict:
+    b = {"name": "api", "schedule": {"cron": "0 3 * * *", "timezone": "Europe/Berlin"},
+         "target": {"type": "http", "url": "https://h.example/x"}}
+    b.update(over)
+    return {k: v for k, v in b.items() if v is not None}
+
+
+@pytest.mark.parametrize("payload, field", [
+    (body(schedule={"cron": "61 * * * *"}), "schedule.cron"),
+    (body(schedule={"cron": "0 3 * * *", "timezone": "Mars/Olympus"}), "schedule.timezone"),
+    (body(schedule=None, run_at="tomorrow"), "run_at"),
+    (body(run_at="2030-01-01T00:00:00Z"), "schedule"),
+    ({"name": "x", "target": {"type": "http", "url": "http://a/"}}, "schedule"),
+    (body(target={"type": "http", "url": "ftp://example/x"}), "target.url"),
+    (body(target={"type": "http", "url": "http://a/", "timeout_s": 0}), "target.timeout_s"),
+    (body(target={"type": "http", "url": "http://a/", "timeout_s": 99999}), "target.timeout_s"),
+    (body(colour="blue"), "colour"),
+    (body(target={"type": "http", "url": "http://a/", "verb": "GET"}), "target.verb"),
+])
+async def test_bad_input_is_400_naming_the_field_and_proposes_nothing(payload, field):
+    port = ReplicaPort()
+    async with api_client(port) as client:
+        response = await client.post("/v1/jobs", json=payload)
+        problem = await response.json(content_type=None)
+    assert response.status == 400, problem
+    assert response.headers["Content-Type"].startswith("application/problem+json")
+    assert problem["field"] == field
+    assert problem["status"] == 400
+    assert problem["detail"]
+    assert port.proposed == []
+
+
+async def test_oversized_and_malformed_bodies_name_their_bound():
+    port = ReplicaPort()
+    async with api_client(port) as client:
+        huge = body(target={"type": "http", "url": "http://a/", "body": "x" * 40_000})
+        response = await client.post("/v1/jobs", json=huge)
+        assert (response.status, (await response.json())["limit"]) == (413,
+                                                                      "target_body_bytes_max")
+        raw = b'{"name": "' + b"y" * (limits.request_body_bytes_max + 10) + b'"}'
+        response = await client.post("/v1/jobs", data=raw,
+                                     headers={"Content-Type": "application/json"})
+        assert (response.status, (await response.json())["limit"]) == (413,
+                                                                      "request_body_bytes_max")
+        response = await client.post("/v1/jobs", data=b"{not json",
+                                     headers={"Content-Type": "application/json"})
+        assert (response.status, (await response.json())["field"]) == (400, "body")
+        for path in ("/v1/nope", "/v1/jobs/job_00", "/v1/runs/run_00"):
+            assert (await client.get(path)).status == 404, path
+    assert port.proposed == []
+
+
+async def test_a_job_is_created_read_listed_and_deleted_one_proposal_each():
+    port = ReplicaPort()
+    async with api_client(port) as client:
+        created = await client.post("/v1/jobs", json=body())
+        job = await created.json()
+        assert created.status == 201, job
+        assert len(port.proposed) == 1
+        read = await client.get(f"/v1/jobs/{job['job_id']}")
+        assert (read.status, (await read.json())["name"]) == (200, "api")
+        listed = await (await client.get("/v1/jobs?consistent=true")).json()
+        assert [j["job_id"] for j in listed["jobs"]] == [job["job_id"]]
+        assert (await client.delete(f"/v1/jobs/{job['job_id']}")).status == 204
+        assert len(port.proposed) == 2
+
+
+async def test_list_pages_through_every_job_once():
+    port = ReplicaPort()
+    async with api_client(port) as client:
+        ids = set()
+        for i in range(7):
+            created = await client.post("/v1/jobs", json=body(name=f"page-{i}"))
+            ids.add((await created.json())["job_id"])
+        seen: list[str] = []
+        cursor = None
+        for _ in range(100):
+            query = "limit=3" + (f"&cursor={cursor}" if cursor else "")
+            page = await (await client.get(f"/v1/jobs?{query}")).json()
+            assert len(page["jobs"]) <= 3
+            seen += [j["job_id"] for j in page["jobs"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        refused = await (await client.get("/v1/jobs?limit=0")).json()
+    assert sorted(seen) == sorted(ids)
+    assert refused["field"] == "limit"
+
+
+async def test_schedule_preview_crosses_dst():
+    async with api_client(ReplicaPort()) as client:
+        response = await client.post("/v1/schedules:preview", json={
+            "schedule": {"cron": "30 2 * * *", "timezone": "America/New_York"},
+            "after": "2026-03-07T12:00:00Z", "count": 3})
+        assert response.status == 200
+        assert (await response.json())["fire_times"] == ["2026-03-08T03:00:00-04:00",
+                                                         "2026-03-09T02:30:00-04:00",
+                                                         "2026-03-10T02:30:00-04:00"]

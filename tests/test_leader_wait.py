@@ -1,0 +1,115 @@
+"""A write or a consistent read arriving while no leader is reachable waits for one, up to leader_wait_s, and a write that waited is proposed once; past the bound it is refused no_leader without being proposed."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from raftsched import limits
+from raftsched.errors import Unavailable
+from raftsched.replication.raft import Replicator
+from raftsched.runtime.node import Node
+from raftsched.testing.http import Response, expect, wait_until
+
+
+class _Raft:
+    """A replicator whose leader becomes reachable after `unreachable` looks."""
+
+    def __init__(self, unreachable: int, role: str = "follower") -> None:
+        self.looks = 0
+        self.unreachable = unreachable
+        self.proposed: list[bytes] = []
+        self.role = role
+
+    def leader_reachable(self) -> bool:
+        self.looks += 1
+        return self.looks > self.unreachable
+
+    async def propose_wait(self, data: bytes) -> dict:
+        self.proposed.append(data)
+        return {"ok": True}
+
+    def status(self):
+        return SimpleNamespace(role=self.role, leader="127.0.0.1:1", commit_index=7)
+
+
+def node_with(raft: _Raft, wait_s: float = limits.leader_wait_s, **extra) -> SimpleNamespace:
+    node = SimpleNamespace(replicator=raft, **extra)
+    node.wait_for_leader = lambda timeout_s=wait_s: Node.wait_for_leader(node, timeout_s)
+    return node
+
+
+async def test_a_write_during_an_election_waits_and_is_proposed_once():
+    raft = _Raft(unreachable=5)
+    command = {"v": 1, "t": "renew", "node": "n1", "at_ms": 1}
+    assert await Node.propose(node_with(raft), command) == {"ok": True}
+    assert raft.looks == 6
+    assert len(raft.proposed) == 1
+
+
+async def test_a_write_with_no_leader_past_the_bound_is_refused_and_not_proposed():
+    raft = _Raft(unreachable=10 ** 9)
+    started = time.monotonic()
+    with pytest.raises(Unavailable) as refused:
+        await Node.propose(node_with(raft, wait_s=0.2), {"v": 1, "t": "renew", "node": "n1",
+                                                         "at_ms": 1})
+    assert time.monotonic() - started >= 0.2
+    assert refused.value.reason == "no_leader"
+    assert "leader_wait_s" in refused.value.detail
+    assert raft.proposed == []
+
+
+async def test_a_consistent_read_asks_again_while_the_leader_cannot_be_asked():
+    raft = _Raft(unreachable=0)
+    answers = [Unavailable("gone", reason="no_leader"),
+               Unavailable("not me", reason="leader_changed"), 42]
+
+    async def leader_commit_index(leader_raft, timeout_s):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    node = node_with(raft, _leader_commit_index=leader_commit_index)
+    assert await Node._commit_index_to_reach(node, 5.0) == 42
+    assert answers == []
+
+
+async def test_a_consistent_read_gives_up_at_the_bound(monkeypatch):
+    monkeypatch.setattr(limits, "leader_wait_s", 0.1)
+    raft = _Raft(unreachable=0)
+
+    async def leader_commit_index(leader_raft, timeout_s):
+        raise Unavailable("gone", reason="no_leader")
+
+    node = node_with(raft, _leader_commit_index=leader_commit_index)
+    with pytest.raises(Unavailable) as refused:
+        await Node._commit_index_to_reach(node, 5.0)
+    assert refused.value.reason == "no_leader"
+
+
+@pytest.mark.parametrize("leads, leader, connected, reachable", [
+    (True, None, False, True),
+    (False, "L", True, True),
+    (False, "L", False, False),     # a killed leader still named until the election
+    (False, None, False, False),    # an election
+])
+def test_a_leader_is_reachable_when_this_node_leads_or_is_connected_to_it(
+        leads, leader, connected, reachable):
+    obj = SimpleNamespace(_isLeader=lambda: leads, _getLeader=lambda: leader,
+                          isNodeConnected=lambda node: connected and node == leader)
+    replicator = SimpleNamespace(_obj=obj)
+    assert Replicator.leader_reachable(replicator) is reachable
+
+
+def test_a_test_helper_asks_again_after_a_503_until_its_deadline():
+    answers = [Response(503, {"reason": "no_leader"}, {}), Response(200, {"ok": 1}, {})]
+    got = wait_until(lambda: expect(answers.pop(0), 200).body, 5, "a read after the election")
+    assert got == {"ok": 1}
+    with pytest.raises(TimeoutError, match="no_leader"):
+        wait_until(lambda: expect(Response(503, {"reason": "no_leader"}, {}), 200), 0.1,
+                   "a read that is always refused")
+    with pytest.raises(AssertionError):
+        wait_until(lambda: expect(Response(404, None, {}), 200), 5, "a missing run")
