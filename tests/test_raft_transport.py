@@ -341,6 +341,7 @@ def test_a_secret_shorter_than_the_admin_tokens_minimum_is_refused(tmp_path):
     assert "refusing to start" in raft_secret(node_args("--raft-secret-file", str(path)), {})[1]
 
 
+@pytest.mark.integration
 def test_a_node_given_a_short_secret_exits_with_the_reason(tmp_path):
     cluster = LocalCluster(tmp_path, nodes=3)
     cluster.env["RAFTSCHED_RAFT_SECRET"] = "too-short"
