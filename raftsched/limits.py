@@ -394,14 +394,16 @@ reaper_batch_max = 1000
 alert_attempts_max = 8
 alert_retry_base_s = 1.0
 alert_timeout_s = 10.0
-# Circuit breaker per target host: open when failure_ratio of the last window
+# Circuit breaker per tenant and target host: open when failure_ratio of the last window
 # calls failed; stay open cooloff_s, then let one call through.
 breaker_window = 20
 breaker_failure_ratio = 0.9
 breaker_cooloff_s = 30.0
-# Target hosts the breaker keeps a window for; past it the least recently
-# called is forgotten, so hosts named by jobs cannot grow a node's memory.
-breaker_hosts_max = 10_000
+# (tenant, target host) pairs the breaker keeps a window for (one breaker per
+# tenant and host, so one tenant's failures never hold back another's calls);
+# past it the least recently called is forgotten, so hosts named by jobs cannot
+# grow a node's memory.
+breaker_tenant_hosts_max = 10_000
 # A worker's claim waits at most this long for a run (long poll), and claims
 # at most this many runs at once.
 worker_claim_wait_s_max = 30.0
