@@ -40,6 +40,14 @@ class NoNodeAnswered(Exception):
     pass
 
 
+class Refused(Exception):
+    """A node answered 409: the problem+json it sent."""
+
+    def __init__(self, problem: dict) -> None:
+        super().__init__(problem.get("detail"))
+        self.problem = problem
+
+
 class RemoteWorker:
     def __init__(self, urls: list[str], queue: str, concurrency: int, worker_id: str,
                  executor: CommandExecutor | None = None,
@@ -72,6 +80,8 @@ class RemoteWorker:
                         url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
                     if resp.status < 500:
                         data = await resp.json()
+                        if resp.status == 409:
+                            raise Refused(data)
                         if resp.status >= 400:
                             raise RuntimeError(f"{url}: {resp.status} {data}")
                         return data
@@ -167,6 +177,9 @@ class RemoteWorker:
                 log.warning("completion of %d runs: %s; retrying", len(batch), exc)
                 await asyncio.sleep(limits.worker_unreachable_pause_s)
                 continue
+            except Refused as exc:
+                self._drop_refused(batch, exc.problem)
+                continue
             del self._results[:len(batch)]
             if not self._results:
                 self._results_ready.clear()
@@ -175,6 +188,33 @@ class RemoteWorker:
                 if not accepted:
                     log.warning("run %s attempt %d: completion refused (lease was gone)",
                                 result["run_id"], result["attempt"])
+
+    def _drop_refused(self, batch: list[dict], problem: dict) -> None:
+        """A completion refused because this worker no longer holds one of its
+        runs (the node names it as `results[i].run_id`): drop that result, and
+        send the others again. Its attempt is the cluster's to retry."""
+        index = _result_index(problem.get("field"))
+        if index is None or index >= len(batch):
+            # Not the refusal this worker knows how to act on: drop the batch
+            # rather than send it for ever.
+            log.error("completion of %d runs refused: %s; dropping them", len(batch),
+                      problem.get("detail"))
+            del self._results[:len(batch)]
+        else:
+            dropped = self._results.pop(index)
+            log.warning("run %s attempt %d: completion refused, not held by this worker (%s)",
+                        dropped["run_id"], dropped["attempt"], problem.get("detail"))
+        if not self._results:
+            self._results_ready.clear()
+
+
+def _result_index(field: object) -> int | None:
+    """i of a problem's field `results[i].run_id`, else None."""
+    if not isinstance(field, str) or not field.startswith("results[") \
+            or not field.endswith("].run_id"):
+        return None
+    digits = field[len("results["):-len("].run_id")]
+    return int(digits) if digits.isdigit() else None
 
 
 def completion_batch(results: list[dict]) -> list[dict]:
