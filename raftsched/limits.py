@@ -408,6 +408,16 @@ breaker_tenant_hosts_max = 10_000
 # at most this many runs at once.
 worker_claim_wait_s_max = 30.0
 worker_claim_max = 100
+# Names long polls wait on at once on one node, in each of its two maps (topic
+# readers by topic, worker claims by queue): a name's entry lives while someone
+# waits on it. Per tenant, so one tenant's many names never take another's room;
+# per node, so all of them bound the node's memory (an entry is a few hundred
+# bytes). A wait on a new name past either answers 429 with Retry-After.
+waited_names_per_tenant_max = 1000
+waited_names_max = 10_000
+# A wait refused past those is asked to come back after this (seconds, the
+# Retry-After): a long poll ends within its wait_s, most far sooner.
+waited_names_retry_after_s = 1
 # A node asking another for the output it keeps gives up after this.
 logs_fetch_timeout_s = 2.0
 

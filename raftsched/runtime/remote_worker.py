@@ -40,6 +40,22 @@ class NoNodeAnswered(Exception):
     pass
 
 
+class Throttled(Exception):
+    """A node answered 429 (a bound it names): ask again after `retry_after_s`."""
+
+    def __init__(self, problem: dict, retry_after_s: float) -> None:
+        super().__init__(problem.get("detail"))
+        self.problem, self.retry_after_s = problem, retry_after_s
+
+
+def _retry_after_s(headers: Any) -> float:
+    try:
+        return min(max(float(headers.get("Retry-After", 1)), 0.1),
+                   limits.worker_unreachable_pause_s * 10)
+    except ValueError:
+        return 1.0
+
+
 class Refused(Exception):
     """A node answered 409: the problem+json it sent."""
 
@@ -82,6 +98,8 @@ class RemoteWorker:
                         data = await resp.json()
                         if resp.status == 409:
                             raise Refused(data)
+                        if resp.status == 429:
+                            raise Throttled(data, _retry_after_s(resp.headers))
                         if resp.status >= 400:
                             raise RuntimeError(f"{url}: {resp.status} {data}")
                         return data
@@ -120,6 +138,10 @@ class RemoteWorker:
             except NoNodeAnswered as exc:
                 log.warning("%s", exc)
                 await asyncio.sleep(limits.worker_unreachable_pause_s)
+                continue
+            except Throttled as exc:
+                log.warning("claim refused for now: %s", exc)
+                await asyncio.sleep(exc.retry_after_s)
                 continue
             for assignment in data["runs"]:
                 self._heartbeat_s = assignment["heartbeat_ms"] / 1000

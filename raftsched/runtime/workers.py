@@ -19,12 +19,14 @@ import random
 import time
 from typing import TYPE_CHECKING
 
+from raftsched import limits
 from raftsched.core import dag, keys, lifecycle
 from raftsched.core.apply import JOBS, READY, RUNS
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import Conflict
 from raftsched.executors.base import Outcome
 from raftsched.runtime.dispatcher import finish_update, masked_outcome
+from raftsched.runtime.waiters import Waiters
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
@@ -37,31 +39,41 @@ def holder_of(worker_id: str) -> str:
 class WorkerService:
     def __init__(self, node: "Node") -> None:
         self._node = node
-        self._queued: dict[str, asyncio.Event] = {}
+        # Claims waiting for runs, by queue (tenant-scoped): bounded and freed.
+        self._waiters = Waiters(names_max=limits.waited_names_max,
+                                names_per_tenant_max=limits.waited_names_per_tenant_max,
+                                names_limit="waited_names_max",
+                                per_tenant_limit="waited_names_per_tenant_max",
+                                what="worker queues")
         self.claimed_total = 0
 
     def queued(self, queue: str) -> None:
         """Loop thread, from apply's RunQueued for a worker queue (scoped by
         tenant, keys.scoped): wake its claimers."""
-        event = self._queued.get(queue)
-        if event is not None:
-            event.set()
+        self._waiters.wake(queue)
 
     async def claim(self, worker_id: str, queue: str, max_runs: int, wait_s: float) -> list[dict]:
         """`queue` is scoped by the worker's tenant (keys.scoped): a worker
         claims only its tenant's runs, high priority first, then oldest."""
         deadline = time.monotonic() + wait_s
-        while True:
-            event = self._queued.setdefault(queue, asyncio.Event())
-            event.clear()
-            granted = await self._try_claim(worker_id, queue, max_runs)
-            remaining = deadline - time.monotonic()
-            if granted or remaining <= 0:
-                return granted
-            try:
-                await asyncio.wait_for(event.wait(), remaining)
-            except asyncio.TimeoutError:
-                return []
+        granted = await self._try_claim(worker_id, queue, max_runs)
+        if granted or wait_s <= 0:
+            return granted
+        with self._waiters.waiting(queue) as waiting:
+            while True:
+                event = waiting.event()
+                granted = await self._try_claim(worker_id, queue, max_runs)
+                remaining = deadline - time.monotonic()
+                if granted or remaining <= 0:
+                    return granted
+                try:
+                    await asyncio.wait_for(event.wait(), remaining)
+                except asyncio.TimeoutError:
+                    return []
+
+    def waiting_queues(self) -> int:
+        """Queues some claim waits on now."""
+        return len(self._waiters)
 
     async def _try_claim(self, worker_id: str, queue: str, max_runs: int) -> list[dict]:
         node = self._node
