@@ -365,8 +365,11 @@ topic_name_chars_max = 100
 # offset, key and execution id); past it the oldest go, as for the count bound.
 # Topics are replicated to every node: topics_max * this is the most they hold.
 topic_messages_bytes_max = 16 * 1024 ** 2
-# Topics in the cluster: a publish to a new topic past it fails the run, not
-# retried. Topics are not removed, so this is a hard cap on the topic tables.
+# Topics of one tenant, and in the cluster: a publish to a new topic past
+# either fails the run, not retried. Topics are not removed, so topics_max is a
+# hard cap on the topic tables; a tenant reaches its own bound first, so it
+# takes ten tenants at theirs to fill the cluster's.
+topics_per_tenant_max = 100
 topics_max = 1000
 # Consumer groups per topic: a commit to a new group past it answers 409.
 groups_per_topic_max = 1000
@@ -520,7 +523,10 @@ backfill_concurrent_default = 1
 backfills_open_max = 64
 backfills_open_per_tenant_max = 8
 # Backfill records kept, running and finished (a finished one is removed
-# --finished-job-retention-s after it ended); a create past it answers 409.
+# --finished-job-retention-s after it ended), per tenant and in the cluster; a
+# create past either answers 409. A tenant reaches its own bound first, so it
+# takes ten tenants at theirs to fill the cluster's.
+backfills_per_tenant_max = 1000
 backfills_max = 10_000
 # How often the leader's backfiller passes (ms): a slot a finished run freed
 # is refilled within about this.
@@ -569,8 +575,18 @@ token_secret_bytes = 32
 # The bootstrap admin token an operator gives (RAFTSCHED_ADMIN_TOKEN): at least
 # this many characters, so a short guessable word is refused.
 admin_token_chars_min = 24
-# Audit records kept; apply drops the oldest past this, so the table is bounded.
+# Audit records are kept in streams, each dropping only its own oldest
+# (core/tenancy.py), so one tenant's writes never evict the admin's records or
+# another tenant's: the admin's stream (tokens, tenants, what admin tokens did)
+# keeps its newest audit_admin_entries_max; a tenant's, its newest
+# audit_entries_per_tenant_max. While the tenants' streams hold more than
+# audit_entries_max records together, a tenant's new record drops its own oldest,
+# down to audit_entries_kept_min. So the table holds at most
+# audit_admin_entries_max + audit_entries_max + tenants_max * audit_entries_kept_min.
+audit_admin_entries_max = 100_000
+audit_entries_per_tenant_max = 10_000
 audit_entries_max = 100_000
+audit_entries_kept_min = 100
 audit_list_limit_max = 1000
 # Quota defaults for a tenant without its own (node flags --tenant-*; give every
 # node the same). jobs_max counts jobs not deleted (active, paused, completed
