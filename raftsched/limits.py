@@ -310,8 +310,12 @@ output_bytes_max = 64 * 1024
 # A command's process group gets SIGTERM on timeout or cancel, then SIGKILL
 # after this grace.
 command_kill_grace_s = 2.0
-# Per-node output store (storage/output_store.py): total size and age bounds.
+# Per-node output store (storage/output_store.py): total size and age bounds,
+# and the most one tenant's output may take of it (at its bound a tenant loses
+# its own oldest output): a quarter, so that one tenant, or one worker posting
+# outputs, cannot fill the node's store and evict every other tenant's.
 output_store_bytes_max = 1024 ** 3
+output_store_tenant_bytes_max = output_store_bytes_max // 4
 output_retention_s = 7 * 24 * 3600
 # Runs of one job waiting under the `queue` concurrency policy (concurrency.queue_max).
 concurrency_queue_max_default = 100
@@ -486,8 +490,9 @@ storage_peer_timeout_s = 0.5
 # each put.
 output_prune_period_s = 600.0
 # The output store's keys (storage/output_store.py): LMDB refuses keys over
-# 511 bytes, and a by_time key is 8 + run_id + 3 bytes.
-output_run_id_bytes_max = 500
+# 511 bytes, and a by_tenant key is tenant (at most tenant_bytes_max, 64) + 1
+# + 8 + run_id + 3 bytes.
+output_run_id_bytes_max = 511 - tenant_bytes_max - 1 - 8 - 3
 # Deletions per write transaction when pruning output. A week of expired output
 # can be millions of records; one transaction for all of them would hold the
 # write lock and pin dirty pages throughout, so the pruner commits every this many.

@@ -37,8 +37,8 @@ class _Outputs:
     def __init__(self) -> None:
         self.stored: list[tuple[str, int, dict]] = []
 
-    def put(self, run_id: str, attempt: int, record: dict, **_: object) -> bool:
-        self.stored.append((run_id, attempt, record))
+    def put(self, run_id: str, attempt: int, record: dict, *, now_ms: int, tenant: str) -> bool:
+        self.stored.append((run_id, attempt, dict(record, tenant=tenant)))
         return True
 
     def get(self, run_id: str) -> list[dict]:
@@ -100,7 +100,8 @@ async def test_only_the_holder_of_the_attempt_completes_and_stores_output(servic
     with pytest.raises(Conflict):
         await workers.complete("w-a", [_result(run_id)], "other")
     assert await workers.complete("w-a", [_result(run_id)], "t") == [True]
-    assert [(r, a, rec["stdout"]) for r, a, rec in node.outputs.stored] == [(run_id, 1, "out")]
+    assert [(r, a, rec["stdout"], rec["tenant"]) for r, a, rec in node.outputs.stored] == \
+        [(run_id, 1, "out", "t")]   # counted against the run's tenant
     assert log.get_run(run_id)["state"] == "succeeded"
     # The same completion again (its answer was lost): the run moved on, refused.
     with pytest.raises(Conflict):

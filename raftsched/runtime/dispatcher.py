@@ -332,7 +332,7 @@ class Dispatcher:
             node.outputs.put(run["id"], run["attempt"],
                              dict(outcome.output, holder=node.node_id,
                                   http_status=outcome.http_status, exit_code=outcome.exit_code),
-                             now_ms=node.now_ms())
+                             now_ms=node.now_ms(), tenant=run["tenant"])
         policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
         future = node.reporter.send(finish_update(node, run, node.node_id, outcome, policy),
                                     run["tenant"])

@@ -181,7 +181,7 @@ class WorkerService:
             if ok and outcome.output:
                 node.outputs.put(run["id"], run["attempt"],
                                  dict(outcome.output, holder=holder, exit_code=outcome.exit_code),
-                                 now_ms=node.now_ms())
+                                 now_ms=node.now_ms(), tenant=run["tenant"])
             accepted.append(ok)
         return accepted
 
