@@ -175,3 +175,30 @@ async def test_the_audit_api_keeps_the_admins_records_under_a_writers_burst(monk
     assert answer.status == 200
     assert [r["action"] for r in records].count("tenant.put") == 1
     assert [r["action"] for r in records].count("job.create") == 4
+
+
+async def test_the_api_answers_409_naming_the_tenants_backfill_bound_and_serves_another(
+        monkeypatch):
+    monkeypatch.setattr(limits, "backfills_per_tenant_max", 1, raising=False)
+    port = _Port(Replica())
+    monkeypatch.setattr(port, "quota_of", lambda tenant: {"jobs_max": 100,
+                                                          "creates_per_s": 1000})
+    job = {"schedule": {"cron": "0 * * * *"},
+           "target": {"type": "http", "url": "https://h.example/x"}}
+    window = {"start": "2026-01-01T00:00:00Z", "end": "2026-01-01T03:00:00Z"}
+    async with TestClient(TestServer(make_app(port))) as client:
+        ids = {}
+        for tenant in ("a", "b"):
+            created = await client.post("/v1/jobs", json=job, params={"tenant": tenant})
+            assert created.status == 201, await created.text()
+            ids[tenant] = (await created.json())["job_id"]
+
+        async def backfill(tenant: str):
+            return await client.post(f"/v1/jobs/{ids[tenant]}:backfill", json=window,
+                                     params={"tenant": tenant})
+
+        assert (await backfill("a")).status == 202
+        refused = await backfill("a")
+        problem = await refused.json()
+        assert (refused.status, problem["limit"]) == (409, "backfills_per_tenant_max")
+        assert (await backfill("b")).status == 202
