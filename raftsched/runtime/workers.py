@@ -75,6 +75,10 @@ class WorkerService:
         """Queues some claim waits on now."""
         return len(self._waiters)
 
+    def waits_refused(self) -> int:
+        """Claims refused for waiting on a queue past a waited-names bound."""
+        return self._waiters.refused_total
+
     async def _try_claim(self, worker_id: str, queue: str, max_runs: int) -> list[dict]:
         node = self._node
         prefix = keys.ready_prefix(queue)
