@@ -75,3 +75,33 @@ def test_one_tenants_timeouts_open_its_breaker_only():
     assert b.allow("tenant-b", "shared.example:443")    # the same host, another tenant
     b.record("tenant-b", "shared.example:443", True)
     assert b.open_hosts() == [("tenant-a", "shared.example:443")]
+
+
+async def test_the_dispatcher_holds_back_only_the_tenant_whose_breaker_is_open():
+    from types import SimpleNamespace
+
+    from raftsched.core import commands, jobspec, keys
+    from raftsched.runtime.dispatcher import Dispatcher
+    from raftsched.testing.replica import Replica
+
+    log = Replica()
+    for tenant in ("a", "b"):
+        spec = jobspec.validate_create({"run_at": "2030-01-01T00:00:00Z", "target": {
+            "type": "http", "url": "https://shared.example/hook"}})["spec"]
+        assert log.run(commands.create_job(job_id=f"job_{tenant}1", tenant=tenant, spec=spec,
+                                           idempotency_key=None,
+                                           shard=keys.shard_of(f"job_{tenant}1", 16),
+                                           next_ms=None, at_ms=1_000))["ok"]
+    clock = Clock()
+    node = SimpleNamespace(store=log.store, monotonic=clock,
+                           breaker=Breaker(window=20, failure_ratio=0.9, cooloff_s=30.0,
+                                           clock=clock),
+                           quota_of=lambda tenant: {"weight": 1, "runs_concurrent_max": 10})
+    dispatcher = Dispatcher(node)
+    for _ in range(20):
+        node.breaker.record("a", "shared.example", False)
+    run_a = {"id": "run_a", "job_id": "job_a1", "tenant": "a"}
+    run_b = {"id": "run_b", "job_id": "job_b1", "tenant": "b"}
+    assert dispatcher._maybe_park(run_a)
+    assert not dispatcher._maybe_park(run_b)
+    assert dispatcher.parked_total == 1
