@@ -335,8 +335,12 @@ output_bytes_max = 64 * 1024
 # A command's process group gets SIGTERM on timeout or cancel, then SIGKILL
 # after this grace.
 command_kill_grace_s = 2.0
-# Per-node output store (storage/output_store.py): total size and age bounds.
+# Per-node output store (storage/output_store.py): total size and age bounds,
+# and the most one tenant's output may take of it (at its bound a tenant loses
+# its own oldest output): a quarter, so that one tenant, or one worker posting
+# outputs, cannot fill the node's store and evict every other tenant's.
 output_store_bytes_max = 1024 ** 3
+output_store_tenant_bytes_max = output_store_bytes_max // 4
 output_retention_s = 7 * 24 * 3600
 # Runs of one job waiting under the `queue` concurrency policy (concurrency.queue_max).
 concurrency_queue_max_default = 100
@@ -390,8 +394,11 @@ topic_name_chars_max = 100
 # offset, key and execution id); past it the oldest go, as for the count bound.
 # Topics are replicated to every node: topics_max * this is the most they hold.
 topic_messages_bytes_max = 16 * 1024 ** 2
-# Topics in the cluster: a publish to a new topic past it fails the run, not
-# retried. Topics are not removed, so this is a hard cap on the topic tables.
+# Topics of one tenant, and in the cluster: a publish to a new topic past
+# either fails the run, not retried. Topics are not removed, so topics_max is a
+# hard cap on the topic tables; a tenant reaches its own bound first, so it
+# takes ten tenants at theirs to fill the cluster's.
+topics_per_tenant_max = 100
 topics_max = 1000
 # Consumer groups per topic: a commit to a new group past it answers 409.
 groups_per_topic_max = 1000
@@ -419,18 +426,30 @@ reaper_batch_max = 1000
 alert_attempts_max = 8
 alert_retry_base_s = 1.0
 alert_timeout_s = 10.0
-# Circuit breaker per target host: open when failure_ratio of the last window
+# Circuit breaker per tenant and target host: open when failure_ratio of the last window
 # calls failed; stay open cooloff_s, then let one call through.
 breaker_window = 20
 breaker_failure_ratio = 0.9
 breaker_cooloff_s = 30.0
-# Target hosts the breaker keeps a window for; past it the least recently
-# called is forgotten, so hosts named by jobs cannot grow a node's memory.
-breaker_hosts_max = 10_000
+# (tenant, target host) pairs the breaker keeps a window for (one breaker per
+# tenant and host, so one tenant's failures never hold back another's calls);
+# past it the least recently called is forgotten, so hosts named by jobs cannot
+# grow a node's memory.
+breaker_tenant_hosts_max = 10_000
 # A worker's claim waits at most this long for a run (long poll), and claims
 # at most this many runs at once.
 worker_claim_wait_s_max = 30.0
 worker_claim_max = 100
+# Names long polls wait on at once on one node, in each of its two maps (topic
+# readers by topic, worker claims by queue): a name's entry lives while someone
+# waits on it. Per tenant, so one tenant's many names never take another's room;
+# per node, so all of them bound the node's memory (an entry is a few hundred
+# bytes). A wait on a new name past either answers 429 with Retry-After.
+waited_names_per_tenant_max = 1000
+waited_names_max = 10_000
+# A wait refused past those is asked to come back after this (seconds, the
+# Retry-After): a long poll ends within its wait_s, most far sooner.
+waited_names_retry_after_s = 1
 # A node asking another for the output it keeps gives up after this.
 logs_fetch_timeout_s = 2.0
 
@@ -496,8 +515,9 @@ storage_peer_timeout_s = 0.5
 # each put.
 output_prune_period_s = 600.0
 # The output store's keys (storage/output_store.py): LMDB refuses keys over
-# 511 bytes, and a by_time key is 8 + run_id + 3 bytes.
-output_run_id_bytes_max = 500
+# 511 bytes, and a by_tenant key is tenant (at most tenant_bytes_max, 64) + 1
+# + 8 + run_id + 3 bytes.
+output_run_id_bytes_max = 511 - tenant_bytes_max - 1 - 8 - 3
 # Deletions per write transaction when pruning output. A week of expired output
 # can be millions of records; one transaction for all of them would hold the
 # write lock and pin dirty pages throughout, so the pruner commits every this many.
@@ -533,7 +553,10 @@ backfill_concurrent_default = 1
 backfills_open_max = 64
 backfills_open_per_tenant_max = 8
 # Backfill records kept, running and finished (a finished one is removed
-# --finished-job-retention-s after it ended); a create past it answers 409.
+# --finished-job-retention-s after it ended), per tenant and in the cluster; a
+# create past either answers 409. A tenant reaches its own bound first, so it
+# takes ten tenants at theirs to fill the cluster's.
+backfills_per_tenant_max = 1000
 backfills_max = 10_000
 # How often the leader's backfiller passes (ms): a slot a finished run freed
 # is refilled within about this.
@@ -586,8 +609,18 @@ admin_token_chars_min = 24
 # as the admin token, for the same reason; it is also what the node credential
 # (runtime/peer.py) is derived from.
 raft_secret_chars_min = admin_token_chars_min
-# Audit records kept; apply drops the oldest past this, so the table is bounded.
+# Audit records are kept in streams, each dropping only its own oldest
+# (core/tenancy.py), so one tenant's writes never evict the admin's records or
+# another tenant's: the admin's stream (tokens, tenants, what admin tokens did)
+# keeps its newest audit_admin_entries_max; a tenant's, its newest
+# audit_entries_per_tenant_max. While the tenants' streams hold more than
+# audit_entries_max records together, a tenant's new record drops its own oldest,
+# down to audit_entries_kept_min. So the table holds at most
+# audit_admin_entries_max + audit_entries_max + tenants_max * audit_entries_kept_min.
+audit_admin_entries_max = 100_000
+audit_entries_per_tenant_max = 10_000
 audit_entries_max = 100_000
+audit_entries_kept_min = 100
 audit_list_limit_max = 1000
 # Quota defaults for a tenant without its own (node flags --tenant-*; give every
 # node the same). jobs_max counts jobs not deleted (active, paused, completed

@@ -20,12 +20,19 @@ raftsched.limits (the contract checks it).
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ContextManager, Protocol
 
 from raftsched import limits
 
 if TYPE_CHECKING:
     import asyncio
+
+
+class Waiting(Protocol):
+    """A waiter's hold on a name it long-polls (runtime/waiters.py)."""
+
+    def event(self) -> "asyncio.Event":
+        """The event the name's next wake sets: take it before looking."""
 
 
 class Settings(Protocol):
@@ -189,8 +196,11 @@ class NodePort(Protocol):
     def run_output(self, run_id: str) -> list[dict]:
         """The output records this node keeps of the attempts it ran of `run_id`."""
 
-    def topic_event(self, topic: str) -> "asyncio.Event":
-        """An event set when the next message is appended to `topic`."""
+    def topic_waiting(self, topic: str) -> "ContextManager[Waiting]":
+        """Hold `topic` while waiting for its next message: the held Waiting's
+        event() is set when one is appended. The topic's entry is freed when
+        its last waiter leaves; a new topic past waited_names_per_tenant_max
+        or waited_names_max raises QuotaExceeded."""
 
     async def claim_runs(self, worker_id: str, queue: str, max_runs: int,
                          wait_s: float) -> list[dict]:

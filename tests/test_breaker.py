@@ -1,4 +1,4 @@
-"""The per-host circuit breaker opens on a mostly failing window, cools off,
+"""The circuit breaker, per tenant and host, opens on a mostly failing window, cools off,
 lets one probe through, and closes or re-opens on its result."""
 
 from __future__ import annotations
@@ -22,45 +22,86 @@ def test_opens_at_18_of_the_last_20_failed_and_not_before():
     clock = Clock()
     b = breaker(clock)
     for ok in [True, True] + [False] * 17:
-        b.record("h", ok)
-    assert b.allow("h")                 # 19 calls: the window is not full yet
-    b.record("h", False)                # 18 of 20 failed
-    assert not b.allow("h")
-    assert b.retry_at("h") == 130.0
-    assert b.open_hosts() == ["h"]
-    assert b.allow("other")             # per host
+        b.record("t", "h", ok)
+    assert b.allow("t", "h")                 # 19 calls: the window is not full yet
+    b.record("t", "h", False)                # 18 of 20 failed
+    assert not b.allow("t", "h")
+    assert b.retry_at("t", "h") == 130.0
+    assert b.open_hosts() == [("t", "h")]
+    assert b.allow("t", "other")             # per host
 
 
 def test_17_of_20_failures_keep_it_closed():
     clock = Clock()
     b = breaker(clock)
     for ok in [True] * 3 + [False] * 17:
-        b.record("h", ok)
-    assert b.allow("h")
+        b.record("t", "h", ok)
+    assert b.allow("t", "h")
 
 
 def test_after_the_cooloff_one_probe_goes_through_and_its_result_decides():
     clock = Clock()
     b = breaker(clock)
     for _ in range(20):
-        b.record("h", False)
+        b.record("t", "h", False)
     clock.now += 30.0
-    assert b.allow("h")                 # the probe
-    assert not b.allow("h")             # only one while it is out
-    b.record("h", False)
-    assert not b.allow("h")             # re-opened for another cool-off
-    assert b.retry_at("h") == 160.0
+    assert b.allow("t", "h")                 # the probe
+    assert not b.allow("t", "h")             # only one while it is out
+    b.record("t", "h", False)
+    assert not b.allow("t", "h")             # re-opened for another cool-off
+    assert b.retry_at("t", "h") == 160.0
     clock.now += 30.0
-    assert b.allow("h")
-    b.record("h", True)
-    assert b.allow("h")
-    assert b.allow("h")                 # closed, with a fresh window
+    assert b.allow("t", "h")
+    b.record("t", "h", True)
+    assert b.allow("t", "h")
+    assert b.allow("t", "h")                 # closed, with a fresh window
     assert b.opened_total == 2
 
 
-def test_hosts_are_bounded():
+def test_tenant_hosts_are_bounded():
     clock = Clock()
-    b = Breaker(window=2, failure_ratio=1.0, cooloff_s=1.0, clock=clock, hosts_max=3)
+    b = Breaker(window=2, failure_ratio=1.0, cooloff_s=1.0, clock=clock, keys_max=3)
     for i in range(10):
-        b.record(f"h{i}", False)
+        b.record("t", f"h{i}", False)
     assert len(b._hosts) == 3
+
+
+def test_one_tenants_timeouts_open_its_breaker_only():
+    clock = Clock()
+    b = breaker(clock)
+    for _ in range(20):
+        b.record("tenant-a", "shared.example:443", False)
+    assert not b.allow("tenant-a", "shared.example:443")
+    assert b.allow("tenant-b", "shared.example:443")    # the same host, another tenant
+    b.record("tenant-b", "shared.example:443", True)
+    assert b.open_hosts() == [("tenant-a", "shared.example:443")]
+
+
+async def test_the_dispatcher_holds_back_only_the_tenant_whose_breaker_is_open():
+    from types import SimpleNamespace
+
+    from raftsched.core import commands, jobspec, keys
+    from raftsched.runtime.dispatcher import Dispatcher
+    from raftsched.testing.replica import Replica
+
+    log = Replica()
+    for tenant in ("a", "b"):
+        spec = jobspec.validate_create({"run_at": "2030-01-01T00:00:00Z", "target": {
+            "type": "http", "url": "https://shared.example/hook"}})["spec"]
+        assert log.run(commands.create_job(job_id=f"job_{tenant}1", tenant=tenant, spec=spec,
+                                           idempotency_key=None,
+                                           shard=keys.shard_of(f"job_{tenant}1", 16),
+                                           next_ms=None, at_ms=1_000))["ok"]
+    clock = Clock()
+    node = SimpleNamespace(store=log.store, monotonic=clock,
+                           breaker=Breaker(window=20, failure_ratio=0.9, cooloff_s=30.0,
+                                           clock=clock),
+                           quota_of=lambda tenant: {"weight": 1, "runs_concurrent_max": 10})
+    dispatcher = Dispatcher(node)
+    for _ in range(20):
+        node.breaker.record("a", "shared.example", False)
+    run_a = {"id": "run_a", "job_id": "job_a1", "tenant": "a"}
+    run_b = {"id": "run_b", "job_id": "job_b1", "tenant": "b"}
+    assert dispatcher._maybe_park(run_a)
+    assert not dispatcher._maybe_park(run_b)
+    assert dispatcher.parked_total == 1

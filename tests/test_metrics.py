@@ -143,7 +143,8 @@ def fake_node(**overrides: object) -> SimpleNamespace:
             "nodes": [(b"n2", {"id": "n2", "raft": "127.0.0.1:7002"})]}[table]),
         dispatcher=ns(queue_depths=lambda: {"acme": 3, "default": 0}, running=lambda: 2,
                       parked_total=0, cancelled_total=0, dropped_notifications=0),
-        breaker=ns(opened_total=0), workers=ns(claimed_total=0),
+        breaker=ns(opened_total=0), workers=ns(claimed_total=0, waits_refused=lambda: 1),
+        topic_waiters=ns(refused_total=2),
         reporter=ns(pending=lambda: 0, dropped_total=0),
         replicator=ns(status=lambda: raft, journal_flushes_total=5, frames_refused_total=0,
                       handshakes_refused_total=0,
@@ -209,6 +210,7 @@ def test_the_collector_reads_the_node_at_each_scrape():
     assert value(first, "raftsched_clock_offset_seconds", node="n2") == -0.003
     assert value(first, "raftsched_runs_ended_total", state="succeeded") == 0
     assert value(first, "raftsched_misfires_total", policy="skip", state="skipped") == 0
+    assert value(first, "raftsched_long_polls_refused_total") == 3   # topics 2, queues 1
     # No second set of counters: what the node holds now is what the next scrape says.
     node.trigger.fired_total = 9
     node.applied_counts.add([(("run_ended", "succeeded"), 5), (("retry", ""), 2)])

@@ -45,7 +45,7 @@ def test_put_get_round_trip_orders_attempts(open_store):
         assert store.put("run_1", attempt, output(f"out {attempt}"), now_ms=1000 + attempt)
     got = store.get("run_1")
     assert [r["attempt"] for r in got] == [1, 2, 3, 256]
-    assert got[0] == {"v": 1, "attempt": 1, "stored_ms": 1001, **output("out 1")}
+    assert got[0] == {"v": 1, "attempt": 1, "stored_ms": 1001, "tenant": "", **output("out 1")}
     assert store.stats() == {"records": 4, "bytes": packed_bytes(store, ["run_1"])}
 
 
@@ -53,7 +53,8 @@ def test_replacing_an_attempt_does_not_double_count_bytes(open_store):
     store = open_store()
     store.put("run_1", 1, output("x" * 5000), now_ms=1000)
     store.put("run_1", 1, output("short"), now_ms=2000)
-    assert store.get("run_1") == [{"v": 1, "attempt": 1, "stored_ms": 2000, **output("short")}]
+    assert store.get("run_1") == [{"v": 1, "attempt": 1, "stored_ms": 2000, "tenant": "",
+                                   **output("short")}]
     assert store.stats() == {"records": 1, "bytes": packed_bytes(store, ["run_1"])}
 
 
@@ -162,6 +163,40 @@ def test_put_refuses_what_the_key_layout_cannot_hold(open_store, run_id, attempt
     with pytest.raises(ValueError):
         store.put(run_id, attempt, record, now_ms=1000)
     assert store.stats() == {"records": 0, "bytes": 0}
+
+
+def test_a_tenant_at_its_bound_loses_its_own_oldest_output_not_anothers(open_store):
+    one = len(codec.pack({"v": 1, "attempt": 1, "stored_ms": 1000, "tenant": "a",
+                          **output("x" * 1000)}))
+    store = open_store(bytes_max=10 * one, tenant_bytes_max=3 * one)
+    for i in range(3):
+        assert store.put(f"run_b{i}", 1, output("y" * 1000), now_ms=1000 + i, tenant="b")
+    for i in range(20):   # a worker of tenant a posting output after output
+        assert store.put(f"run_a{i:02d}", 1, output("x" * 1000), now_ms=2000 + i, tenant="a")
+    assert [i for i in range(20) if store.get(f"run_a{i:02d}")] == [17, 18, 19]
+    assert all(store.get(f"run_b{i}") for i in range(3))   # b's output is untouched
+    assert store.tenant_bytes("a") == 3 * one
+    assert store.stats() == {"records": 6, "bytes": packed_bytes(
+        store, [f"run_a{i:02d}" for i in range(20)] + [f"run_b{i}" for i in range(3)])}
+    store.delete_runs(["run_a17", "run_a18", "run_a19"])
+    assert store.tenant_bytes("a") == 0
+    with store._env.begin() as txn:
+        assert txn.stat(store._by_tenant)["entries"] == 3
+
+
+def test_records_without_a_tenant_count_towards_the_store_only(open_store):
+    # As an older build stored it: no tenant member, no by_tenant entry.
+    record = codec.pack({"v": 1, "attempt": 1, "stored_ms": 5, **output("old")})
+    new = codec.pack({"v": 1, "attempt": 1, "stored_ms": 10, "tenant": "a",
+                      **output("z" * 9000)})
+    store = open_store(bytes_max=len(record) + len(new) - 1)
+    with store._env.begin(write=True) as txn:
+        txn.put(b"run_old\x00\x00\x01", record, db=store._by_run)
+        txn.put((5).to_bytes(8, "big") + b"run_old\x00\x00\x01", b"", db=store._by_time)
+        txn.put(b"bytes_total", len(record).to_bytes(8, "big"), db=store._meta)
+    assert store.put("run_new", 1, output("z" * 9000), now_ms=10, tenant="a")
+    assert store.get("run_old") == []   # evicted, oldest first, by the store's bound
+    assert store.tenant_bytes("a") == store.stats()["bytes"]
 
 
 def test_a_dangling_time_entry_stops_pruning_loudly(open_store):

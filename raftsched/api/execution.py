@@ -150,24 +150,35 @@ async def topic_messages(request: web.Request) -> web.Response:
     wait_s = float_param(request, "wait_s", 0.0, limits.topic_wait_s_max,
                          limit="topic_wait_s_max")
     after = _offset_param(request, node, topic)
-    deadline = time.monotonic() + wait_s
-    while True:
-        event = node.topic_event(topic)
-        first, next_offset = node.topic_bounds(topic)
-        rows = node.topic_messages(topic, max(after + 1, first), limit)
-        remaining = deadline - time.monotonic()
-        if rows or remaining <= 0:
-            break
-        try:
-            await asyncio.wait_for(event.wait(), remaining)
-        except asyncio.TimeoutError:
-            pass
+    first, next_offset = node.topic_bounds(topic)
+    rows = node.topic_messages(topic, max(after + 1, first), limit)
+    if not rows and wait_s > 0:
+        first, next_offset, rows = await _wait_for_messages(node, topic, after, limit, wait_s)
     messages = [{"offset": m["offset"], "key": m["key"], "message": m["message"],
                  "execution_id": m["execution_id"], "job_id": m["job_id"],
                  "published_at": format_ms(m["published_ms"])} for m in rows]
     return json_response({"topic": name, "messages": messages,
                           "next_after": messages[-1]["offset"] if messages else after,
                           "first_offset": first, "last_offset": next_offset - 1})
+
+
+async def _wait_for_messages(node: "NodePort", topic: str, after: int, limit: int,
+                             wait_s: float) -> tuple[int, int, list[dict]]:
+    """(first offset, next offset, messages after `after`), waiting up to
+    wait_s for one; the topic is held (bounded, node.topic_waiting) meanwhile."""
+    deadline = time.monotonic() + wait_s
+    with node.topic_waiting(topic) as waiting:
+        while True:
+            event = waiting.event()
+            first, next_offset = node.topic_bounds(topic)
+            rows = node.topic_messages(topic, max(after + 1, first), limit)
+            remaining = deadline - time.monotonic()
+            if rows or remaining <= 0:
+                return first, next_offset, rows
+            try:
+                await asyncio.wait_for(event.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
 
 
 def _offset_param(request: web.Request, node: "NodePort", topic: str) -> int:

@@ -209,6 +209,10 @@ def tenant_open_counter_key(tenant: str) -> bytes:
     return _OPEN_COUNTER + b"\x00" + tenant.encode()
 
 
+def tenant_records_counter_key(tenant: str) -> bytes:
+    return _RECORDS_COUNTER + b"\x00" + tenant.encode()
+
+
 def _limit(name: str, detail: str) -> dict:
     return {"ok": False, "error": "limit", "limit": name, "field": "backfill", "detail": detail}
 
@@ -240,6 +244,7 @@ def handle_create_backfill(tx: Tx, cmd: dict) -> dict:
     tx.put(BACKFILLS, key, record)
     tx.put(BACKFILLS_OPEN, key, 1)
     _add(tx, _RECORDS_COUNTER, 1)
+    _add(tx, tenant_records_counter_key(job["tenant"]), 1)
     _add(tx, _OPEN_COUNTER, 1)
     _add(tx, tenant_open_counter_key(job["tenant"]), 1)
     tenancy.audit(tx, cmd, "backfill.create", job["tenant"], record["id"], job_id=job["id"],
@@ -248,6 +253,10 @@ def handle_create_backfill(tx: Tx, cmd: dict) -> dict:
 
 
 def _check_bounds(tx: Tx, tenant: str) -> dict | None:
+    if _count(tx, tenant_records_counter_key(tenant)) >= limits.backfills_per_tenant_max:
+        return _limit("backfills_per_tenant_max",
+                      f"tenant {tenant} keeps {limits.backfills_per_tenant_max} backfills "
+                      "(backfills_per_tenant_max); finished ones are removed after the retention")
     if _count(tx, _RECORDS_COUNTER) >= limits.backfills_max:
         return _limit("backfills_max", f"the cluster keeps {limits.backfills_max} backfills "
                       "(backfills_max); finished ones are removed after the retention")
@@ -424,4 +433,5 @@ def purge(tx: Tx, cmd: dict, backfill_id: str) -> bool:
         return False
     tx.delete(BACKFILLS, key)
     _add(tx, _RECORDS_COUNTER, -1)
+    _add(tx, tenant_records_counter_key(backfill["tenant"]), -1)
     return True

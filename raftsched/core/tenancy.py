@@ -14,21 +14,36 @@ rate holds for the whole cluster, not per node. The quota in force comes with
 each create (the proposer read it), since the flags' defaults are not state.
 
 Audit: who created and revoked tokens, changed quotas, and created, changed,
-paused, resumed, triggered or deleted jobs, with the token id; the oldest
-records are dropped past `audit_entries_max`.
+paused, resumed, triggered or deleted jobs, with the token id. Records are
+listed in one sequence, but kept in streams, each of which drops only its own
+oldest records: the admin's stream (tokens, tenants, and whatever an admin
+token did) keeps its newest `audit_admin_entries_max`; each tenant's stream
+(what its writers did) keeps its newest `audit_entries_per_tenant_max`, and
+while the tenants' streams together hold more than `audit_entries_max`, a
+tenant that writes drops its own oldest (down to `audit_entries_kept_min`).
+So a tenant's writes never evict the admin's records nor another tenant's.
+Records written before streams were kept (seq below the `audit_streams_from`
+counter) go once the sequence is `audit_entries_max` past them.
 """
 
 from __future__ import annotations
 
 from raftsched import limits
 from raftsched.core import keys
-from raftsched.core.tx import AUDIT, COUNTERS, TENANTS, TOKENS, Tx
+from raftsched.core.tx import AUDIT, AUDIT_STREAMS, COUNTERS, TENANTS, TOKENS, Tx
 
 ROLES = ("admin", "writer", "reader", "worker")
 QUOTA_NAMES = ("jobs_max", "creates_per_s", "runs_concurrent_max", "weight")
 _TOKENS_COUNTER = b"tokens"
 _TENANTS_COUNTER = b"tenants"
 _AUDIT_COUNTER = b"audit"
+_AUDIT_POOL_COUNTER = b"audit_pool"            # records in the tenants' streams
+_AUDIT_STREAMS_FROM = b"audit_streams_from"    # the first seq kept in a stream
+# The admin's stream: "*" is in no tenant name (limits.tenant_name_pattern).
+ADMIN_STREAM = "*admin"
+_ADMIN_ACTIONS = ("token.", "tenant.")
+# Actors that are admins without a token record: the nodes' bootstrap token.
+_ADMIN_ACTORS = ("bootstrap",)
 
 
 def _count(tx: Tx, name: bytes) -> int:
@@ -210,11 +225,68 @@ def handle_revoke_token(tx: Tx, cmd: dict) -> dict:
 
 def audit(tx: Tx, cmd: dict, action: str, tenant: str | None, subject: str,
           **detail: object) -> None:
-    """Append one audit record (seq 1, 2, ...) and drop the one that falls out."""
+    """Append one audit record (seq 1, 2, ...) to its stream, and drop that
+    stream's oldest record when the stream is over its bound."""
     seq = _count(tx, _AUDIT_COUNTER) + 1
     _set_count(tx, _AUDIT_COUNTER, seq)
+    actor = cmd.get("actor")
     tx.put(AUDIT, keys.u64(seq), {"v": 1, "seq": seq, "at_ms": cmd["at_ms"],
-                                  "actor": cmd.get("actor"), "action": action,
+                                  "actor": actor, "action": action,
                                   "tenant": tenant, "subject": subject, "detail": detail})
-    if seq > limits.audit_entries_max:
-        tx.delete(AUDIT, keys.u64(seq - limits.audit_entries_max))
+    _drop_unstreamed(tx, seq)
+    stream = audit_stream(tx, action, tenant, actor)
+    ring = tx.get(COUNTERS, _stream_counter(stream)) or {"v": 1, "first": 1, "next": 1}
+    tx.put(AUDIT_STREAMS, _stream_key(stream, ring["next"]), seq)
+    ring["next"] += 1
+    kept = ring["next"] - ring["first"]
+    if stream == ADMIN_STREAM:
+        if kept > limits.audit_admin_entries_max:
+            _drop_oldest(tx, stream, ring)
+    else:
+        pool = _count(tx, _AUDIT_POOL_COUNTER) + 1
+        if kept > limits.audit_entries_per_tenant_max or (
+                pool > limits.audit_entries_max and kept > limits.audit_entries_kept_min):
+            _drop_oldest(tx, stream, ring)
+            pool -= 1
+        _set_count(tx, _AUDIT_POOL_COUNTER, pool)
+    tx.put(COUNTERS, _stream_counter(stream), ring)
+
+
+def audit_stream(tx: Tx, action: str, tenant: str | None, actor: str | None) -> str:
+    """Whose stream a record is kept in: the admin's for cluster administration
+    and for whatever an admin token did, else its tenant's."""
+    if tenant is None or action.startswith(_ADMIN_ACTIONS) or actor in _ADMIN_ACTORS:
+        return ADMIN_STREAM
+    token = tx.get(TOKENS, actor.encode()) if actor else None
+    if token is not None and token["role"] == "admin":
+        return ADMIN_STREAM
+    return tenant
+
+
+def _stream_counter(stream: str) -> bytes:
+    return _AUDIT_COUNTER + b"\x00" + stream.encode()
+
+
+def _stream_key(stream: str, n: int) -> bytes:
+    return stream.encode() + b"\x00" + keys.u64(n)
+
+
+def _drop_oldest(tx: Tx, stream: str, ring: dict) -> None:
+    key = _stream_key(stream, ring["first"])
+    seq = tx.get(AUDIT_STREAMS, key)
+    if seq is not None:
+        tx.delete(AUDIT, keys.u64(seq))
+        tx.delete(AUDIT_STREAMS, key)
+    ring["first"] += 1
+
+
+def _drop_unstreamed(tx: Tx, seq: int) -> None:
+    """Records from before streams (seq under audit_streams_from) go as the
+    table used to drop them: once the sequence is audit_entries_max past."""
+    streams_from = tx.get(COUNTERS, _AUDIT_STREAMS_FROM)
+    if streams_from is None:
+        _set_count(tx, _AUDIT_STREAMS_FROM, seq)
+        streams_from = {"count": seq}
+    old = seq - limits.audit_entries_max
+    if 1 <= old < streams_from["count"]:
+        tx.delete(AUDIT, keys.u64(old))

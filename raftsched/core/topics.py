@@ -12,10 +12,13 @@ Retention is bounded by count (`topic_messages_max`), encoded bytes
 trims at most `topic_trim_per_publish_max` old messages, so apply stays
 bounded however far behind the trimming is.
 
-The cluster holds at most `topics_max` topics (counted in the counters
-table) and each topic at most `groups_per_topic_max` consumer groups (counted
-in its meta record). A publish to a new topic, or a commit of a new group,
-past its bound is refused with the limit named. A commit of offset 0 to a
+A tenant holds at most `topics_per_tenant_max` topics and the cluster at
+most `topics_max` (both counted in the counters table; a topic's tenant is
+the scope of its name, `tenant/name`), so a tenant that makes many topics
+reaches its own bound long before the cluster's. Each topic holds at most
+`groups_per_topic_max` consumer groups (counted in its meta record). A
+publish to a new topic, or a commit of a new group, past its bound is refused
+with the limit named. A commit of offset 0 to a
 topic that has no messages yet stores nothing: every group starts there.
 """
 
@@ -36,9 +39,38 @@ def meta(tx: Tx, topic: str) -> dict:
                                                   "groups": 0}
 
 
-def topic_count(tx: Tx) -> int:
-    counter = tx.get(COUNTERS, _TOPICS_COUNTER)
+def topic_count(tx: Tx, tenant: str | None = None) -> int:
+    """Topics of the cluster, or of `tenant`."""
+    counter = tx.get(COUNTERS, _TOPICS_COUNTER if tenant is None else _tenant_counter(tenant))
     return counter["count"] if counter else 0
+
+
+def _tenant_counter(tenant: str) -> bytes:
+    return _TOPICS_COUNTER + b"\x00" + tenant.encode()
+
+
+def tenant_of(topic: str) -> str:
+    """The tenant a topic belongs to: the scope of its name (keys.scoped)."""
+    tenant, scoped, _ = topic.partition("/")
+    return tenant if scoped else ""
+
+
+def _new_topic_refusal(tx: Tx, topic: str) -> dict | None:
+    """Count a new topic, or the refusal past a bound on topics."""
+    tenant = tenant_of(topic)
+    owned = topic_count(tx, tenant)
+    if owned >= limits.topics_per_tenant_max:
+        return _limit("topics_per_tenant_max",
+                      f"topic {topic!r} would be new, and tenant {tenant} already has {owned} "
+                      f"topics (topics_per_tenant_max); publish to an existing topic")
+    count = topic_count(tx)
+    if count >= limits.topics_max:
+        return _limit("topics_max", f"topic {topic!r} would be new, and the cluster already "
+                                    f"has {count} topics (topics_max); publish to an "
+                                    f"existing topic")
+    tx.put(COUNTERS, _TOPICS_COUNTER, {"v": 1, "count": count + 1})
+    tx.put(COUNTERS, _tenant_counter(tenant), {"v": 1, "count": owned + 1})
+    return None
 
 
 def _limit(limit: str, detail: str) -> dict:
@@ -52,12 +84,9 @@ def handle_publish(tx: Tx, cmd: dict) -> dict:
     if existing is not None:
         return {"ok": True, "offset": existing, "duplicate": True}
     if tx.get(TOPIC_META, topic.encode()) is None:
-        count = topic_count(tx)
-        if count >= limits.topics_max:
-            return _limit("topics_max", f"topic {topic!r} would be new, and the cluster already "
-                                        f"has {count} topics (topics_max); publish to an "
-                                        f"existing topic")
-        tx.put(COUNTERS, _TOPICS_COUNTER, {"v": 1, "count": count + 1})
+        refusal = _new_topic_refusal(tx, topic)
+        if refusal is not None:
+            return refusal
     state = meta(tx, topic)
     offset = state["next"]
     message = {"v": 1, "offset": offset, "key": cmd["key"], "message": cmd["message"],

@@ -32,7 +32,10 @@ GROUPS = "groups"            # topic | group -> committed offset
 COUNTERS = "counters"        # name -> cluster-wide count apply keeps (topics, tokens, ...)
 TOKENS = "tokens"            # token_id -> tenant, role, name, sha256 of the token
 TENANTS = "tenants"          # tenant -> quotas, jobs counted, the create-rate bucket
-AUDIT = "audit"              # seq -> who did what (bounded by audit_entries_max)
+AUDIT = "audit"              # seq -> who did what (bounded per stream: core/tenancy.py)
+# stream | n -> seq: the n-th audit record of a stream (the admin's, or one
+# tenant's), so that a stream drops its own oldest record and no other's.
+AUDIT_STREAMS = "audit_streams"
 BACKFILLS = "backfills"      # backfill_id -> a backfill's range, progress and state
 BACKFILLS_OPEN = "backfills_open"   # backfill_id -> 1 while it runs: what the backfiller scans
 # tenant | scheduled_ms | run_id -> 1: a tenant's runs in time order (GET /v1/runs),
@@ -41,7 +44,7 @@ RUNS_BY_TENANT = "runs_by_tenant"
 # Every replicated table, in digest order.
 TABLES = (JOBS, DUE, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS, IDEM, NODES, LEASES, READY, ALERTS,
           TOPICS, TOPIC_META, TOPIC_IDEM, GROUPS, COUNTERS, TOKENS, TENANTS, AUDIT,
-          BACKFILLS, BACKFILLS_OPEN, RUNS_BY_TENANT)
+          BACKFILLS, BACKFILLS_OPEN, RUNS_BY_TENANT, AUDIT_STREAMS)
 
 RECORD_VERSION = 1
 

@@ -1,10 +1,15 @@
-"""A per-host circuit breaker for target calls.
+"""A circuit breaker for target calls, per (tenant, host).
 
-When at least `failure_ratio` of the last `window` calls to one host failed
-(by default 18 of 20), the host is open: dispatch to it pauses for `cooloff_s`,
-and the runs waiting for it stay queued, so a target that is down does not burn
-their attempts. After the cool-off one call goes through (half-open): success
-closes the breaker, failure opens it for another cool-off.
+When at least `failure_ratio` of the last `window` calls of one tenant to one
+host failed (by default 18 of 20), that pair is open: the tenant's dispatch to
+the host pauses for `cooloff_s`, and its runs waiting for it stay queued, so a
+target that is down does not burn their attempts. After the cool-off one call
+goes through (half-open): success closes the breaker, failure opens it for
+another cool-off.
+
+Keyed by tenant as well as host: one tenant's calls that time out (a slow
+endpoint of its own on a shared host, or a path it alone calls) open its own
+breaker and never hold back another tenant's calls to the same host.
 
 A failure here is what says the host is unwell: a connection error, a
 timeout, a 5xx, a 429. A 4xx other than 429 is the request's fault, so it
@@ -30,29 +35,30 @@ class _Host:
 class Breaker:
     def __init__(self, *, window: int, failure_ratio: float, cooloff_s: float,
                  clock: Callable[[], float],
-                 hosts_max: int = limits.breaker_hosts_max) -> None:
+                 keys_max: int = limits.breaker_tenant_hosts_max) -> None:
         assert window >= 1
         assert 0 < failure_ratio <= 1
         self._window = window
         self._ratio = failure_ratio
         self._cooloff_s = cooloff_s
         self._clock = clock
-        self._hosts: collections.OrderedDict[str, _Host] = collections.OrderedDict()
-        self._hosts_max = hosts_max
+        self._hosts: collections.OrderedDict[tuple[str, str], _Host] = collections.OrderedDict()
+        self._keys_max = keys_max
         self.opened_total = 0
 
-    def _host(self, host: str) -> _Host:
-        state = self._hosts.get(host)
+    def _host(self, tenant: str, host: str) -> _Host:
+        key = (tenant, host)
+        state = self._hosts.get(key)
         if state is None:
-            state = self._hosts[host] = _Host()
-            while len(self._hosts) > self._hosts_max:   # forget the least recently used
+            state = self._hosts[key] = _Host()
+            while len(self._hosts) > self._keys_max:   # forget the least recently used
                 self._hosts.popitem(last=False)
-        self._hosts.move_to_end(host)
+        self._hosts.move_to_end(key)
         return state
 
-    def allow(self, host: str) -> bool:
-        """May a call to `host` start now? In half-open state, only one may."""
-        state = self._host(host)
+    def allow(self, tenant: str, host: str) -> bool:
+        """May a call of `tenant` to `host` start now? In half-open state, only one may."""
+        state = self._host(tenant, host)
         if state.open_until is None:
             return True
         if self._clock() < state.open_until or state.probing:
@@ -60,13 +66,13 @@ class Breaker:
         state.probing = True
         return True
 
-    def retry_at(self, host: str) -> float:
+    def retry_at(self, tenant: str, host: str) -> float:
         """When a call refused by allow() should ask again (clock units)."""
-        state = self._host(host)
+        state = self._host(tenant, host)
         return state.open_until if state.open_until is not None else self._clock()
 
-    def record(self, host: str, ok: bool) -> None:
-        state = self._host(host)
+    def record(self, tenant: str, host: str, ok: bool) -> None:
+        state = self._host(tenant, host)
         if state.open_until is not None and state.probing:
             state.probing = False
             state.outcomes.clear()
@@ -82,7 +88,8 @@ class Breaker:
             state.open_until = self._clock() + self._cooloff_s
             self.opened_total += 1
 
-    def open_hosts(self) -> list[str]:
+    def open_hosts(self) -> list[tuple[str, str]]:
+        """The (tenant, host) pairs whose calls are held back now."""
         now = self._clock()
         return [h for h, s in self._hosts.items() if s.open_until is not None
                 and (now < s.open_until or s.probing)]

@@ -256,9 +256,7 @@ class ApplyBridge:
                 if effect.holder == node.node_id:
                     node.dispatcher.cancelled(effect.run_id, effect.attempt)
             elif isinstance(effect, TopicAppended):
-                event = node.topic_events.pop(effect.topic, None)
-                if event is not None:
-                    event.set()
+                node.topic_waiters.wake(effect.topic)
             elif isinstance(effect, AlertPending):
                 pass   # the leader's alerter scans the pending alerts each pass
             elif isinstance(effect, DueArmed):

@@ -5,7 +5,7 @@ publish targets, and commands on the default queue (the node's embedded
 worker, which runs them only under --allow-commands: without it, such a run
 fails at once, not retried). For each run, up to `runs_inflight_max` at a time:
 
-  1. if its target host's circuit breaker is open, wait for the cool-off
+  1. if its tenant's circuit breaker for its target host is open, wait for the cool-off
      (the run stays queued: no attempt is spent on a host that is down);
   2. propose `start` (taking the lease: holder = this node, the attempt, an
      expiry `run_lease_ms` ahead) and go on only if apply accepted it;
@@ -163,13 +163,14 @@ class Dispatcher:
             task.add_done_callback(self._tasks.discard)
 
     def _maybe_park(self, run: dict) -> bool:
-        """Hold a run back while its target host's breaker is open; say whether it did."""
+        """Hold a run back while its tenant's breaker for its target host is
+        open; say whether it did."""
         host = self._host(run)
         breaker = self._node.breaker
-        if host is None or breaker.allow(host):
+        if host is None or breaker.allow(run["tenant"], host):
             return False
         self.parked_total += 1
-        delay_s = max(0.5, breaker.retry_at(host) - self._node.monotonic())
+        delay_s = max(0.5, breaker.retry_at(run["tenant"], host) - self._node.monotonic())
         asyncio.get_running_loop().call_later(delay_s, self.submit, run)
         return True
 
@@ -284,7 +285,8 @@ class Dispatcher:
                                       - run.get("jitter_ms", 0))
         if target["type"] == "http":
             outcome = await node.http_executor.run(attempt, target, deadline_ms)
-            node.breaker.record(urlsplit(target["url"]).netloc, breaker_ok(outcome))
+            node.breaker.record(run["tenant"], urlsplit(target["url"]).netloc,
+                                breaker_ok(outcome))
             return outcome
         if target["type"] == "command":
             if not node.config.allow_commands:
@@ -330,7 +332,7 @@ class Dispatcher:
             node.outputs.put(run["id"], run["attempt"],
                              dict(outcome.output, holder=node.node_id,
                                   http_status=outcome.http_status, exit_code=outcome.exit_code),
-                             now_ms=node.now_ms())
+                             now_ms=node.now_ms(), tenant=run["tenant"])
         policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
         future = node.reporter.send(finish_update(node, run, node.node_id, outcome, policy),
                                     run["tenant"])

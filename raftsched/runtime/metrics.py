@@ -147,6 +147,10 @@ class NodeCollector(Collector):
                       node.breaker.opened_total)
         yield counter("worker_claimed", "Runs remote workers claimed through this node",
                       node.workers.claimed_total)
+        yield counter("long_polls_refused", "Long polls (topic reads, worker claims) refused "
+                      "here for waiting on more names than waited_names_per_tenant_max or "
+                      "waited_names_max", node.topic_waiters.refused_total
+                      + node.workers.waits_refused())
         yield gauge("reporter_pending", "Run reports waiting to be proposed",
                     node.reporter.pending())
         yield counter("reporter_dropped", "Run reports dropped with run_update_pending_max "

@@ -48,6 +48,7 @@ from raftsched.runtime.reporter import Reporter
 from raftsched.runtime.supervise import Supervisor
 from raftsched.runtime.storage_guard import StorageGuard
 from raftsched.runtime.trigger import TriggerLoop
+from raftsched.runtime.waiters import Waiters
 from raftsched.runtime.workers import WorkerService
 from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.output_store import OutputStore
@@ -181,7 +182,12 @@ class Node:
         self.reaper = Reaper(self)
         self.purger = Purger(self)
         self.backfiller = Backfiller(self)
-        self.topic_events: dict[str, asyncio.Event] = {}
+        # Long-polling topic readers by topic (tenant-scoped), bounded and freed.
+        self.topic_waiters = Waiters(names_max=limits.waited_names_max,
+                                     names_per_tenant_max=limits.waited_names_per_tenant_max,
+                                     names_limit="waited_names_max",
+                                     per_tenant_limit="waited_names_per_tenant_max",
+                                     what="topics")
         self.trigger = TriggerLoop(self)
         # A node that just learnt the cluster's time may fire what is due at once.
         self.clock.on_synced = self.trigger.ownership_changed

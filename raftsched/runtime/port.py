@@ -10,10 +10,11 @@ store (StoreQueries, which a test can build over any store).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ContextManager
 
 from raftsched import limits
 from raftsched.core import keys, queries
+from raftsched.runtime.waiters import Waiting
 from raftsched.storage.base import digest
 
 if TYPE_CHECKING:
@@ -198,8 +199,8 @@ class NodeAdapter(StoreQueries):
     def run_output(self, run_id: str) -> list[dict]:
         return self._node.outputs.get(run_id)
 
-    def topic_event(self, topic: str) -> asyncio.Event:
-        return self._node.topic_events.setdefault(topic, asyncio.Event())
+    def topic_waiting(self, topic: str) -> ContextManager[Waiting]:
+        return self._node.topic_waiters.waiting(topic)
 
     async def claim_runs(self, worker_id: str, queue: str, max_runs: int,
                          wait_s: float) -> list[dict]:

@@ -42,6 +42,30 @@ class NoNodeAnswered(Exception):
     pass
 
 
+class Throttled(Exception):
+    """A node answered 429 (a bound it names): ask again after `retry_after_s`."""
+
+    def __init__(self, problem: dict, retry_after_s: float) -> None:
+        super().__init__(problem.get("detail"))
+        self.problem, self.retry_after_s = problem, retry_after_s
+
+
+def _retry_after_s(headers: Any) -> float:
+    try:
+        return min(max(float(headers.get("Retry-After", 1)), 0.1),
+                   limits.worker_unreachable_pause_s * 10)
+    except ValueError:
+        return 1.0
+
+
+class Refused(Exception):
+    """A node answered 409: the problem+json it sent."""
+
+    def __init__(self, problem: dict) -> None:
+        super().__init__(problem.get("detail"))
+        self.problem = problem
+
+
 class RemoteWorker:
     def __init__(self, urls: list[str], queue: str, concurrency: int, worker_id: str,
                  executor: CommandExecutor | None = None,
@@ -77,6 +101,10 @@ class RemoteWorker:
                         url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
                     if resp.status < 500:
                         data = await resp.json()
+                        if resp.status == 409:
+                            raise Refused(data)
+                        if resp.status == 429:
+                            raise Throttled(data, _retry_after_s(resp.headers))
                         if resp.status >= 400:
                             raise RuntimeError(f"{url}: {resp.status} {data}")
                         return data
@@ -116,6 +144,10 @@ class RemoteWorker:
             except NoNodeAnswered as exc:
                 log.warning("%s", exc)
                 await asyncio.sleep(limits.worker_unreachable_pause_s)
+                continue
+            except Throttled as exc:
+                log.warning("claim refused for now: %s", exc)
+                await asyncio.sleep(exc.retry_after_s)
                 continue
             for assignment in data["runs"]:
                 self._heartbeat_s = assignment["heartbeat_ms"] / 1000
@@ -173,6 +205,9 @@ class RemoteWorker:
                 log.warning("completion of %d runs: %s; retrying", len(batch), exc)
                 await asyncio.sleep(limits.worker_unreachable_pause_s)
                 continue
+            except Refused as exc:
+                self._drop_refused(batch, exc.problem)
+                continue
             del self._results[:len(batch)]
             if not self._results:
                 self._results_ready.clear()
@@ -181,6 +216,33 @@ class RemoteWorker:
                 if not accepted:
                     log.warning("run %s attempt %d: completion refused (lease was gone)",
                                 result["run_id"], result["attempt"])
+
+    def _drop_refused(self, batch: list[dict], problem: dict) -> None:
+        """A completion refused because this worker no longer holds one of its
+        runs (the node names it as `results[i].run_id`): drop that result, and
+        send the others again. Its attempt is the cluster's to retry."""
+        index = _result_index(problem.get("field"))
+        if index is None or index >= len(batch):
+            # Not the refusal this worker knows how to act on: drop the batch
+            # rather than send it for ever.
+            log.error("completion of %d runs refused: %s; dropping them", len(batch),
+                      problem.get("detail"))
+            del self._results[:len(batch)]
+        else:
+            dropped = self._results.pop(index)
+            log.warning("run %s attempt %d: completion refused, not held by this worker (%s)",
+                        dropped["run_id"], dropped["attempt"], problem.get("detail"))
+        if not self._results:
+            self._results_ready.clear()
+
+
+def _result_index(field: object) -> int | None:
+    """i of a problem's field `results[i].run_id`, else None."""
+    if not isinstance(field, str) or not field.startswith("results[") \
+            or not field.endswith("].run_id"):
+        return None
+    digits = field[len("results["):-len("].run_id")]
+    return int(digits) if digits.isdigit() else None
 
 
 def completion_batch(results: list[dict]) -> list[dict]:

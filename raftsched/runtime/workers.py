@@ -19,11 +19,14 @@ import random
 import time
 from typing import TYPE_CHECKING
 
-from raftsched.core import dag, keys
+from raftsched import limits
+from raftsched.core import dag, keys, lifecycle
 from raftsched.core.apply import JOBS, READY, RUNS
 from raftsched.core.timeutil import format_ms
+from raftsched.errors import Conflict
 from raftsched.executors.base import Outcome
 from raftsched.runtime.dispatcher import finish_update, masked_outcome
+from raftsched.runtime.waiters import Waiters
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
@@ -36,31 +39,45 @@ def holder_of(worker_id: str) -> str:
 class WorkerService:
     def __init__(self, node: "Node") -> None:
         self._node = node
-        self._queued: dict[str, asyncio.Event] = {}
+        # Claims waiting for runs, by queue (tenant-scoped): bounded and freed.
+        self._waiters = Waiters(names_max=limits.waited_names_max,
+                                names_per_tenant_max=limits.waited_names_per_tenant_max,
+                                names_limit="waited_names_max",
+                                per_tenant_limit="waited_names_per_tenant_max",
+                                what="worker queues")
         self.claimed_total = 0
 
     def queued(self, queue: str) -> None:
         """Loop thread, from apply's RunQueued for a worker queue (scoped by
         tenant, keys.scoped): wake its claimers."""
-        event = self._queued.get(queue)
-        if event is not None:
-            event.set()
+        self._waiters.wake(queue)
 
     async def claim(self, worker_id: str, queue: str, max_runs: int, wait_s: float) -> list[dict]:
         """`queue` is scoped by the worker's tenant (keys.scoped): a worker
         claims only its tenant's runs, high priority first, then oldest."""
         deadline = time.monotonic() + wait_s
-        while True:
-            event = self._queued.setdefault(queue, asyncio.Event())
-            event.clear()
-            granted = await self._try_claim(worker_id, queue, max_runs)
-            remaining = deadline - time.monotonic()
-            if granted or remaining <= 0:
-                return granted
-            try:
-                await asyncio.wait_for(event.wait(), remaining)
-            except asyncio.TimeoutError:
-                return []
+        granted = await self._try_claim(worker_id, queue, max_runs)
+        if granted or wait_s <= 0:
+            return granted
+        with self._waiters.waiting(queue) as waiting:
+            while True:
+                event = waiting.event()
+                granted = await self._try_claim(worker_id, queue, max_runs)
+                remaining = deadline - time.monotonic()
+                if granted or remaining <= 0:
+                    return granted
+                try:
+                    await asyncio.wait_for(event.wait(), remaining)
+                except asyncio.TimeoutError:
+                    return []
+
+    def waiting_queues(self) -> int:
+        """Queues some claim waits on now."""
+        return len(self._waiters)
+
+    def waits_refused(self) -> int:
+        """Claims refused for waiting on a queue past a waited-names bound."""
+        return self._waiters.refused_total
 
     async def _try_claim(self, worker_id: str, queue: str, max_runs: int) -> list[dict]:
         node = self._node
@@ -134,25 +151,58 @@ class WorkerService:
 
     async def complete(self, worker_id: str, results: list[dict],
                        tenant: str | None = None) -> list[bool]:
+        """Record a worker's results, each only if the worker holds that
+        attempt of the run (it is running, its holder is this worker, its
+        attempt is the one reported). One that it does not hold refuses the
+        whole request with Conflict naming it, and nothing is stored or
+        reported: a stale worker (its lease expired, the run moved on) or a
+        foreign one cannot put output under a run it does not hold. A run's
+        output is stored once apply accepted its finish, so a lease lost
+        between the check and the commit stores nothing either."""
         node = self._node
-        futures = []
-        for result in results:
-            run = self._run_of(result["run_id"], tenant)
-            if run is None:
-                futures.append(None)
-                continue
-            run = dict(run, attempt=result["attempt"])
+        holder = holder_of(worker_id)
+        runs = [self._held_run(result, holder, tenant) for result in results]
+        if None in runs:
+            await node.wait_caught_up()   # the claim may have been granted through another node
+            runs = [self._held_run(result, holder, tenant) for result in results]
+        if None in runs:
+            raise Conflict(_not_held_detail(results, runs, holder),
+                           field=f"results[{runs.index(None)}].run_id")
+        reports = []
+        for result, run in zip(results, runs):
             outcome = Outcome(ok=result["ok"], exit_code=result.get("exit_code"),
                               error=result.get("error"), retryable=result.get("retryable", True),
                               output=result.get("output"))
             job = node.store.get(JOBS, keys.job_key(run["job_id"]))
             outcome = masked_outcome(job, outcome)
-            if outcome.output:
+            future = node.reporter.send(finish_update(
+                node, run, holder, outcome,
+                dag.retry_policy(job["spec"] if job else None, run.get("task_id"))))
+            reports.append((run, outcome, future))
+        accepted = []
+        for run, outcome, future in reports:
+            ok = bool(await future)
+            if ok and outcome.output:
                 node.outputs.put(run["id"], run["attempt"],
-                                 dict(outcome.output, holder=holder_of(worker_id),
-                                      exit_code=outcome.exit_code), now_ms=node.now_ms())
-            futures.append(node.reporter.send(finish_update(
-                node, run, holder_of(worker_id), outcome,
-                dag.retry_policy(job["spec"] if job else None, run.get("task_id")))))
-        return [bool(f is not None and await f) for f in futures]
+                                 dict(outcome.output, holder=holder, exit_code=outcome.exit_code),
+                                 now_ms=node.now_ms(), tenant=run["tenant"])
+            accepted.append(ok)
+        return accepted
 
+    def _held_run(self, result: dict, holder: str, tenant: str | None) -> dict | None:
+        """The run `result` reports on, if `holder` holds its reported attempt."""
+        run = self._run_of(result["run_id"], tenant)
+        if run is None or run["state"] != lifecycle.RUNNING or run.get("holder") != holder \
+                or run["attempt"] != result["attempt"]:
+            return None
+        return run
+
+
+def _not_held_detail(results: list[dict], runs: list[dict | None], holder: str) -> str:
+    stale = [f"{r['run_id']} attempt {r['attempt']}" for r, run in zip(results, runs)
+             if run is None]
+    shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+    return (f"{holder} does not hold {shown}: the run is not running under this worker at "
+            f"that attempt (its lease expired, it was cancelled or finished, or another "
+            f"worker holds it); nothing was stored for this request. Drop those results "
+            f"and send the others again")

@@ -1,0 +1,177 @@
+"""Long-poll waiters keyed by names callers choose (topic readers, worker claims) are bounded per tenant and per node, refused with 429 naming the limit past either, and freed when their last waiter leaves."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from types import SimpleNamespace
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from raftsched import limits
+from raftsched.api.app import make_app
+from raftsched.core import keys
+from raftsched.errors import QuotaExceeded
+from raftsched.runtime.port import StoreQueries
+from raftsched.runtime.waiters import Waiters
+from raftsched.runtime.workers import WorkerService
+from raftsched.testing.replica import Replica
+
+
+async def until(condition, timeout_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.005)
+
+
+def waiters(names_max: int = 100, per_tenant_max: int = 10) -> Waiters:
+    return Waiters(names_max=names_max, names_per_tenant_max=per_tenant_max,
+                   names_limit="waited_names_max",
+                   per_tenant_limit="waited_names_per_tenant_max", what="topics")
+
+
+async def test_many_names_come_and_go_and_leave_nothing_behind():
+    w = waiters()
+    woken = []
+
+    async def wait_once(name: str) -> None:
+        with w.waiting(name) as waiting:
+            event = waiting.event()
+            await event.wait()
+            woken.append(name)
+
+    tasks = [asyncio.ensure_future(wait_once(f"t/topic-{i}")) for i in range(7)]
+    await until(lambda: len(w) == 7)
+    for i in range(7):
+        w.wake(f"t/topic-{i}")
+    await asyncio.gather(*tasks)
+    assert sorted(woken) == sorted(f"t/topic-{i}" for i in range(7))
+    assert len(w) == 0
+    for i in range(1000):   # names used once each
+        with w.waiting(f"t/name-{i}"):
+            pass
+    assert len(w) == 0
+    assert w._per_tenant == {}
+
+
+def test_a_tenant_at_its_bound_leaves_room_for_another():
+    w = waiters(names_max=15, per_tenant_max=10)
+    with contextlib.ExitStack() as held:
+        for i in range(10):
+            held.enter_context(w.waiting(f"a/q{i}"))
+        held.enter_context(w.waiting("a/q0"))   # a second waiter on a held name: no new entry
+        with pytest.raises(QuotaExceeded) as refused:
+            held.enter_context(w.waiting("a/q10"))
+        assert refused.value.limit == "waited_names_per_tenant_max"
+        assert refused.value.retry_after_s >= 1
+        for i in range(5):
+            held.enter_context(w.waiting(f"b/q{i}"))   # another tenant still waits
+        with pytest.raises(QuotaExceeded) as refused:
+            held.enter_context(w.waiting("c/q0"))
+        assert refused.value.limit == "waited_names_max"
+        assert len(w) == 15
+    assert len(w) == 0
+    with w.waiting("a/q10"):
+        pass
+
+
+async def test_a_waiter_gets_the_wake_that_comes_while_it_looks():
+    w = waiters()
+    with w.waiting("t/x") as waiting:
+        event = waiting.event()
+        w.wake("t/x")        # between taking the event and waiting on it
+        await asyncio.wait_for(event.wait(), 1)
+        assert not waiting.event().is_set()   # the next wait waits for the next wake
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.store = Replica().store
+        self.config = SimpleNamespace(run_lease_ms=5000, run_heartbeat_ms=1000)
+
+    def now_ms(self) -> int:
+        return 1_796_000_000_000
+
+
+async def test_worker_claims_on_many_queues_free_their_entries():
+    workers = WorkerService(_Node())
+    claims = [asyncio.ensure_future(workers.claim("w", keys.scoped("t", f"q{i}"), 1, 0.05))
+              for i in range(50)]
+    await until(lambda: workers.waiting_queues() == 50)
+    assert await asyncio.gather(*claims) == [[]] * 50
+    assert workers.waiting_queues() == 0
+    # A claim that does not wait takes no entry.
+    assert await workers.claim("w", keys.scoped("t", "q"), 1, 0) == []
+    assert workers.waiting_queues() == 0
+
+
+async def test_a_claim_on_a_new_queue_past_the_tenants_bound_is_refused(monkeypatch):
+    monkeypatch.setattr(limits, "waited_names_per_tenant_max", 2)
+    workers = WorkerService(_Node())
+    held = [asyncio.ensure_future(workers.claim("w", keys.scoped("a", f"q{i}"), 1, 0.5))
+            for i in range(2)]
+    await until(lambda: workers.waiting_queues() == 2)
+    with pytest.raises(QuotaExceeded) as refused:
+        await workers.claim("w", keys.scoped("a", "q2"), 1, 5)
+    assert refused.value.limit == "waited_names_per_tenant_max"
+    other = asyncio.ensure_future(workers.claim("w", keys.scoped("b", "q0"), 1, 0.05))
+    assert await other == []
+    assert await asyncio.gather(*held) == [[], []]
+    assert workers.waiting_queues() == 0
+
+
+async def test_a_topic_long_poll_past_the_bound_answers_429_with_retry_after():
+    w = waiters(per_tenant_max=1)
+
+    class _Port(StoreQueries):
+        node_id, shard_count = "n1", 16
+        config = SimpleNamespace(insecure_no_auth=True, allow_target_cidrs=(),
+                                 allow_commands=False)
+
+        def topic_waiting(self, topic):
+            return w.waiting(topic)
+
+    async with TestClient(TestServer(make_app(_Port(Replica().store)))) as client:
+        first = asyncio.ensure_future(client.get("/v1/topics/one/messages",
+                                                 params={"wait_s": "0.5"}))
+        await until(lambda: len(w) == 1)
+        refused = await client.get("/v1/topics/two/messages", params={"wait_s": "5"})
+        problem = await refused.json()
+        assert (refused.status, problem["limit"]) == (429, "waited_names_per_tenant_max")
+        assert refused.headers["Retry-After"] == "1"
+        # Without waiting, a read takes no entry.
+        assert (await client.get("/v1/topics/two/messages")).status == 200
+        w.wake(keys.scoped("default", "one"))   # nothing appended: it waits on
+        assert len(w) == 1
+        assert (await first).status == 200     # its wait_s ran out
+    assert len(w) == 0
+
+
+async def test_the_remote_worker_waits_out_a_refused_claim_and_claims_again():
+    from aiohttp import web
+
+    from raftsched.runtime.remote_worker import RemoteWorker
+
+    claims = []
+
+    async def claim(request: web.Request) -> web.Response:
+        claims.append(await request.json())
+        if len(claims) == 1:
+            return web.json_response({"type": "quota-exceeded", "limit": "waited_names_max",
+                                      "detail": "full"}, status=429,
+                                     headers={"Retry-After": "0.1"})
+        return web.json_response({"runs": [], "node": "n1"})
+
+    app = web.Application()
+    app.router.add_post("/v1/workers/w/claim", claim)
+    async with TestServer(app, host="127.0.0.1") as server:
+        worker = RemoteWorker([str(server.make_url(""))], "q", 1, "w")
+        task = asyncio.ensure_future(worker.run())
+        try:
+            await until(lambda: len(claims) >= 3)
+            assert worker.supervisor.failures["claim"] == 0   # waited, did not fail
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
