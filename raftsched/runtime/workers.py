@@ -15,18 +15,21 @@ Holders are named `worker:<id>` so they never collide with node ids.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from typing import TYPE_CHECKING
 
-from raftsched.core import dag, keys
-from raftsched.core.apply import JOBS, READY, RUNS
+from raftsched.core import dag, keys, tenancy
+from raftsched.core.apply import JOBS, READY, RUNS, TENANTS
 from raftsched.core.timeutil import format_ms
 from raftsched.executors.base import Outcome
 from raftsched.runtime.dispatcher import finish_update, masked_outcome
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
+
+log = logging.getLogger("raftsched.workers")
 
 
 def holder_of(worker_id: str) -> str:
@@ -93,11 +96,17 @@ class WorkerService:
         job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
         policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
         target = dag.target_of(job["spec"], run.get("task_id")) if job else None
-        if target is None:
-            gone = Outcome(ok=False, retryable=False,
-                           error=f"the run's target is gone (job {run['job_id']} deleted, or "
-                                 f"task {run.get('task_id')!r} no longer in its DAG)")
-            self._node.reporter.send(finish_update(self._node, run, holder_of(worker_id), gone,
+        refusal = None if target is None or target["type"] != "command" else \
+            tenancy.command_run_refusal(self._node.store.get(TENANTS, run["tenant"].encode()),
+                                        run["tenant"])
+        if target is None or refusal is not None:
+            # The grant withdrawn after the job was made: the worker never sees it.
+            error = refusal or (f"the run's target is gone (job {run['job_id']} deleted, or "
+                                f"task {run.get('task_id')!r} no longer in its DAG)")
+            if refusal is not None:
+                log.warning("run %s of job %s not started: %s", run["id"], run["job_id"], refusal)
+            failed = Outcome(ok=False, retryable=False, error=error)
+            self._node.reporter.send(finish_update(self._node, run, holder_of(worker_id), failed,
                                                    policy), run["tenant"])
             return None
         return {"run_id": run["id"], "job_id": run["job_id"], "attempt": run["attempt"],

@@ -46,13 +46,17 @@ class LocalCluster:
     def __init__(self, base_dir: str | Path, nodes: int = 3, *,
                  extra_env: dict[str, str] | None = None,
                  node_args: list[str] | None = None, partitionable: bool = False,
-                 allow_loopback_targets: bool = True, allow_commands: bool = True) -> None:
+                 allow_loopback_targets: bool = True, allow_commands: bool = True,
+                 command_tenants: tuple[str, ...] = ("default",)) -> None:
         """`allow_loopback_targets`: give every node --allow-target-cidr
         127.0.0.0/8, as tests call their sinks on 127.0.0.1 (nodes refuse
         loopback targets by default); False to test that refusal.
         `allow_commands`: give every node --allow-commands, as tests run
         commands on the default queue; False (or setting the attribute before
-        a restart) to test the nodes' refusal."""
+        a restart) to test the nodes' refusal.
+        `command_tenants`: the tenants an admin grants command targets the
+        first time the cluster is ready (the admin token's own, `default`,
+        as tests run commands with it); () to test the refusal."""
         self.base = Path(base_dir)
         self.base.mkdir(parents=True, exist_ok=True)
         self.ids = [f"n{i + 1}" for i in range(nodes)]
@@ -77,6 +81,8 @@ class LocalCluster:
         self.node_args = list(node_args or [])
         self.allow_loopback_targets = allow_loopback_targets
         self.allow_commands = allow_commands
+        self.command_tenants = tuple(command_tenants)
+        self._commands_granted = False
         self.paused: set[str] = set()
         self.kills: list[tuple[str, float]] = []   # (node, time.time()) of every SIGKILL
         self.procs: dict[str, subprocess.Popen] = {}
@@ -213,7 +219,14 @@ class LocalCluster:
             registered = self.api(leader, "GET", "/v1/cluster", timeout_s=2).body["nodes"]
             return leader if all(n in registered for n in self.ids) else None
 
-        return wait_until(ready, timeout_s, "a leader agreed on by " + ",".join(nodes))
+        leader = wait_until(ready, timeout_s, "a leader agreed on by " + ",".join(nodes))
+        if not self._commands_granted:
+            for tenant in self.command_tenants:
+                wait_until(lambda t=tenant: self.api(leader, "PUT", f"/v1/tenants/{t}",
+                                            {"commands": True}, timeout_s=5).status == 200,
+                           timeout_s, f"tenant {tenant} granted commands")
+            self._commands_granted = True
+        return leader
 
     def digests(self, among: list[str] | None = None) -> dict[str, dict]:
         return {nid: self.api(nid, "GET", "/v1/state/digest", timeout_s=5).body
