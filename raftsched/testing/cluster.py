@@ -47,13 +47,15 @@ class LocalCluster:
                  extra_env: dict[str, str] | None = None,
                  node_args: list[str] | None = None, partitionable: bool = False,
                  allow_loopback_targets: bool = True, allow_commands: bool = True,
-                 command_tenants: tuple[str, ...] = ("default",)) -> None:
+                 command_tenants: tuple[str, ...] = ("default",),
+                 command_user: str = "self") -> None:
         """`allow_loopback_targets`: give every node --allow-target-cidr
         127.0.0.0/8, as tests call their sinks on 127.0.0.1 (nodes refuse
         loopback targets by default); False to test that refusal.
         `allow_commands`: give every node --allow-commands, as tests run
         commands on the default queue; False (or setting the attribute before
-        a restart) to test the nodes' refusal.
+        a restart) to test the nodes' refusal. They run as `command_user`
+        (--command-user; by default `self`, the nodes' own user).
         `command_tenants`: the tenants an admin grants command targets the
         first time the cluster is ready (the admin token's own, `default`,
         as tests run commands with it); () to test the refusal."""
@@ -82,6 +84,7 @@ class LocalCluster:
         self.allow_loopback_targets = allow_loopback_targets
         self.allow_commands = allow_commands
         self.command_tenants = tuple(command_tenants)
+        self.command_user = command_user
         self._commands_granted = False
         self.paused: set[str] = set()
         self.kills: list[tuple[str, float]] = []   # (node, time.time()) of every SIGKILL
@@ -100,7 +103,8 @@ class LocalCluster:
                 "--http", f"127.0.0.1:{self.http_ports[nid]}", "--raft", self.raft_addrs[nid],
                 "--peers", peers, "--data", str(self.base / nid),
                 *(["--allow-target-cidr", "127.0.0.0/8"] if self.allow_loopback_targets else []),
-                *(["--allow-commands"] if self.allow_commands else []),
+                *(["--allow-commands", f"--command-user={self.command_user}"]
+                  if self.allow_commands else []),
                 *self.node_args]
 
     def start(self, nid: str | None = None) -> None:
