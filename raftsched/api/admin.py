@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 TOKEN_ID = "{token_id:tok_[0-9a-f]{16}}"
 TENANT = "{tenant:[^/]+}"
 TOKEN_FIELDS = {"tenant", "role", "name"}
+# PUT /v1/tenants/{tenant}: the quotas, and the command grant.
+TENANT_FIELDS = {*QUOTA_NAMES, "commands"}
 _QUOTA_BOUNDS = {"jobs_max": (limits.quota_jobs_max_max, "quota_jobs_max_max"),
                  "creates_per_s": (limits.quota_creates_per_s_max, "quota_creates_per_s_max"),
                  "runs_concurrent_max": (limits.quota_jobs_max_max, "quota_jobs_max_max"),
@@ -95,7 +97,7 @@ def tenant_view(node: "NodePort", name: str, record: dict | None) -> dict:
 async def put_tenant(request: web.Request) -> web.Response:
     node = node_of(request)
     tenant = validate_tenant(request.match_info["tenant"])
-    body = _object(await json_body(request), {*QUOTA_NAMES, "commands"})
+    body = _object(await json_body(request), TENANT_FIELDS)
     grant = body.get("commands")
     if grant is not None and not isinstance(grant, bool):
         raise InvalidInput("`commands` must be true (the tenant may run command targets), "
