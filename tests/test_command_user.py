@@ -126,3 +126,13 @@ def test_a_node_runs_its_commands_as_the_command_user(tmp_path):
     assert logs["stdout"].splitlines()[0] == "65534"   # nobody
     assert "Permission denied" in logs["stderr"]
     assert "exit code 1" in attempt["error"]
+
+
+def test_a_worker_refuses_a_command_user_it_cannot_be(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "raftsched", "worker", "--cluster", "http://127.0.0.1:9",
+         "--queue", "batch", "--command-user", "no-such-user-here"],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--command-user" in result.stderr
+    assert "no user 'no-such-user-here'" in result.stderr

@@ -90,7 +90,9 @@ def resolve_command_user(name: str) -> RunAs | None:
     if entry.pw_uid == 0:
         raise ValueError(f"user {name!r} is root: commands would hold every power of the "
                          f"machine; name an unprivileged user")
-    if os.geteuid() != 0 and entry.pw_uid != os.geteuid():
+    if entry.pw_uid == os.geteuid():
+        return None   # this process's own user: nothing to switch (as `self`)
+    if os.geteuid() != 0:
         raise ValueError(f"this process runs as uid {os.geteuid()}, not root, so it cannot "
                          f"start commands as {name!r} (uid {entry.pw_uid}); start it as root "
                          f"(it runs commands as {name!r}), or pass --command-user={SELF_USER}")
