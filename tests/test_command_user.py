@@ -77,7 +77,8 @@ def _private_file(tmp_path: Path) -> Path:
 
 
 def _cat_as(run_as: RunAs | None, path: Path) -> Outcome:
-    target = {"type": "command", "argv": [f"id -u; echo HOME=$HOME; cat {path}"], "env": {},
+    target = {"type": "command", "argv": [f"id -u; echo HOME=$HOME; pwd; cat {path}"],
+              "env": {},
               "cwd": None, "timeout_s": 10.0, "queue": "default", "shell": True}
     return asyncio.run(CommandExecutor(run_as=run_as).run(ATTEMPT, target, FAR_MS))
 
@@ -95,6 +96,7 @@ def test_a_command_run_as_an_unprivileged_user_cannot_read_the_nodes_files(tmp_p
     lines = switched.output["stdout"].splitlines()
     assert lines[0] == str(nobody.uid)
     assert lines[1] == f"HOME={nobody.home}"
+    assert lines[2] == (nobody.home if os.path.isdir(nobody.home) else "/")
     assert "the-node-secret" not in switched.output["stdout"]
     assert "Permission denied" in switched.output["stderr"]
 

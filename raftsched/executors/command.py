@@ -28,7 +28,8 @@ start-up per command (20 to 40 ms) and 4 MB of private memory while it runs.
 Identity: with a `RunAs` (a node's or worker's --command-user NAME), the
 command runs as that user, its groups and its home (HOME); the shim takes
 that identity in the forked child just before exec, so the shim itself stays
-this process's user. Without one the command runs as this process's user.
+this process's user; a command without `cwd` starts in the user's home (or
+/). Without one the command runs as this process's user, in its folder.
 """
 
 from __future__ import annotations
@@ -185,8 +186,16 @@ class CommandExecutor:
                 self.run_as.shim_arg() if self.run_as is not None else "-"]
         return await asyncio.create_subprocess_exec(
             *shim, *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd=target.get("cwd"), env=env,
+            stderr=asyncio.subprocess.PIPE, cwd=target.get("cwd") or self._default_cwd(), env=env,
             start_new_session=True, pass_fds=(status_fd,))
+
+    def _default_cwd(self) -> str | None:
+        """Where a command without `cwd` starts: this process's own folder, or,
+        as another user, that user's home (/ when it has none), rather than a
+        folder of this process's it may not enter."""
+        if self.run_as is None:
+            return None
+        return self.run_as.home if os.path.isdir(self.run_as.home) else "/"
 
     async def _wait(self, proc: asyncio.subprocess.Process,
                     timeout_s: float) -> tuple[bool, "_Capture", "_Capture"]:
