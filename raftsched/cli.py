@@ -7,8 +7,12 @@ import logging
 import os
 import sys
 from collections.abc import MutableMapping
+from typing import TYPE_CHECKING
 
 from raftsched import cli_ops, limits
+
+if TYPE_CHECKING:
+    from raftsched.executors.command import RunAs
 
 
 def _hostport(text: str) -> tuple[str, int]:
@@ -40,9 +44,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="allow peers without a Raft secret (anyone reaching the Raft port "
                            "could then run code in this process)")
     node.add_argument("--allow-commands", action="store_true",
-                      help="run command targets of the default queue on this node, as this "
-                           "node's user; without it a command job must name a target.queue "
-                           "served by `raftsched worker` (see docs/execution.md)")
+                      help="run command targets of the default queue on this node (needs "
+                           "--command-user); without it a command job must name a "
+                           "target.queue served by `raftsched worker` (see docs/execution.md)")
+    node.add_argument("--command-user", default=None, metavar="NAME",
+                      help="with --allow-commands: the unprivileged user commands run as "
+                           "(the node must run as root to switch to it), or `self` to run "
+                           "them knowingly as the node's own user, which can read the data "
+                           "folder, every tenant's secrets and the secret files "
+                           "(see docs/security.md)")
     node.add_argument("--advertise-http", default=None,
                       help="URL other nodes use to reach this node's API (default from --http)")
     node.add_argument("--tls-cert", default=None, metavar="PATH",
@@ -100,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="PATH",
                         help="CA certificates (PEM) https nodes are verified by (default: env "
                              "RAFTSCHED_TLS_CA, else the system's)")
+    worker.add_argument("--command-user", default=None, metavar="NAME",
+                        help="the user commands run as (this worker must run as root to "
+                             "switch to it); default: this worker's own user")
     worker.add_argument("--log-level", default=os.environ.get("RAFTSCHED_LOG_LEVEL", "INFO"))
 
     dev = sub.add_parser("dev", help="start and supervise a local cluster on 127.0.0.1")
@@ -108,8 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--http-port-base", type=int, default=8701)
     dev.add_argument("--raft-port-base", type=int, default=9701)
     dev.add_argument("--allow-commands", action="store_true",
-                     help="start the nodes with --allow-commands (command targets on the "
-                          "default queue run on the nodes)")
+                     help="start the nodes with --allow-commands --command-user=self "
+                          "(command targets on the default queue run on the nodes, as your "
+                          "own user; for development only)")
 
     # jobs, runs, tokens and status (raftsched/cli_ops.py).
     cli_ops.add_commands(sub, argparse.ArgumentParser)
@@ -255,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_worker_cli(args)
     if args.command in ("backup", "restore"):
         from raftsched.runtime.backup import run_backup_cli, run_restore_cli
+        from raftsched.runtime.procguard import keep_files_private
+        keep_files_private()   # a backup holds every tenant's jobs and secrets
         if args.command == "backup":
             return run_backup_cli(args.data, args.out)
         return run_restore_cli(args.backup, args.data)
@@ -348,11 +364,36 @@ def admin_token(args: argparse.Namespace, peers: tuple[str, ...],
     return token, None
 
 
+def command_identity(args: argparse.Namespace) -> tuple["RunAs | None", str | None]:
+    """(the identity commands run with, None for the node's own; error or None).
+    A node that runs commands must be told as whom: an unprivileged user
+    (--command-user NAME), or knowingly its own (--command-user=self), since
+    its own user reads the data folder (every tenant's jobs and secrets), the
+    secret files, and may signal the node."""
+    from raftsched.executors.command import SELF_USER, resolve_command_user
+    if args.command_user is None:
+        if args.allow_commands:
+            return None, ("refusing to start: --allow-commands needs --command-user NAME, an "
+                          "unprivileged user commands run as (the node runs as root to switch "
+                          f"to it), or --command-user={SELF_USER} to run them as this node's "
+                          "own user, which can read every tenant's secrets in the data folder "
+                          "and the secret files; remote workers (`raftsched worker`, a "
+                          "target.queue) are the recommended way to run commands")
+        return None, None
+    if not args.allow_commands:
+        return None, "--command-user is given without --allow-commands: this node runs no command"
+    try:
+        return resolve_command_user(args.command_user), None
+    except ValueError as exc:
+        return None, f"--command-user: {exc}"
+
+
 def run_node(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format=f"%(asctime)s {args.id} %(levelname)s %(name)s: %(message)s")
-    from raftsched.runtime.procguard import deny_same_user_inspection
+    from raftsched.runtime.procguard import deny_same_user_inspection, keep_files_private
     deny_same_user_inspection()   # commands run as this user: keep them out of /proc/PID
+    keep_files_private()   # the data folder and the secret files: 0700 and 0600
     peers = tuple(p.strip() for p in args.peers.split(",") if p.strip())
     secret, secret_error = raft_secret(args, os.environ)
     if secret_error is not None:
@@ -387,6 +428,17 @@ def run_node(args: argparse.Namespace) -> int:
     if tls_error is not None:
         print(f"raftsched node: {tls_error}", file=sys.stderr)
         return 2
+    run_as, commands_error = command_identity(args)
+    if commands_error is not None:
+        print(f"raftsched node: {commands_error}", file=sys.stderr)
+        return 2
+    if args.allow_commands and run_as is None:
+        logging.getLogger("raftsched.node").warning(
+            "commands run as this node's own user (--command-user=self): a command can read "
+            "the data folder, every tenant's secrets and the secret files")
+    elif run_as is not None:
+        logging.getLogger("raftsched.node").info("commands run as user %s (uid %d)",
+                                                 run_as.name, run_as.uid)
     token, token_error = admin_token(args, peers, os.environ)
     if token_error is not None:
         print(f"raftsched node: {token_error}", file=sys.stderr)
@@ -425,7 +477,7 @@ def run_node(args: argparse.Namespace) -> int:
                         history_max_age_s=args.history_max_age_s,
                         finished_job_retention_s=args.finished_job_retention_s,
                         idempotency_ttl_s=args.idempotency_ttl_s,
-                        allow_commands=args.allow_commands,
+                        allow_commands=args.allow_commands, command_run_as=run_as,
                         allow_target_cidrs=tuple(args.allow_target_cidr),
                         admin_token=token, insecure_no_auth=args.insecure_no_auth,
                         tenant_jobs_max=args.tenant_jobs_max,

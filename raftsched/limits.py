@@ -592,6 +592,11 @@ dev_restart_delay_s_max = 10.0
 dev_supervise_poll_s = 0.2
 
 # --- Tokens, tenants, quotas and the audit table (docs/security.md) ----------------
+# The mode of the folders a node makes for its state, Raft journal, snapshots
+# and run outputs (and, without the x bits, of the files LMDB makes in them):
+# its own user only, whatever the umask, since they hold every tenant's jobs
+# and secrets. The node also runs with umask 077 (runtime/procguard.py).
+private_dir_mode = 0o700
 # Tenant names: 1-63 of [a-z0-9_-], starting with a letter or digit (so they fit
 # tenant_bytes_max and contain neither NUL nor the "/" that scopes topic and queue
 # names by tenant).

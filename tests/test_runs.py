@@ -286,6 +286,8 @@ def test_a_command_on_a_named_queue_waits_in_the_ready_index_for_any_worker():
     log = Replica()
     target = {"type": "command", "argv": ["true"], "env": {}, "cwd": None, "timeout_s": 5.0,
               "queue": "batch", "shell": False}
+    log.run(commands.put_tenant(tenant="default", quota={}, actor=None, at_ms=1,
+                                commands=True))
     make_job(log, target=target)
     run_id = fire_next(log)
     run = log.get_run(run_id)

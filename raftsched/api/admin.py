@@ -10,7 +10,7 @@ from raftsched import limits
 from raftsched.api.auth import actor_of, new_token, principal, token_sha256, validate_tenant
 from raftsched.api.common import (int_param, json_body, json_response, maybe_consistent,
                                   node_of, raise_refusal)
-from raftsched.core import commands
+from raftsched.core import commands, tenancy
 from raftsched.core.bounded import bounded_int
 from raftsched.core.tenancy import QUOTA_NAMES, ROLES
 from raftsched.core.timeutil import format_ms
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 TOKEN_ID = "{token_id:tok_[0-9a-f]{16}}"
 TENANT = "{tenant:[^/]+}"
 TOKEN_FIELDS = {"tenant", "role", "name"}
+# PUT /v1/tenants/{tenant}: the quotas, and the command grant.
+TENANT_FIELDS = {*QUOTA_NAMES, "commands"}
 _QUOTA_BOUNDS = {"jobs_max": (limits.quota_jobs_max_max, "quota_jobs_max_max"),
                  "creates_per_s": (limits.quota_creates_per_s_max, "quota_creates_per_s_max"),
                  "runs_concurrent_max": (limits.quota_jobs_max_max, "quota_jobs_max_max"),
@@ -88,13 +90,18 @@ def tenant_view(node: "NodePort", name: str, record: dict | None) -> dict:
     own = (record or {}).get("quota") or {}
     return {"tenant": name, "quota": {q: own.get(q) for q in QUOTA_NAMES},
             "in_force": node.quota_of(name),
-            "jobs": (record or {}).get("jobs", 0)}
+            "jobs": (record or {}).get("jobs", 0),
+            "commands": tenancy.commands_granted(record)}
 
 
 async def put_tenant(request: web.Request) -> web.Response:
     node = node_of(request)
     tenant = validate_tenant(request.match_info["tenant"])
-    body = _object(await json_body(request), set(QUOTA_NAMES))
+    body = _object(await json_body(request), TENANT_FIELDS)
+    grant = body.get("commands")
+    if grant is not None and not isinstance(grant, bool):
+        raise InvalidInput("`commands` must be true (the tenant may run command targets), "
+                           "false, or null (left as it is)", field="commands")
     quota: dict[str, int | None] = {}
     for name in QUOTA_NAMES:
         value = body.get(name)
@@ -104,7 +111,7 @@ async def put_tenant(request: web.Request) -> web.Response:
                                                              limit=limit)
     result = await node.propose(commands.put_tenant(tenant=tenant, quota=quota,
                                                     actor=actor_of(request),
-                                                    at_ms=node.now_ms()))
+                                                    at_ms=node.now_ms(), commands=grant))
     raise_refusal(result, field="tenant")
     node.forget_quota(tenant)
     return json_response(tenant_view(node, tenant, result["tenant"]))

@@ -26,8 +26,8 @@ from raftsched.core.jobspec import (JOB_ID_PATTERN, validate_create, validate_jo
                                     validate_patch)
 from raftsched.core.schedule import next_fire_ms, parse_instant, parse_schedule, preview_ms
 from raftsched.core.timeutil import format_ms
-from raftsched.errors import (Conflict, InvalidInput, NotFound, QuotaExceeded, Unauthorized,
-                              Unavailable)
+from raftsched.errors import (Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded,
+                              Unauthorized, Unavailable)
 
 if TYPE_CHECKING:
     from raftsched.nodeport import NodePort
@@ -93,10 +93,11 @@ async def create_job(request: web.Request) -> web.Response:
     parsed = validate_create(await json_body(request), job_id)
     spec, idem = parsed["spec"], parsed["idempotency_key"]
     policy.check_spec(node.config, spec)
+    tenant = tenant_of(request)
+    await _refuse_ungranted_commands(node, tenant, spec)
     now = node.now_ms()
     _check_run_at(spec["schedule"], now)
     node.check_room()
-    tenant = tenant_of(request)
     quota = _create_quota(node, tenant)
     if idem is None:   # a key's replay answers the job it made, whatever the quota
         await _refuse_over_quota(node, tenant, quota)
@@ -109,6 +110,29 @@ async def create_job(request: web.Request) -> web.Response:
         raise _key_reserved(node, result)
     raise_refusal(result)
     return json_response(job_view(result["job"]), status=200 if result["existing"] else 201)
+
+
+async def _commands_granted(node: "NodePort", tenant: str) -> bool:
+    """Whether `tenant` may have command targets. This node's state may be
+    behind: before it says no, it catches up with the leader (a grant just
+    given). A grant just withdrawn is caught by apply, which judges again."""
+    if tenancy.commands_granted(node.tenant(tenant)):
+        return True
+    await node.wait_caught_up()
+    return tenancy.commands_granted(node.tenant(tenant))
+
+
+def _command_forbidden(tenant: str, spec: dict) -> Forbidden | None:
+    refusal = tenancy.command_refusal(None, tenant, spec)
+    return None if refusal is None else Forbidden(refusal["detail"], field=refusal["field"])
+
+
+async def _refuse_ungranted_commands(node: "NodePort", tenant: str, spec: dict) -> None:
+    """403, naming the command target, for a tenant an admin did not grant commands."""
+    if tenancy.command_field(spec) is not None and not await _commands_granted(node, tenant):
+        forbidden = _command_forbidden(tenant, spec)
+        assert forbidden is not None
+        raise forbidden
 
 
 async def _refuse_over_quota(node: "NodePort", tenant: str, quota: dict) -> None:
@@ -143,11 +167,12 @@ async def batch_create_jobs(request: web.Request) -> web.Response:
             positions.append(position)
         except InvalidInput as exc:
             results[position] = {"error": _problem_of(exc)}
+    tenant, actor = tenant_of(request), actor_of(request)
+    items, positions = await _drop_ungranted_commands(node, tenant, items, positions, results)
     size = limits.batch_entry_jobs_max
     parts = [(positions[i:i + size], items[i:i + size]) for i in range(0, len(items), size)]
     # Proposed together, in order: pysyncobj keeps that order, so a job sees
     # the jobs before it in the batch (an idempotency key used twice).
-    tenant, actor = tenant_of(request), actor_of(request)
     quota = _create_quota(node, tenant)
     answers = await asyncio.gather(
         *(node.propose(commands.create_jobs(tenant=tenant, at_ms=now, items=part, quota=quota,
@@ -160,6 +185,26 @@ async def batch_create_jobs(request: web.Request) -> web.Response:
         for position, outcome in zip(where, _entry_results(node, answer, len(where))):
             results[position] = outcome
     return json_response({"results": results})
+
+
+async def _drop_ungranted_commands(node: "NodePort", tenant: str, items: list[dict],
+                                   positions: list[int],
+                                   results: list[dict]) -> tuple[list[dict], list[int]]:
+    """The items a tenant without the command grant may create: each job with
+    a command target gets its 403 problem in its place."""
+    if all(tenancy.command_field(item["spec"]) is None for item in items):
+        return items, positions
+    if await _commands_granted(node, tenant):
+        return items, positions
+    kept_items, kept_positions = [], []
+    for item, position in zip(items, positions):
+        forbidden = _command_forbidden(tenant, item["spec"])
+        if forbidden is not None:
+            results[position] = {"error": _problem_of(forbidden)}
+        else:
+            kept_items.append(item)
+            kept_positions.append(position)
+    return kept_items, kept_positions
 
 
 def _entry_results(node: "NodePort", answer: object, count: int) -> list[dict]:
@@ -259,6 +304,7 @@ async def patch_job(request: web.Request) -> web.Response:
     job = _live_job(node, request.match_info["job_id"], tenant_of(request))
     spec = validate_patch(body, job["spec"], job["id"])
     policy.check_spec(node.config, spec)
+    await _refuse_ungranted_commands(node, job["tenant"], spec)
     now = node.now_ms()
     _check_run_at(spec["schedule"], now)
     next_ms = None if job["status"] == "paused" else next_fire_ms(spec["schedule"], now)

@@ -11,7 +11,7 @@ from raftsched import limits
 from raftsched.api import strictjson
 from raftsched.core.bounded import bounded_float, bounded_int
 from raftsched.core.redact import secret_values
-from raftsched.errors import Conflict, InvalidInput, NotFound, QuotaExceeded
+from raftsched.errors import Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded
 from raftsched.nodeport import NodePort
 
 # The app's node, as the one interface the API has to it (raftsched/nodeport.py).
@@ -87,6 +87,8 @@ def raise_refusal(result: dict, field: str = "job_id") -> None:
         raise NotFound(detail, field=field)
     if error == "conflict":
         raise Conflict(detail, field=field)
+    if error == "forbidden":
+        raise Forbidden(detail, field=result.get("field") or field)
     if error == "quota":
         raise QuotaExceeded(detail, limit=result["limit"], retry_after_s=result["retry_after_s"])
     if error == "limit":

@@ -374,9 +374,13 @@ QUOTA_MAXIMA = {"jobs_max": limits.quota_jobs_max_max,
 
 
 def _quota_request() -> Schema:
-    return _obj({name: _nullable({"type": "integer", "minimum": 1, "maximum": maximum})
-                 for name, maximum in QUOTA_MAXIMA.items()},
-                description="a member left out or null follows the node flags' default "
+    members = {name: _nullable({"type": "integer", "minimum": 1, "maximum": maximum})
+               for name, maximum in QUOTA_MAXIMA.items()}
+    members["commands"] = _nullable(dict(
+        _BOOL, description="true grants the tenant command targets (on the nodes and on "
+                           "worker queues), false withdraws them; left out or null: unchanged"))
+    return _obj(members,
+                description="a quota left out or null follows the node flags' default "
                             "(--tenant-jobs-max, ...)",
                 examples=[{"jobs_max": 1000, "creates_per_s": 50}])
 
@@ -574,8 +578,10 @@ def _tenant() -> Schema:
     quota = _obj({name: _INT_OR_NULL for name in QUOTA_MAXIMA}, closed=False)
     in_force = _obj({name: _INT for name in QUOTA_MAXIMA}, closed=False)
     return _obj({"tenant": _STR, "quota": quota, "in_force": in_force,
-                 "jobs": {"type": "integer", "description": "jobs counted against jobs_max"}},
-                ("tenant", "quota", "in_force", "jobs"), closed=False)
+                 "jobs": {"type": "integer", "description": "jobs counted against jobs_max"},
+                 "commands": dict(_BOOL, description="whether an admin granted the tenant "
+                                                     "command targets")},
+                ("tenant", "quota", "in_force", "jobs", "commands"), closed=False)
 
 
 def _audit_record() -> Schema:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from raftsched.core import dag
 from raftsched.core.runs import DEFAULT_QUEUE
 from raftsched.errors import InvalidInput
 from raftsched.executors.netguard import policy_for
@@ -52,10 +53,4 @@ def check_command_queue(config: "Settings", spec: dict) -> None:
                                field=f"{prefix}.queue")
 
 
-def targets(spec: dict) -> list[tuple[str, dict]]:
-    """(the member's name, the target) of each target a job calls: its own, or
-    each of its DAG's tasks'."""
-    if "target" in spec:
-        return [("target", spec["target"])]
-    return [(f"dag.tasks[{i}].target", task["target"])
-            for i, task in enumerate(spec["dag"]["tasks"])]
+targets = dag.targets

@@ -384,10 +384,13 @@ def get_tenant(tenant: str, *, consistent: bool = False) -> Call[JSON]:
 @operation("PUT", "/v1/tenants/{tenant}", tenant=False)
 def set_tenant_quota(tenant: str, *, jobs_max: int | None = None,
                      creates_per_s: int | None = None, runs_concurrent_max: int | None = None,
-                     weight: int | None = None) -> Call[JSON]:
-    """Set every quota at once: one left None follows the node flags' default."""
+                     weight: int | None = None, commands: bool | None = None) -> Call[JSON]:
+    """Set every quota at once: one left None follows the node flags' default.
+    `commands`: grant (True) or withdraw (False) command targets; None leaves
+    the grant as it is."""
     return _call(body={"jobs_max": jobs_max, "creates_per_s": creates_per_s,
-                       "runs_concurrent_max": runs_concurrent_max, "weight": weight})
+                       "runs_concurrent_max": runs_concurrent_max, "weight": weight,
+                       "commands": commands})
 
 
 @operation("DELETE", "/v1/tenants/{tenant}", tenant=False)

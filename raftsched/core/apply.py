@@ -120,6 +120,10 @@ def _create_job(tx: Tx, cmd: dict, counter: tenancy.CreateCounter | None = None)
             return _idempotent_answer(tx, idem, reserved)
     if tx.get(JOBS, keys.job_key(cmd["job_id"])) is not None:
         return _refuse("conflict", f"job {cmd['job_id']} exists")
+    refusal = tenancy.command_refusal(tenancy.tenant_record(tx, cmd["tenant"]), cmd["tenant"],
+                                      cmd["spec"])
+    if refusal is not None:
+        return refusal
     refusal = counter.take()
     if refusal is not None:
         return refusal
@@ -185,6 +189,10 @@ def _update_job(tx: Tx, cmd: dict) -> dict:
     if job["version"] != cmd["expected_version"]:
         return _refuse("conflict", f"job {job['id']} changed (version {job['version']}, "
                                    f"expected {cmd['expected_version']}); read it and retry")
+    refusal = tenancy.command_refusal(tenancy.tenant_record(tx, job["tenant"]), job["tenant"],
+                                      cmd["spec"])
+    if refusal is not None:
+        return refusal
     _disarm(tx, job)
     job["spec"] = cmd["spec"]
     job["version"] += 1

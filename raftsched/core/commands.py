@@ -365,8 +365,10 @@ SCHEMAS: dict[str, Check] = {
         name=_str(limits.token_name_bytes_max), sha256=_str(64), actor=_ACTOR, at_ms=_TIME_MS),
     "revoke_token": _command(token_id=_str(limits.key_part_bytes_max, key=True), actor=_ACTOR,
                              at_ms=_TIME_MS, tenant=_may(_TENANT)),
+    # `commands`: grant (true) or withdraw (false) command targets; left out
+    # or null keeps the grant as it is.
     "put_tenant": _command(tenant=_TENANT, quota=_record(_QUOTA_VALUE), actor=_ACTOR,
-                           at_ms=_TIME_MS),
+                           at_ms=_TIME_MS, commands=_may(_opt(_bool()))),
     "delete_tenant": _command(tenant=_TENANT, actor=_ACTOR, at_ms=_TIME_MS),
     # The proposer counted `total` occurrences of the job's schedule (as of
     # expected_version) in [start_ms, end_ms); apply copies that schedule.
@@ -619,7 +621,12 @@ def delete_tenant(*, tenant: str, actor: str | None, at_ms: int) -> dict:
     return _cmd("delete_tenant", tenant=tenant, actor=actor, at_ms=at_ms)
 
 
-def put_tenant(*, tenant: str, quota: dict, actor: str | None, at_ms: int) -> dict:
+def put_tenant(*, tenant: str, quota: dict, actor: str | None, at_ms: int,
+               commands: bool | None = None) -> dict:
     """Set `tenant`'s quotas: {jobs_max, creates_per_s, runs_concurrent_max, weight},
-    each an integer or None (the node flags' default)."""
-    return _cmd("put_tenant", tenant=tenant, quota=quota, actor=actor, at_ms=at_ms)
+    each an integer or None (the node flags' default); `commands`: grant or
+    withdraw command targets (None: leave the grant as it is)."""
+    command = _cmd("put_tenant", tenant=tenant, quota=quota, actor=actor, at_ms=at_ms)
+    if commands is not None:
+        command["commands"] = commands
+    return command

@@ -176,6 +176,15 @@ def target_of(spec: dict, task_id: str | None) -> dict | None:
     return task["target"] if task is not None else None
 
 
+def targets(spec: dict) -> list[tuple[str, dict]]:
+    """(the member's name, the target) of each target a job spec calls: its
+    own, or each of its DAG's tasks'."""
+    if "target" in spec:
+        return [("target", spec["target"])]
+    return [(f"dag.tasks[{i}].target", task["target"])
+            for i, task in enumerate((spec.get("dag") or {}).get("tasks") or ())]
+
+
 def retry_of(spec: dict, task_id: str | None) -> dict | None:
     """The stored retry member that governs a run: its task's own, else the job's."""
     task = task_spec(spec, task_id) if task_id is not None else None

@@ -13,6 +13,13 @@ the commands' `at_ms`, never backwards, so every replica counts alike and the
 rate holds for the whole cluster, not per node. The quota in force comes with
 each create (the proposer read it), since the flags' defaults are not state.
 
+Commands: a tenant runs command targets (on the nodes or on its workers)
+only while an admin granted it (`commands` in its record, false until then).
+Apply refuses a create or update of a job with a command target for a tenant
+without the grant, whatever the node that proposed it believed; the runs of
+jobs made before a grant was withdrawn fail when they come to be called
+(runtime/dispatcher.py, runtime/workers.py).
+
 Audit: who created and revoked tokens, changed quotas, and created, changed,
 paused, resumed, triggered or deleted jobs, with the token id. Records are
 listed in one sequence, but kept in streams, each of which drops only its own
@@ -29,7 +36,7 @@ counter) go once the sequence is `audit_entries_max` past them.
 from __future__ import annotations
 
 from raftsched import limits
-from raftsched.core import keys
+from raftsched.core import dag, keys
 from raftsched.core.tx import AUDIT, AUDIT_STREAMS, COUNTERS, TENANTS, TOKENS, Tx
 
 ROLES = ("admin", "writer", "reader", "worker")
@@ -68,7 +75,41 @@ def _new_tenant(tx: Tx, tenant: str, at_ms: int) -> dict | None:
         return None
     _set_count(tx, _TENANTS_COUNTER, count + 1)
     return {"v": 1, "name": tenant, "quota": {q: None for q in QUOTA_NAMES}, "jobs": 0,
-            "bucket_milli": None, "bucket_ms": 0, "created_ms": at_ms}
+            "bucket_milli": None, "bucket_ms": 0, "created_ms": at_ms, "commands": False}
+
+
+def commands_granted(record: dict | None) -> bool:
+    """Whether an admin granted the tenant of `record` command targets (a
+    record made before the grant existed has no member: not granted)."""
+    return bool(record and record.get("commands"))
+
+
+def command_field(spec: dict) -> str | None:
+    """The member of a job spec that names a command target, or None."""
+    for field, target in dag.targets(spec):
+        if target.get("type") == "command":
+            return f"{field}.type"
+    return None
+
+
+def command_refusal(record: dict | None, tenant: str, spec: dict) -> dict | None:
+    """The refusal of a job spec with a command target for a tenant without
+    the grant (its record: `record`), or None. Apply and the API both ask."""
+    field = command_field(spec)
+    if field is None or commands_granted(record):
+        return None
+    return {"ok": False, "error": "forbidden", "field": field,
+            "detail": f"tenant {tenant} may not run commands: an admin grants it with "
+                      f"PUT /v1/tenants/{tenant} {{\"commands\": true}}"}
+
+
+def command_run_refusal(record: dict | None, tenant: str) -> str | None:
+    """Why a run of a command target of `tenant` must not start (the grant was
+    withdrawn after its job was made), or None."""
+    if commands_granted(record):
+        return None
+    return (f"tenant {tenant} may not run commands (an admin grants it: "
+            f"PUT /v1/tenants/{tenant} {{\"commands\": true}}); the command was not started")
 
 
 def _quota_refusal(limit: str, detail: str, retry_after_s: int) -> dict:
@@ -167,8 +208,11 @@ def handle_put_tenant(tx: Tx, cmd: dict) -> dict:
         return {"ok": False, "error": "limit", "limit": "tenants_max", "field": "tenant",
                 "detail": f"the cluster holds {limits.tenants_max} tenants (tenants_max)"}
     rec["quota"] = {q: cmd["quota"].get(q) for q in QUOTA_NAMES}
+    if cmd.get("commands") is not None:   # left out: the grant stays as it was
+        rec["commands"] = cmd["commands"]
+    rec.setdefault("commands", False)
     tx.put(TENANTS, tenant.encode(), rec)
-    audit(tx, cmd, "tenant.put", tenant, tenant, quota=rec["quota"])
+    audit(tx, cmd, "tenant.put", tenant, tenant, quota=rec["quota"], commands=rec["commands"])
     return {"ok": True, "tenant": rec}
 
 

@@ -24,13 +24,21 @@ Its group is led by a small shim (command_shim.py) that the kernel signals
 when this process dies (Linux PR_SET_PDEATHSIG) and that then SIGKILLs the
 group, grandchildren included, within milliseconds. The shim costs a Python
 start-up per command (20 to 40 ms) and 4 MB of private memory while it runs.
+
+Identity: with a `RunAs` (a node's or worker's --command-user NAME), the
+command runs as that user, its groups and its home (HOME); the shim takes
+that identity in the forked child just before exec, so the shim itself stays
+this process's user; a command without `cwd` starts in the user's home (or
+/). Without one the command runs as this process's user, in its folder.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import os
+import pwd
 import signal
 import sys
 import time
@@ -47,6 +55,51 @@ SHIM_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "command_sh
 # (HOME, TMPDIR), and the locale and time zone it should print in (LANG,
 # LC_ALL, TZ). None of these holds a secret; a job sets anything else in `env`.
 BASE_ENV_NAMES = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
+
+
+# --command-user's value that runs commands as the node's or worker's own user.
+SELF_USER = "self"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunAs:
+    """The identity commands run with: a user, its primary group, its
+    supplementary groups, and its home directory (the command's HOME)."""
+
+    name: str
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    home: str
+
+    def shim_arg(self) -> str:
+        return f"{self.uid}:{self.gid}:{','.join(str(g) for g in self.groups)}"
+
+
+def resolve_command_user(name: str) -> RunAs | None:
+    """The identity --command-user NAME asks for: None for `self` (this
+    process's user). Raise ValueError, saying why, for a user that does not
+    exist, for root, and for another user when this process cannot switch to
+    it (it is not root)."""
+    if name == SELF_USER:
+        return None
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise ValueError(f"no user {name!r} on this machine (create an unprivileged user "
+                         f"for commands, or pass --command-user={SELF_USER})") from None
+    if entry.pw_uid == 0:
+        raise ValueError(f"user {name!r} is root: commands would hold every power of the "
+                         f"machine; name an unprivileged user")
+    if entry.pw_uid == os.geteuid():
+        return None   # this process's own user: nothing to switch (as `self`)
+    if os.geteuid() != 0:
+        raise ValueError(f"this process runs as uid {os.geteuid()}, not root, so it cannot "
+                         f"start commands as {name!r} (uid {entry.pw_uid}); start it as root "
+                         f"(it runs commands as {name!r}), or pass --command-user={SELF_USER}")
+    groups = tuple(sorted(set(os.getgrouplist(name, entry.pw_gid))))
+    return RunAs(name=name, uid=entry.pw_uid, gid=entry.pw_gid, groups=groups,
+                 home=entry.pw_dir)
 
 
 class _Capture:
@@ -76,13 +129,16 @@ class CommandExecutor:
     def __init__(self, *, output_bytes_max: int = limits.output_bytes_max,
                  kill_grace_s: float = limits.command_kill_grace_s,
                  base_env: dict[str, str] | None = None,
-                 now_ms: Callable[[], int] = wall_ms) -> None:
+                 now_ms: Callable[[], int] = wall_ms, run_as: RunAs | None = None) -> None:
         self._output_bytes_max = output_bytes_max
+        self.run_as = run_as
         # Deadlines are instants on this clock: its node's (the cluster's time).
         self._now_ms = now_ms
         self._kill_grace_s = kill_grace_s
         self._base_env = base_env if base_env is not None else {
             name: os.environ[name] for name in BASE_ENV_NAMES if name in os.environ}
+        if run_as is not None:
+            self._base_env["HOME"] = run_as.home   # its own home, not this process's
 
     def environment(self, attempt: Attempt, target: dict) -> dict[str, str]:
         env = dict(self._base_env)
@@ -126,11 +182,20 @@ class CommandExecutor:
         argv = ["/bin/sh", "-c", target["argv"][0]] if target.get("shell") else target["argv"]
         env = self.environment(attempt, target)
         shim = [sys.executable, "-I", "-S", SHIM_PATH, str(status_fd), str(os.getpid()),
-                "1" if "LC_CTYPE" in env else "0"]
+                "1" if "LC_CTYPE" in env else "0",
+                self.run_as.shim_arg() if self.run_as is not None else "-"]
         return await asyncio.create_subprocess_exec(
             *shim, *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd=target.get("cwd"), env=env,
+            stderr=asyncio.subprocess.PIPE, cwd=target.get("cwd") or self._default_cwd(), env=env,
             start_new_session=True, pass_fds=(status_fd,))
+
+    def _default_cwd(self) -> str | None:
+        """Where a command without `cwd` starts: this process's own folder, or,
+        as another user, that user's home (/ when it has none), rather than a
+        folder of this process's it may not enter."""
+        if self.run_as is None:
+            return None
+        return self.run_as.home if os.path.isdir(self.run_as.home) else "/"
 
     async def _wait(self, proc: asyncio.subprocess.Process,
                     timeout_s: float) -> tuple[bool, "_Capture", "_Capture"]:

@@ -738,7 +738,7 @@ class Replicator:
         self.snapshot_write_s_last: float | None = None
         self.snapshot_write_s_sum = 0.0
         self.fsync = fsync
-        os.makedirs(data_dir, exist_ok=True)
+        os.makedirs(data_dir, mode=limits.private_dir_mode, exist_ok=True)
         _clean_snapshot_leftovers(self._snapshot_path)
         # A peer may be given as ADDR@VIA: it identifies itself as ADDR, and this
         # node reaches it through VIA (a relay or port forward). pysyncobj knows

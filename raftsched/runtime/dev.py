@@ -17,6 +17,7 @@ import sys
 import time
 
 from raftsched import limits
+from raftsched.runtime.procguard import keep_files_private
 
 # Loopback targets (a service under development, a test sink) are what a
 # local cluster is for; nodes refuse them unless allowed (executors/netguard.py).
@@ -28,7 +29,7 @@ def load_or_create_token(path: str) -> str:
     if os.path.exists(path):
         with open(path) as fh:
             return fh.read().strip()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.makedirs(os.path.dirname(path), mode=limits.private_dir_mode, exist_ok=True)
     secret = secrets.token_urlsafe(32)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -48,13 +49,15 @@ def node_argv(i: int, nodes: int, data_dir: str, http_base: int, raft_base: int,
             "--peers", ",".join(r for k, r in enumerate(raft) if k != i),
             "--data", os.path.join(data_dir, f"n{i + 1}"),
             "--allow-target-cidr", dev_allowed_target_cidr,
-            *(["--allow-commands"] if allow_commands else [])]
+            # A development cluster runs commands as the developer who started it.
+            *(["--allow-commands", "--command-user=self"] if allow_commands else [])]
 
 
 def run_dev(nodes: int, data_dir: str, http_base: int, raft_base: int, *,
             allow_commands: bool = False) -> int:
+    keep_files_private()   # the nodes' data folders and the secret files (they inherit it)
     data_dir = os.path.abspath(data_dir)
-    os.makedirs(data_dir, exist_ok=True)
+    os.makedirs(data_dir, mode=limits.private_dir_mode, exist_ok=True)
     token = load_or_create_token(os.path.join(data_dir, "admin-token"))
     env = dict(os.environ, RAFTSCHED_RAFT_SECRET=load_or_create_secret(data_dir),
                RAFTSCHED_ADMIN_TOKEN=token)
@@ -79,9 +82,13 @@ def run_dev(nodes: int, data_dir: str, http_base: int, raft_base: int, *,
         print(f"  n{i + 1}: API {url}/v1/  UI {url}/", flush=True)
     print(f"  HTTP targets and alert webhooks may call {dev_allowed_target_cidr} (loopback), "
           f"which nodes refuse unless allowed (--allow-target-cidr)", flush=True)
-    print("  commands on the default queue run on the nodes (--allow-commands)" if allow_commands
+    print("  commands on the default queue run on the nodes, as your own user "
+          "(--allow-commands --command-user=self)" if allow_commands
           else "  commands need a target.queue served by `raftsched worker` (pass "
                "--allow-commands to run them on the nodes)", flush=True)
+    print(f"  a tenant runs commands once an admin grants it: curl -X PUT -H \"Authorization: "
+          f"Bearer $RAFTSCHED_TOKEN\" -d '{{\"commands\": true}}' "
+          f"http://127.0.0.1:{http_base}/v1/tenants/default", flush=True)
     print(f"  the admin token is kept in {os.path.join(data_dir, 'admin-token')}; every API "
           f"call needs it (the CLI reads RAFTSCHED_TOKEN):", flush=True)
     print(f"RAFTSCHED_TOKEN={token}", flush=True)

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from raftsched import limits
-from raftsched.core import commands, dag, keys, retry
-from raftsched.core.apply import JOBS, RUNS, RUNS_OPEN
+from raftsched.core import commands, dag, keys, retry, tenancy
+from raftsched.core.apply import JOBS, RUNS, RUNS_OPEN, TENANTS
 from raftsched.core.redact import redact_output, redact_text, secret_values
 from raftsched.errors import Unavailable
 from raftsched.executors.base import Attempt, Outcome
@@ -289,6 +289,13 @@ class Dispatcher:
                                 breaker_ok(outcome))
             return outcome
         if target["type"] == "command":
+            withdrawn = tenancy.command_run_refusal(
+                node.store.get(TENANTS, job["tenant"].encode()), job["tenant"])
+            if withdrawn is not None:
+                # The grant was withdrawn after the job was made: the job stays,
+                # its runs fail unrun until an admin grants it again.
+                log.warning("run %s of job %s not started: %s", run["id"], job["id"], withdrawn)
+                return Outcome(ok=False, retryable=False, error=withdrawn)
             if not node.config.allow_commands:
                 # Accepted by a node with --allow-commands, fired here: a retry
                 # would most likely come back to this node, so the run fails.

@@ -30,7 +30,7 @@ from raftsched.core import commands
 from raftsched.core.apply import NODES, TENANTS
 from raftsched.errors import Unavailable
 from raftsched.executors.breaker import Breaker
-from raftsched.executors.command import CommandExecutor
+from raftsched.executors.command import CommandExecutor, RunAs
 from raftsched.executors.http import HttpExecutor
 from raftsched.executors.netguard import policy_for
 from raftsched.replication.raft import Replicator
@@ -94,6 +94,9 @@ class NodeConfig:
     # (its embedded worker). Off, such jobs are refused at create and update
     # (api/policy.py), and a run handed to this node anyway fails, not retried.
     allow_commands: bool = False
+    # --command-user: the identity those commands run with (None: this node's
+    # own user, --command-user=self). Required with allow_commands (cli.py).
+    command_run_as: RunAs | None = None
     # The bootstrap admin token (docs/security.md); None only with insecure_no_auth.
     admin_token: str | None = None
     insecure_no_auth: bool = False
@@ -171,7 +174,8 @@ class Node:
         self.storage = StorageGuard(self)
         self.outputs = OutputStore(os.path.join(config.data_dir, "output"))
         self.http_executor = HttpExecutor(policy_for(config.allow_target_cidrs), now_ms=self.now_ms)
-        self.command_executor = CommandExecutor(now_ms=self.now_ms)
+        self.command_executor = CommandExecutor(now_ms=self.now_ms,
+                                                run_as=config.command_run_as)
         self.breaker = Breaker(window=limits.breaker_window,
                                failure_ratio=limits.breaker_failure_ratio,
                                cooloff_s=limits.breaker_cooloff_s, clock=self.monotonic)

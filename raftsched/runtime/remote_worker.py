@@ -30,7 +30,7 @@ import aiohttp
 
 from raftsched import limits
 from raftsched.executors.base import Attempt, Outcome
-from raftsched.executors.command import CommandExecutor
+from raftsched.executors.command import CommandExecutor, resolve_command_user
 from raftsched.runtime.peer import client_ssl_context
 from raftsched.runtime.procguard import deny_same_user_inspection
 from raftsched.runtime.supervise import Supervisor
@@ -298,10 +298,16 @@ def run_worker_cli(args: Any) -> int:
     except OSError as exc:   # ssl.SSLError is one
         print(f"raftsched worker: --tls-ca: cannot load it: {exc}", file=sys.stderr)
         return 2
+    try:
+        run_as = resolve_command_user(args.command_user) if args.command_user else None
+    except ValueError as exc:
+        print(f"raftsched worker: --command-user: {exc}", file=sys.stderr)
+        return 2
     worker = RemoteWorker(urls, args.queue, args.concurrency, worker_id, token=token,
-                          ssl_context=ssl_context)
-    log.info("worker %s serving queue %s with %d slots for %s", worker_id, args.queue,
-             args.concurrency, ", ".join(urls))
+                          ssl_context=ssl_context, executor=CommandExecutor(run_as=run_as))
+    log.info("worker %s serving queue %s with %d slots for %s; commands run as %s", worker_id,
+             args.queue, args.concurrency, ", ".join(urls),
+             f"user {run_as.name}" if run_as else "this worker's own user")
 
     async def main() -> None:
         task = asyncio.ensure_future(worker.run())

@@ -7,7 +7,8 @@ entries), and answers with the runs apply granted: a run two workers race
 for goes to one. Heartbeats extend the worker's leases; one refused means the
 run was cancelled or its lease expired, and the worker stops it. Completions
 are reported with the output, which this node keeps (off Raft) in its output
-store; this node draws the retry delay.
+store; this node draws the retry delay. A run of a tenant that lost its
+command grant is failed here, unrun, instead of being given to the worker.
 
 Holders are named `worker:<id>` so they never collide with node ids.
 """
@@ -15,13 +16,14 @@ Holders are named `worker:<id>` so they never collide with node ids.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from typing import TYPE_CHECKING
 
 from raftsched import limits
-from raftsched.core import dag, keys, lifecycle
-from raftsched.core.apply import JOBS, READY, RUNS
+from raftsched.core import dag, keys, lifecycle, tenancy
+from raftsched.core.apply import JOBS, READY, RUNS, TENANTS
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import Conflict
 from raftsched.executors.base import Outcome
@@ -30,6 +32,8 @@ from raftsched.runtime.waiters import Waiters
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
+
+log = logging.getLogger("raftsched.workers")
 
 
 def holder_of(worker_id: str) -> str:
@@ -106,15 +110,15 @@ class WorkerService:
 
     def _assignment(self, run: dict, lease_ms: int, worker_id: str) -> dict | None:
         """What the worker is given for a run it was granted; None (and the
-        attempt failed for good) for a DAG task that is no longer in its job."""
+        attempt failed for good) for a DAG task that is no longer in its job,
+        or a run of a tenant that lost its command grant."""
         job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
         policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
         target = dag.target_of(job["spec"], run.get("task_id")) if job else None
-        if target is None:
-            gone = Outcome(ok=False, retryable=False,
-                           error=f"the run's target is gone (job {run['job_id']} deleted, or "
-                                 f"task {run.get('task_id')!r} no longer in its DAG)")
-            self._node.reporter.send(finish_update(self._node, run, holder_of(worker_id), gone,
+        error = self._why_not_given(run, target)
+        if error is not None:
+            failed = Outcome(ok=False, retryable=False, error=error)
+            self._node.reporter.send(finish_update(self._node, run, holder_of(worker_id), failed,
                                                    policy), run["tenant"])
             return None
         return {"run_id": run["id"], "job_id": run["job_id"], "attempt": run["attempt"],
@@ -125,6 +129,19 @@ class WorkerService:
                 **({"task_id": run["task_id"]} if "task_id" in run else {}),
                 "target": dict(target,
                                non_retryable_exit_codes=policy["non_retryable_exit_codes"])}
+
+    def _why_not_given(self, run: dict, target: dict | None) -> str | None:
+        """Why a run granted to a worker fails instead (for good): its target is
+        gone, or its tenant lost the command grant after the job was made, so
+        the worker never sees it. None: give it to the worker."""
+        if target is None:
+            return (f"the run's target is gone (job {run['job_id']} deleted, or "
+                    f"task {run.get('task_id')!r} no longer in its DAG)")
+        refusal = tenancy.command_run_refusal(
+            self._node.store.get(TENANTS, run["tenant"].encode()), run["tenant"])
+        if refusal is not None:
+            log.warning("run %s of job %s not started: %s", run["id"], run["job_id"], refusal)
+        return refusal
 
     def _run_of(self, run_id: str, tenant: str | None) -> dict | None:
         """The run, if it belongs to `tenant` (None: any, for an admin)."""

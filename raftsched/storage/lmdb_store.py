@@ -113,7 +113,8 @@ class _EnvGuard:
 class LmdbStore:
     def __init__(self, path: str, *, map_size: int = limits.lmdb_map_size_default,
                  durable_commits: bool = False) -> None:
-        os.makedirs(path, exist_ok=True)
+        # Private whatever the umask: the state holds every tenant's secrets.
+        os.makedirs(path, mode=limits.private_dir_mode, exist_ok=True)
         self.path = path
         self.map_size = map_size
         self._durable_commits = durable_commits
@@ -127,7 +128,8 @@ class LmdbStore:
         its data file). Callers other than __init__ hold the guard exclusively."""
         self._env = lmdb.open(self.path, map_size=self.map_size, max_dbs=len(TABLES) + 2,
                               subdir=True, sync=self._durable_commits, metasync=False,
-                              writemap=False, lock=True, readahead=False, max_readers=256)
+                              writemap=False, lock=True, readahead=False, max_readers=256,
+                              mode=limits.private_dir_mode)   # files: without the x bits
         # LMDB raises the map to the data file's size if that is larger.
         self.map_size = self._env.info()["map_size"]
         self._meta = self._env.open_db(_META.encode())
@@ -313,7 +315,7 @@ class LmdbStore:
         and opened again. Pinned reads still open are aborted first."""
         staging = self.path.rstrip("/") + ".install"
         shutil.rmtree(staging, ignore_errors=True)
-        os.makedirs(staging)
+        os.makedirs(staging, mode=limits.private_dir_mode)
         try:
             image = os.path.join(staging, _DATA_FILE)
             _copy_range(source, offset, length, image)

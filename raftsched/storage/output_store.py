@@ -104,10 +104,11 @@ class OutputStore:
         self._retention_ms = int(retention_s * 1000)
         if map_size is None:
             map_size = max(limits.output_map_size_factor * bytes_max, limits.output_map_bytes_min)
-        os.makedirs(path, exist_ok=True)
+        # Private whatever the umask: outputs may hold what commands printed.
+        os.makedirs(path, mode=limits.private_dir_mode, exist_ok=True)
         self._env = lmdb.open(path, map_size=map_size, max_dbs=4, subdir=True, sync=False,
                               metasync=False, writemap=False, lock=True, readahead=False,
-                              max_readers=256)
+                              max_readers=256, mode=limits.private_dir_mode)
         self._by_run = self._env.open_db(b"by_run")
         self._by_time = self._env.open_db(b"by_time")
         self._by_tenant = self._env.open_db(b"by_tenant")

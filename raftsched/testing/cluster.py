@@ -50,7 +50,9 @@ class LocalCluster:
                  node_args: list[str] | None = None, partitionable: bool = False,
                  allow_loopback_targets: bool = True, allow_commands: bool = True,
                  args_of: dict[str, list[str]] | None = None,
-                 tls: TlsFiles | None = None) -> None:
+                 tls: TlsFiles | None = None,
+                 command_tenants: tuple[str, ...] = ("default",),
+                 command_user: str = "self") -> None:
         """`node_args`: flags every node gets; `args_of`: flags of one node, by id.
         `tls`: the nodes serve their API over TLS with these files (--tls-cert,
         --tls-key, --tls-ca), and api() verifies them by its CA.
@@ -59,7 +61,11 @@ class LocalCluster:
         loopback targets by default); False to test that refusal.
         `allow_commands`: give every node --allow-commands, as tests run
         commands on the default queue; False (or setting the attribute before
-        a restart) to test the nodes' refusal."""
+        a restart) to test the nodes' refusal. They run as `command_user`
+        (--command-user; by default `self`, the nodes' own user).
+        `command_tenants`: the tenants an admin grants command targets the
+        first time the cluster is ready (the admin token's own, `default`,
+        as tests run commands with it); () to test the refusal."""
         self.base = Path(base_dir)
         self.base.mkdir(parents=True, exist_ok=True)
         self.ids = [f"n{i + 1}" for i in range(nodes)]
@@ -90,6 +96,9 @@ class LocalCluster:
                                "--tls-ca", str(tls.ca)]
         self.allow_loopback_targets = allow_loopback_targets
         self.allow_commands = allow_commands
+        self.command_tenants = tuple(command_tenants)
+        self.command_user = command_user
+        self._commands_granted = False
         self.paused: set[str] = set()
         self.kills: list[tuple[str, float]] = []   # (node, time.time()) of every SIGKILL
         self.procs: dict[str, subprocess.Popen] = {}
@@ -107,7 +116,8 @@ class LocalCluster:
                 "--http", f"127.0.0.1:{self.http_ports[nid]}", "--raft", self.raft_addrs[nid],
                 "--peers", peers, "--data", str(self.base / nid),
                 *(["--allow-target-cidr", "127.0.0.0/8"] if self.allow_loopback_targets else []),
-                *(["--allow-commands"] if self.allow_commands else []),
+                *(["--allow-commands", f"--command-user={self.command_user}"]
+                  if self.allow_commands else []),
                 *self.node_args, *self.args_of.get(nid, [])]
 
     def start(self, nid: str | None = None) -> None:
@@ -228,7 +238,14 @@ class LocalCluster:
             registered = self.api(leader, "GET", "/v1/cluster", timeout_s=2).body["nodes"]
             return leader if all(n in registered for n in self.ids) else None
 
-        return wait_until(ready, timeout_s, "a leader agreed on by " + ",".join(nodes))
+        leader = wait_until(ready, timeout_s, "a leader agreed on by " + ",".join(nodes))
+        if not self._commands_granted:
+            for tenant in self.command_tenants:
+                wait_until(lambda t=tenant: self.api(leader, "PUT", f"/v1/tenants/{t}",
+                                            {"commands": True}, timeout_s=5).status == 200,
+                           timeout_s, f"tenant {tenant} granted commands")
+            self._commands_granted = True
+        return leader
 
     def digests(self, among: list[str] | None = None) -> dict[str, dict]:
         return {nid: self.api(nid, "GET", "/v1/state/digest", timeout_s=5).body
