@@ -60,6 +60,9 @@ class _Node:
 
 
 def _queued_run(log: Replica, tenant: str = "t") -> str:
+    # Command targets are a grant an admin gives the tenant.
+    assert log.run(commands.put_tenant(tenant=tenant, quota={}, commands=True,
+                                       actor="bootstrap", at_ms=AT_MS))["ok"]
     spec = jobspec.validate_create({"run_at": "2030-01-01T00:00:00Z",
                                     "target": {"type": "command", "argv": ["true"],
                                                "queue": "q"}})["spec"]
