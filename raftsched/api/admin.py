@@ -143,7 +143,8 @@ async def list_audit(request: web.Request) -> web.Response:
     limit = int_param(request, "limit", limits.list_limit_default, limits.audit_list_limit_max,
                       limit="audit_list_limit_max")
     after = request.query.get("after", "0")
-    if len(after) > 19 or not after.isdigit() or int(after) >= limits.command_int_max:
+    if len(after) > 19 or not (after.isascii() and after.isdigit()) \
+            or int(after) >= limits.command_int_max:
         raise InvalidInput("`after` is a record's seq, an integer of 0 or more", field="after")
     records = [{"seq": r["seq"], "at": format_ms(r["at_ms"]), "actor": r["actor"],
                 "action": r["action"], "tenant": r["tenant"], "subject": r["subject"],
