@@ -1,4 +1,4 @@
-"""Tenants stay apart at the API's edges: a hand-made page token or cursor is a 400 problem naming it on every route that pages, never a 500, and another tenant's token shows nothing of that tenant."""
+"""Tenants stay apart at the API's edges: a hand-made page token or cursor is a 400 problem naming it on every route that pages (never a 500) and another tenant's shows nothing of that tenant; the node's metrics and cluster views, which count and name every tenant's work, need an operator's or admin's token; and admin and operator tokens are the cluster's, made for the default tenant only."""
 
 from __future__ import annotations
 
@@ -52,6 +52,9 @@ class _Port(StoreQueries):
     async def propose(self, command: dict) -> dict:
         return self.log.run(command)
 
+    def metrics_text(self) -> bytes:
+        return b'raftsched_dispatch_queue_depth{tenant="t2"} 7.0\n'
+
 
 def _mint(log: Replica, tenant: str, role: str) -> str:
     token_id, text = auth.new_token()
@@ -73,8 +76,9 @@ async def api():
     port = _Port(log)
     tokens = {"admin": ADMIN_TEXT}
     for tenant in ("t1", "t2"):
-        for role in ("reader", "writer"):
+        for role in ("reader", "writer", "worker"):
             tokens[f"{tenant}_{role}"] = _mint(log, tenant, role)
+    tokens["operator"] = _mint(log, "default", "operator")
     async with TestClient(TestServer(make_app(port))) as client:
         for tenant in ("t1", "t2"):
             for _ in range(3):
@@ -187,3 +191,68 @@ async def test_another_tenants_page_token_shows_nothing_of_that_tenant(api):
                             headers=_bearer(tokens["t1_reader"]))
     assert mine.status == 200
     assert not {j["job_id"] for j in (await mine.json())["jobs"]} & theirs
+
+
+# --- metrics and cluster views -------------------------------------------------------------
+
+CLUSTER_VIEWS = ("/metrics", "/v1/cluster", "/v1/cluster/shards", "/v1/node")
+
+
+@pytest.mark.parametrize("path", CLUSTER_VIEWS)
+async def test_a_tenants_tokens_may_not_read_the_metrics_or_cluster_views(api, path):
+    client, _, tokens = api
+    for name in ("t1_reader", "t1_writer", "t1_worker"):
+        response = await client.get(path, headers=_bearer(tokens[name]))
+        assert response.status == 403, (path, name, response.status)
+        assert response.headers["Content-Type"].startswith("application/problem+json")
+        assert "t2" not in await response.text()
+
+
+async def test_an_operator_reads_the_metrics_and_nothing_of_any_tenant(api):
+    client, _, tokens = api
+    response = await client.get("/metrics", headers=_bearer(tokens["operator"]))
+    assert response.status == 200
+    assert 'tenant="t2"' in await response.text()
+    for path in ("/v1/jobs", "/v1/runs", "/v1/tokens", "/v1/audit"):
+        response = await client.get(path, headers=_bearer(tokens["operator"]))
+        assert response.status == 403, path
+    response = await client.get("/v1/jobs", params={"tenant": "t1"},
+                                headers=_bearer(tokens["operator"]))
+    assert response.status == 403
+    # The node's clock holds nothing of any tenant: any token reads it (peers do).
+    assert (await client.get("/v1/node/clock",
+                             headers=_bearer(tokens["t1_reader"]))).status != 403
+
+
+# --- admin tokens are the cluster's ------------------------------------------------------------
+
+@pytest.mark.parametrize("role", ["admin", "operator"])
+async def test_a_cluster_role_token_for_a_tenant_is_refused_naming_the_role(api, role):
+    client, port, tokens = api
+    before = len(port.tokens())
+    response = await client.post("/v1/tokens", headers=_bearer(tokens["admin"]),
+                                 json={"tenant": "t1", "role": role, "name": "t1-admin"})
+    await _assert_problem_400(response, "role", f"{role} for t1")
+    assert len(port.tokens()) == before
+    made = await client.post("/v1/tokens", headers=_bearer(tokens["admin"]),
+                             json={"tenant": "default", "role": role, "name": "ops"})
+    assert made.status == 201
+    # Acting for t1 (?tenant=t1) makes the token t1's: refused alike.
+    response = await client.post("/v1/tokens", params={"tenant": "t1"},
+                                 headers=_bearer(tokens["admin"]),
+                                 json={"role": role, "name": "t1-admin"})
+    await _assert_problem_400(response, "role", f"{role} acting for t1")
+
+
+async def test_an_admin_token_made_for_a_tenant_before_the_rule_acts_for_no_tenant(api):
+    client, port, tokens = api
+    stale = _mint(port.log, "t1", "admin")
+    for path, params in [("/v1/jobs", {"tenant": "t2"}), ("/v1/jobs", {}), ("/v1/tokens", {}),
+                         ("/v1/tenants", {}), ("/metrics", {})]:
+        response = await client.get(path, params=params, headers=_bearer(stale))
+        assert response.status == 403, (path, params, response.status)
+        assert "default" in (await response.json())["detail"]
+    # Revoking it is how the operator clears it.
+    token_id = next(t["id"] for t in port.tokens() if t["role"] == "admin")
+    assert (await client.delete(f"/v1/tokens/{token_id}",
+                                headers=_bearer(tokens["admin"]))).status == 204
