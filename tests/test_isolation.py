@@ -256,3 +256,40 @@ async def test_an_admin_token_made_for_a_tenant_before_the_rule_acts_for_no_tena
     token_id = next(t["id"] for t in port.tokens() if t["role"] == "admin")
     assert (await client.delete(f"/v1/tokens/{token_id}",
                                 headers=_bearer(tokens["admin"]))).status == 204
+
+
+# --- secrets through the API ----------------------------------------------------------------
+
+SECRET = "Bearer s3cret-value-123"
+
+
+async def test_a_patch_that_would_reveal_or_move_a_secret_is_a_400_naming_the_member(api):
+    client, _, tokens = api
+    writer = _bearer(tokens["t1_writer"])
+    created = await client.post("/v1/jobs", headers=writer, json={
+        "run_at": "2030-01-01T00:00:00Z", "secret_keys": ["X-Key"],
+        "target": {"type": "http", "url": "https://h.example/x",
+                   "headers": {"Authorization": SECRET, "X-Key": "key-value-456"}}})
+    job = await created.json()
+    path = f"/v1/jobs/{job['job_id']}"
+    read = job["target"]
+    cases = [
+        ({"secret_keys": []}, "secret_keys"),
+        ({"target": read, "secret_keys": []}, "target.headers.X-Key"),
+        ({"target": dict(read, url="https://attacker.example/x")},
+         "target.headers.Authorization"),
+        ({"target": dict(read, url="https://h.example:8443/x")}, "target.headers.Authorization"),
+    ]
+    for body, field in cases:
+        response = await client.patch(path, headers=writer, json=body)
+        await _assert_problem_400(response, field, json.dumps(body))
+        assert SECRET not in await response.text()
+    for reader in (tokens["t1_reader"], tokens["t1_writer"]):
+        text = await (await client.get(path, headers=_bearer(reader))).text()
+        assert "s3cret" not in text and "key-value" not in text
+    # The same origin, another path: the secrets stay, still masked.
+    moved = await client.patch(path, headers=writer,
+                               json={"target": dict(read, url="https://h.example/y")})
+    assert moved.status == 200
+    assert (await moved.json())["target"]["headers"] == {"Authorization": "***",
+                                                         "X-Key": "***"}
