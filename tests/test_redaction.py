@@ -415,6 +415,15 @@ def test_mask_in_a_url_moved_to_another_origin_is_refused_naming_the_url(url):
     assert "pa%24%24word-9" not in caught.value.detail
 
 
+def test_mask_with_a_url_that_is_not_one_is_refused_naming_the_url():
+    current = spec_of(HTTP_BODY)
+    read = job_view(job_of(current))
+    for url in ("ftp://hooks.example/x", "https://", "https://hooks.example:99999/x"):
+        with pytest.raises(InvalidInput) as caught:
+            jobspec.validate_patch({"target": dict(read["target"], url=url)}, current)
+        assert caught.value.field == "target.url", url
+
+
 def test_mask_for_an_env_value_sent_to_another_queue_is_refused_naming_it():
     current = spec_of(COMMAND_BODY)
     read = job_view(job_of(current))

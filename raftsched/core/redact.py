@@ -196,7 +196,9 @@ def url_origin(url: str | None) -> tuple[str, str, int] | None:
 
 def _check_same_origin(url: object, stored_url: object, what: str, field: str) -> None:
     origin, stored = url_origin(url), url_origin(stored_url)
-    if origin is None or origin != stored:
+    if origin is None:
+        return   # not an http(s) URL with a host: the target's validator refuses it
+    if origin != stored:
         where = "{}://{}:{}".format(*stored) if stored else "nowhere"
         raise InvalidInput(f'"{MASK}" keeps the stored value of {what} only where it is '
                            f"sent now ({where}); this change sends the target elsewhere, so "
