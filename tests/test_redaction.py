@@ -430,8 +430,9 @@ def test_mask_for_an_env_value_sent_to_another_queue_is_refused_naming_it():
     with pytest.raises(InvalidInput) as caught:
         jobspec.validate_patch({"target": dict(read["target"], queue="gpu")}, current)
     assert caught.value.field == "target.env.DB_PASSWORD"
-    kept = jobspec.validate_patch({"target": dict(read["target"], argv=["/bin/date"])}, current)
-    assert kept["target"]["env"] == current["target"]["env"]
+    for same in ({"argv": ["/bin/date"]}, {"queue": None}, {"queue": "default"}):
+        kept = jobspec.validate_patch({"target": dict(read["target"], **same)}, current)
+        assert kept["target"]["env"] == current["target"]["env"], same
 
 
 def test_mask_for_a_dag_task_moved_to_another_origin_is_refused_naming_the_task():

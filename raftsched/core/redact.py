@@ -19,7 +19,11 @@ caller can read does not:
   everywhere, and by where it did, tell what the value is;
 - a write that gives MASK as a secret's value keeps the stored value
   (restore_secrets), so reading a job, changing it and writing it back never
-  replaces a secret with the mask.
+  replaces a secret with the mask; it keeps it only where it was sent (the
+  same origin for an HTTP target, the same queue for a command, the same
+  header, parameter, password or env name), never for a name the write takes
+  out of secret_keys, and a write of secret_keys alone may not un-list a
+  stored secret (unlisted_secrets): once stored, a secret is never shown.
 
 Pure: no I/O, no clock.
 """
@@ -425,9 +429,9 @@ def _check_same_place(target: dict, current: dict | None, name: str, field: str)
     assert current is not None
     if target.get("type") == "http":
         _check_same_origin(target.get("url"), current.get("url"), repr(name), field)
-    elif target.get("queue", "default") != current.get("queue", "default"):
+    elif (target.get("queue") or "default") != (current.get("queue") or "default"):
         raise InvalidInput(f'"{MASK}" keeps the stored value of {name!r} only for the queue '
-                           f"it is sent to now ({current.get('queue', 'default')!r}); this "
+                           f"it is sent to now ({current.get('queue') or 'default'!r}); this "
                            "change sends the command elsewhere, so give the value itself",
                            field=field)
 
