@@ -424,6 +424,17 @@ def test_mask_with_a_url_that_is_not_one_is_refused_naming_the_url():
         assert caught.value.field == "target.url", url
 
 
+def test_a_refused_url_holding_a_kept_secret_is_not_echoed_in_the_error():
+    current = spec_of(URL_BODY)
+    for url in (f"ftp://svc:{MASK}@hooks.example/x?Token={MASK}",
+                f"https://svc:{MASK}@/x?Token={MASK}"):
+        with pytest.raises(InvalidInput) as caught:
+            jobspec.validate_patch({"target": {"type": "http", "url": url}}, current)
+        assert caught.value.field == "target.url"
+        for secret in ("pa%24%24word-9", "pa$$word-9", "t0k-abcdef"):
+            assert secret not in caught.value.detail, (url, caught.value.detail)
+
+
 def test_mask_for_an_env_value_sent_to_another_queue_is_refused_naming_it():
     current = spec_of(COMMAND_BODY)
     read = job_view(job_of(current))

@@ -359,7 +359,9 @@ def validate_http_url(url: str, field: str) -> None:
     except ValueError as exc:   # a bad port or IPv6 literal
         raise InvalidInput(f"`{field}` is not a URL: {exc}", field=field) from None
     if parts.scheme not in ("http", "https") or not host:
-        raise InvalidInput(f"`{field}` must be an http or https URL with a host, not {url!r}",
+        # Not the URL itself: it may hold a secret a "***" in it stood for.
+        scheme = f" (its scheme is {parts.scheme!r})" if parts.scheme else ""
+        raise InvalidInput(f"`{field}` must be an http or https URL with a host{scheme}",
                            field=field)
 
 
