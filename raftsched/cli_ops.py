@@ -194,7 +194,8 @@ def _add_tokens(tokens: argparse.ArgumentParser, parser_class: type) -> None:
                    act_for=False)
     create.add_argument("--tenant", dest="token_tenant", required=True,
                         help="the tenant the token acts for")
-    create.add_argument("--role", required=True, choices=("admin", "writer", "reader", "worker"))
+    create.add_argument("--role", required=True, choices=("admin", "writer", "reader", "worker",
+                                                            "operator"))
     create.add_argument("--name", default="")
     _leaf(sub, "list", cmd_token_list, "list tokens (never their text)")
     _leaf(sub, "revoke", cmd_token_revoke, "revoke a token").add_argument("token_id")

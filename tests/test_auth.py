@@ -21,16 +21,19 @@ UNKNOWN_TOKEN = f"rst_{secrets.token_hex(8)}_{secrets.token_urlsafe(32)}"
 # The roles that hold each permission, written out apart from auth.GRANTS so
 # that a change to either shows here: an admin may do everything, a writer read
 # and write its tenant's jobs and runs, a reader read them, a worker work its
-# tenant's queues; any valid token reads the cluster's status.
-ALLOWED = {"any": {"reader", "writer", "worker", "admin"},
+# tenant's queues; an operator (and an admin) reads the metrics and the
+# cluster's status; any valid token reads the node's clock.
+ALLOWED = {"any": {"reader", "writer", "worker", "operator", "admin"},
            "read": {"reader", "writer", "admin"},
            "write": {"writer", "admin"},
            "work": {"worker", "admin"},
+           "operate": {"operator", "admin"},
            "admin": {"admin"}}
 # The callers of the matrix: (name, role, tenant); "none" sends no token and
 # "unknown" a well-formed token the cluster never made.
 CALLERS = [("none", None, None), ("unknown", None, None), ("reader", "reader", "t1"),
-           ("writer", "writer", "t1"), ("worker", "worker", "t1"), ("admin", "admin", "ops"),
+           ("writer", "writer", "t1"), ("worker", "worker", "t1"), ("admin", "admin", "default"),
+           ("operator", "operator", "default"),
            ("other_writer", "writer", "t2")]
 
 
@@ -84,11 +87,11 @@ REQUESTS: dict[tuple[str, str], tuple[str, set[int], object]] = {
                                                 {"queue": "matrix", "max": 1, "wait_s": 0}),
     ("POST", "/v1/workers/{worker_id}/heartbeat"): ("work", {200}, {"runs": []}),
     ("POST", "/v1/workers/{worker_id}/complete"): ("work", {200}, {"results": []}),
-    ("GET", "/v1/cluster"): ("any", {200}, None),
-    ("GET", "/v1/cluster/shards"): ("any", {200}, None),
-    ("GET", "/v1/node"): ("any", {200}, None),
+    ("GET", "/v1/cluster"): ("operate", {200}, None),
+    ("GET", "/v1/cluster/shards"): ("operate", {200}, None),
+    ("GET", "/v1/node"): ("operate", {200}, None),
     ("GET", "/v1/node/clock"): ("any", {200}, None),
-    ("GET", "/metrics"): ("read", {200}, None),
+    ("GET", "/metrics"): ("operate", {200}, None),
     ("GET", "/v1/state/digest"): ("admin", {200}, None),
     ("POST", "/v1/state/digest:check"): ("admin", {200}, None),
     ("POST", "/v1/tokens"): ("admin", {201}, {"role": "reader", "name": "matrix"}),
@@ -145,7 +148,7 @@ def new_token(cluster, tenant: str, role: str, name: str = "test", *, nid: str =
 def wait_known_everywhere(cluster, text: str) -> None:
     """A new token is known on a node once that node applied its create."""
     for nid in NODES:
-        wait_until(lambda nid=nid: cluster.api(nid, "GET", "/v1/node", token=text).status
+        wait_until(lambda nid=nid: cluster.api(nid, "GET", "/v1/node/clock", token=text).status
                    == 200, 10, f"the token to be known on {nid}")
 
 
@@ -270,7 +273,7 @@ def test_a_token_is_shown_once_with_128_bits_at_least(shared_cluster, tokens):
 
 
 def test_a_forged_or_malformed_credential_is_401(shared_cluster, tokens):
-    real = new_token(shared_cluster, "t1", "admin", "forged")
+    real = new_token(shared_cluster, "default", "admin", "forged")
     # The real token's id with another secret: the id is not the credential.
     forged = real["token"].rsplit("_", 1)[0] + "_" + secrets.token_urlsafe(32)
     for headers in ({"Authorization": f"Bearer {forged}"},
@@ -447,7 +450,7 @@ def test_a_batch_over_a_quota_refuses_only_the_jobs_over_it(shared_cluster):
 def test_the_audit_table_names_who_did_what(shared_cluster, tokens):
     c = shared_cluster
     start = all_audit(c)[-1]["seq"]
-    admin = new_token(c, "ops", "admin", "auditor")
+    admin = new_token(c, "default", "admin", "auditor")
     wait_known_everywhere(c, admin["token"])
     writer = new_token(c, "t6", "writer", "audited", token=admin["token"])
     wait_known_everywhere(c, writer["token"])

@@ -229,12 +229,36 @@ def test_mask_matches_the_stored_header_in_any_case_and_a_new_value_replaces_it(
                                             "x-api-key": "new-key"}
 
 
-def test_mask_for_a_name_unlisted_in_the_same_patch_still_keeps_the_value():
+def test_mask_for_a_name_unlisted_in_the_same_patch_is_refused_naming_it():
     current = spec_of(HTTP_BODY)
     read = job_view(job_of(current))
-    patched = jobspec.validate_patch({"target": read["target"], "secret_keys": []}, current)
-    assert patched["target"]["headers"]["X-Api-Key"] == "key-123456"
-    assert patched["secret_keys"] == []
+    with pytest.raises(InvalidInput) as caught:
+        jobspec.validate_patch({"target": read["target"], "secret_keys": []}, current)
+    assert caught.value.field == "target.headers.X-Api-Key"
+    assert "key-123456" not in caught.value.detail
+    env_current = spec_of(COMMAND_BODY)
+    read = job_view(job_of(env_current))
+    with pytest.raises(InvalidInput) as caught:
+        jobspec.validate_patch({"target": read["target"], "secret_keys": []}, env_current)
+    assert caught.value.field == "target.env.DB_PASSWORD"
+    url_current = spec_of(URL_BODY)
+    read = job_view(job_of(url_current))
+    with pytest.raises(InvalidInput) as caught:
+        jobspec.validate_patch({"target": read["target"], "secret_keys": []}, url_current)
+    assert caught.value.field == "target.url"
+
+
+def test_unlisting_a_name_with_a_new_value_or_without_the_name_is_allowed():
+    current = spec_of(HTTP_BODY)
+    read = job_view(job_of(current))
+    fresh = dict(read["target"], headers=dict(read["target"]["headers"], **{"X-Api-Key": "v2"}))
+    patched = jobspec.validate_patch({"target": fresh, "secret_keys": []}, current)
+    assert patched["target"]["headers"]["X-Api-Key"] == "v2"
+    assert patched["target"]["headers"]["authorization"] == f"Bearer {TOKEN}"
+    gone = dict(read["target"], headers={k: v for k, v in read["target"]["headers"].items()
+                                         if k != "X-Api-Key"})
+    patched = jobspec.validate_patch({"target": gone, "secret_keys": []}, current)
+    assert "X-Api-Key" not in patched["target"]["headers"]
 
 
 def test_mask_for_a_secret_with_no_stored_value_is_refused_naming_it():
@@ -312,11 +336,125 @@ def test_mask_in_a_url_with_no_stored_secret_is_refused_naming_the_url():
 
 def test_a_patch_of_secret_keys_alone_changes_what_reads_mask():
     current = spec_of(HTTP_BODY)
-    patched = jobspec.validate_patch({"secret_keys": ["X-Plain"]}, current)
+    patched = jobspec.validate_patch({"secret_keys": ["X-Plain", "x-api-key"]}, current)
     assert patched["target"] == current["target"]
     headers = job_view(job_of(patched))["target"]["headers"]
     assert headers["X-Plain"] == MASK
-    assert headers["X-Api-Key"] == "key-123456"
+    assert headers["X-Api-Key"] == MASK
+
+
+@pytest.mark.parametrize("body, keys", [(HTTP_BODY, ["X-Plain"]), (COMMAND_BODY, []),
+                                        (URL_BODY, [])])
+def test_a_patch_of_secret_keys_alone_that_unlists_a_stored_secret_is_refused(body, keys):
+    current = spec_of(body)
+    with pytest.raises(InvalidInput) as caught:
+        jobspec.validate_patch({"secret_keys": keys}, current)
+    assert caught.value.field == "secret_keys"
+    # Un-listing a name the job holds no value of shows nothing: allowed.
+    listed = jobspec.validate_patch({"secret_keys": [*current["secret_keys"], "absent"]},
+                                    current)
+    assert jobspec.validate_patch({"secret_keys": current["secret_keys"]},
+                                  listed)["secret_keys"] == current["secret_keys"]
+
+
+def test_a_dag_task_cannot_unlist_a_stored_secret():
+    task = {"id": "a", "target": HTTP_BODY["target"]}
+    current = spec_of({"run_at": HTTP_BODY["run_at"], "dag": {"tasks": [task]},
+                       "secret_keys": ["x-api-key"]})
+    read = {"tasks": [{"id": "a", "target": t["target"]}
+                      for t in job_view(job_of(current))["dag"]["tasks"]]}
+    with pytest.raises(InvalidInput) as caught:
+        jobspec.validate_patch({"dag": read, "secret_keys": []}, current)
+    assert caught.value.field == "dag.tasks[0].target.headers.X-Api-Key"
+    with pytest.raises(InvalidInput) as caught:
+        jobspec.validate_patch({"secret_keys": []}, current)
+    assert caught.value.field == "secret_keys"
+
+
+# --- a kept secret goes where it went -----------------------------------------------------
+
+@pytest.mark.parametrize("url", [
+    "https://elsewhere.example/x",          # another host
+    "http://hooks.example/x",               # another scheme
+    "https://hooks.example:8443/x",         # another port
+    "https://hooks.example.attacker.example/x",
+])
+def test_mask_for_a_header_sent_to_another_origin_is_refused_naming_it(url):
+    current = spec_of(HTTP_BODY)
+    read = job_view(job_of(current))
+    with pytest.raises(InvalidInput) as caught:
+        jobspec.validate_patch({"target": dict(read["target"], url=url)}, current)
+    assert caught.value.field == "target.headers.authorization"
+    assert "hooks.example" in caught.value.detail
+
+
+def test_mask_for_a_header_on_the_same_origin_spelled_otherwise_is_kept():
+    current = spec_of(HTTP_BODY)
+    read = job_view(job_of(current))
+    for url in ("https://HOOKS.example:443/other?q=1", "https://hooks.example/y"):
+        patched = jobspec.validate_patch({"target": dict(read["target"], url=url)}, current)
+        assert patched["target"]["headers"] == current["target"]["headers"]
+    # A new value may go anywhere: it is the caller's, not the stored one.
+    fresh = {"authorization": "Bearer new", "Cookie": "c=new-cookie", "X-Api-Key": "k2"}
+    patched = jobspec.validate_patch({"target": dict(read["target"], headers=fresh,
+                                                     url="https://elsewhere.example/")},
+                                     current)
+    assert patched["target"]["headers"] == fresh
+
+
+@pytest.mark.parametrize("url", [
+    f"https://svc:{MASK}@elsewhere.example/x",          # the password, to another host
+    f"https://hooks.example:444/x?Token={MASK}",        # a listed parameter, another port
+    f"http://svc:{MASK}@hooks.example/x?Token={MASK}",  # both, another scheme
+])
+def test_mask_in_a_url_moved_to_another_origin_is_refused_naming_the_url(url):
+    current = spec_of(URL_BODY)
+    with pytest.raises(InvalidInput) as caught:
+        jobspec.validate_patch({"target": {"type": "http", "url": url}}, current)
+    assert caught.value.field == "target.url"
+    assert "pa%24%24word-9" not in caught.value.detail
+
+
+def test_mask_with_a_url_that_is_not_one_is_refused_naming_the_url():
+    current = spec_of(HTTP_BODY)
+    read = job_view(job_of(current))
+    for url in ("ftp://hooks.example/x", "https://", "https://hooks.example:99999/x"):
+        with pytest.raises(InvalidInput) as caught:
+            jobspec.validate_patch({"target": dict(read["target"], url=url)}, current)
+        assert caught.value.field == "target.url", url
+
+
+def test_a_refused_url_holding_a_kept_secret_is_not_echoed_in_the_error():
+    current = spec_of(URL_BODY)
+    for url in (f"ftp://svc:{MASK}@hooks.example/x?Token={MASK}",
+                f"https://svc:{MASK}@/x?Token={MASK}"):
+        with pytest.raises(InvalidInput) as caught:
+            jobspec.validate_patch({"target": {"type": "http", "url": url}}, current)
+        assert caught.value.field == "target.url"
+        for secret in ("pa%24%24word-9", "pa$$word-9", "t0k-abcdef"):
+            assert secret not in caught.value.detail, (url, caught.value.detail)
+
+
+def test_mask_for_an_env_value_sent_to_another_queue_is_refused_naming_it():
+    current = spec_of(COMMAND_BODY)
+    read = job_view(job_of(current))
+    with pytest.raises(InvalidInput) as caught:
+        jobspec.validate_patch({"target": dict(read["target"], queue="gpu")}, current)
+    assert caught.value.field == "target.env.DB_PASSWORD"
+    for same in ({"argv": ["/bin/date"]}, {"queue": None}, {"queue": "default"}):
+        kept = jobspec.validate_patch({"target": dict(read["target"], **same)}, current)
+        assert kept["target"]["env"] == current["target"]["env"], same
+
+
+def test_mask_for_a_dag_task_moved_to_another_origin_is_refused_naming_the_task():
+    task = {"id": "a", "target": HTTP_BODY["target"]}
+    current = spec_of({"run_at": HTTP_BODY["run_at"], "dag": {"tasks": [task]},
+                       "secret_keys": ["x-api-key"]})
+    read = job_view(job_of(current))["dag"]["tasks"][0]["target"]
+    moved = {"tasks": [{"id": "a", "target": dict(read, url="https://elsewhere.example/")}]}
+    with pytest.raises(InvalidInput) as caught:
+        jobspec.validate_patch({"dag": moved}, current)
+    assert caught.value.field == "dag.tasks[0].target.headers.authorization"
 
 
 # --- on a cluster -----------------------------------------------------------------------------

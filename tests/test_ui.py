@@ -1,4 +1,4 @@
-"""The web UI in headless Chromium against a live cluster: the cluster page, the jobs list's search and status filter, a job created through the form whose run and logs appear, a job page with 10 fire times, pause/resume/edit, DST changes marked, skipped runs with their reasons, a DAG run's graph, the lateness chart, and no JavaScript error on any page."""
+"""The web UI in headless Chromium against a live cluster: the cluster page, the jobs list's search and status filter, a job created through the form whose run and logs appear, a job page with 10 fire times, pause/resume/edit, DST changes marked, skipped runs with their reasons, a DAG run's graph, the lateness chart, a tenant reader's pages without the cluster's counts, and no JavaScript error on any page."""
 
 from __future__ import annotations
 
@@ -283,3 +283,25 @@ def test_the_lateness_chart_plots_the_last_hours_runs(signed_in, cluster, sink):
     assert labels[0] == "0 ms", labels     # the y axis, from 0 up
     screenshot(signed_in, "ui-lateness.png")
 
+
+
+def test_a_tenants_reader_sees_its_runs_but_not_the_clusters_counts(signed_in, cluster):
+    made = cluster.api("n1", "POST", "/v1/tokens", {"tenant": "default", "role": "reader",
+                                                     "name": "ui-reader"})
+    assert made.status == 201, made
+    wait_until(lambda: all(cluster.api(nid, "GET", "/v1/node/clock", token=made.body["token"])
+                           .status == 200 for nid in cluster.ids), 10, "the reader known")
+    try:
+        go(signed_in, cluster, "/")
+        fill(css(signed_in, "#token"), made.body["token"])
+        css(signed_in, "#auth button").click()
+        wait_text(signed_in, "main .error", "may not read")   # the cluster page: 403
+        go(signed_in, cluster, "/lateness")
+        wait_text(signed_in, "#lateness-stats", "runs started, last hour")
+        assert "queued by" not in css(signed_in, "#lateness-stats").text
+        go(signed_in, cluster, "/why")
+        wait_text(signed_in, "#refusals", "operator or admin token")
+    finally:   # the other tests sign in as the admin
+        go(signed_in, cluster, "/")
+        fill(css(signed_in, "#token"), ADMIN_TOKEN)
+        css(signed_in, "#auth button").click()

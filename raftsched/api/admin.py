@@ -12,7 +12,7 @@ from raftsched.api.common import (int_param, json_body, json_response, maybe_con
                                   node_of, raise_refusal)
 from raftsched.core import commands, tenancy
 from raftsched.core.bounded import bounded_int
-from raftsched.core.tenancy import QUOTA_NAMES, ROLES
+from raftsched.core.tenancy import CLUSTER_ROLES, CLUSTER_TENANT, QUOTA_NAMES, ROLES
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import InvalidInput
 
@@ -54,6 +54,10 @@ async def create_token(request: web.Request) -> web.Response:
     role = body.get("role")
     if role not in ROLES:
         raise InvalidInput(f"`role` must be one of {', '.join(ROLES)}", field="role")
+    if role in CLUSTER_ROLES and tenant != CLUSTER_TENANT:
+        raise InvalidInput(f"an {role} token is the cluster's, not a tenant's: make it for "
+                           f"tenant {CLUSTER_TENANT!r}; a tenant's own tokens are writer, "
+                           "reader and worker", field="role")
     name = body.get("name", "")
     if not isinstance(name, str) or len(name.encode()) > limits.token_name_bytes_max:
         raise InvalidInput(f"`name` is a string of at most {limits.token_name_bytes_max} bytes",
@@ -150,7 +154,8 @@ async def list_audit(request: web.Request) -> web.Response:
     limit = int_param(request, "limit", limits.list_limit_default, limits.audit_list_limit_max,
                       limit="audit_list_limit_max")
     after = request.query.get("after", "0")
-    if len(after) > 19 or not after.isdigit() or int(after) >= limits.command_int_max:
+    if len(after) > 19 or not (after.isascii() and after.isdigit()) \
+            or int(after) >= limits.command_int_max:
         raise InvalidInput("`after` is a record's seq, an integer of 0 or more", field="after")
     records = [{"seq": r["seq"], "at": format_ms(r["at_ms"]), "actor": r["actor"],
                 "action": r["action"], "tenant": r["tenant"], "subject": r["subject"],

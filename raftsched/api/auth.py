@@ -6,12 +6,18 @@ cluster does not know (never created, or revoked), is a 401; a token whose
 role does not grant the permission is a 403.
 
     public  no token: GET /v1/healthz, the UI's static shell
-    any     any valid token: cluster and node status, the OpenAPI document
+    any     any valid token: the node's clock, the OpenAPI document
     read    reader, writer, admin: jobs, runs, logs and topics of the tenant
     write   writer, admin: create, change and delete jobs; cancel and retry runs;
             commit offsets
     work    worker, admin: claim, heartbeat and complete runs of the tenant's queues
+    operate operator, admin: the node's metrics and the cluster and node views,
+            which count and name every tenant's work
     admin   admin: tokens, tenants and quotas, the audit table, cluster operations
+
+Admin and operator tokens are the cluster's: they are made for the default
+tenant only (POST /v1/tokens refuses another), and one of another tenant made
+before that rule is refused (403) rather than acting for every tenant.
 
 A token belongs to one tenant and acts for it. An admin acts for any tenant
 with `?tenant=NAME` (its own when not given); any other role giving another
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 from dataclasses import dataclass
@@ -39,22 +46,26 @@ from aiohttp import web
 
 from raftsched import limits
 from raftsched.api.common import node_of
+from raftsched.core.tenancy import CLUSTER_ROLES, CLUSTER_TENANT
 from raftsched.errors import Forbidden, InvalidInput, Unauthorized
+
+log = logging.getLogger(__name__)
 
 PRINCIPAL_KEY = web.RequestKey("principal", object)
 BOOTSTRAP_ID = "bootstrap"
 NODE_ID = "node"
 NODE_ROLE = "node"
 INSECURE_ID = "insecure"
-DEFAULT_TENANT = "default"
+DEFAULT_TENANT = CLUSTER_TENANT
 TENANT_RE = re.compile(limits.tenant_name_pattern)
 TOKEN_RE = re.compile(r"rst_([0-9a-f]{16})_([A-Za-z0-9_-]{20,100})")
 
 GRANTS = {
-    "admin": {"any", "read", "write", "work", "admin"},
+    "admin": {"any", "read", "write", "work", "operate", "admin"},
     "writer": {"any", "read", "write"},
     "reader": {"any", "read"},
     "worker": {"any", "work"},
+    "operator": {"any", "operate"},
 }
 
 
@@ -124,6 +135,15 @@ def authenticate(request: web.Request) -> tuple[str, str, str]:
     if record is None or not hmac.compare_digest(digest, record["sha256"]):
         raise Unauthorized("the bearer token is not known to this cluster (never created, "
                            "or revoked)")
+    if record["role"] in CLUSTER_ROLES and record["tenant"] != CLUSTER_TENANT:
+        # Made before such tokens were refused: it would act for every tenant.
+        log.warning("refused %s token %s of tenant %r: such a token is the cluster's and is "
+                    "made for tenant %r only; revoke it (DELETE /v1/tokens/%s)",
+                    record["role"], record["id"], record["tenant"], CLUSTER_TENANT,
+                    record["id"])
+        raise Forbidden(f"an {record['role']} token made for tenant {record['tenant']!r} acts "
+                        f"for no tenant: {record['role']} tokens are the cluster's and are "
+                        f"made for tenant {CLUSTER_TENANT!r} only")
     return record["id"], record["tenant"], record["role"]
 
 
@@ -219,11 +239,11 @@ PERMISSIONS: dict[tuple[str, str], str] = {
     ("POST", "/v1/workers/{worker_id}/claim"): "work",
     ("POST", "/v1/workers/{worker_id}/heartbeat"): "work",
     ("POST", "/v1/workers/{worker_id}/complete"): "work",
-    ("GET", "/v1/cluster"): "any",
-    ("GET", "/v1/cluster/shards"): "any",
-    ("GET", "/v1/node"): "any",
+    ("GET", "/v1/cluster"): "operate",
+    ("GET", "/v1/cluster/shards"): "operate",
+    ("GET", "/v1/node"): "operate",
     ("GET", "/v1/node/clock"): "any",
-    ("GET", "/metrics"): "read",
+    ("GET", "/metrics"): "operate",
     ("GET", "/v1/state/digest"): "admin",
     ("POST", "/v1/state/digest:check"): "admin",
     ("POST", "/v1/tokens"): "admin",

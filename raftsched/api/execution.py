@@ -183,10 +183,12 @@ async def _wait_for_messages(node: "NodePort", topic: str, after: int, limit: in
 
 def _offset_param(request: web.Request, node: "NodePort", topic: str) -> int:
     if "after" in request.query:
-        try:
-            after = int(request.query["after"])
-        except ValueError:
-            raise InvalidInput("`after` must be an integer offset", field="after") from None
+        text = request.query["after"]
+        # ASCII digits only: int() would also take " 1", "1_0" and other scripts' digits.
+        if not (text.isascii() and text.isdigit()):
+            raise InvalidInput("`after` must be an integer offset", field="after")
+        # More than 19 digits is over the bound whatever they say (and not parsed).
+        after = int(text) if len(text) <= 19 else limits.json_int_max
         if not 0 <= after <= limits.json_int_max - 1:
             raise InvalidInput(f"`after` must be from 0 to {limits.json_int_max - 1}",
                                field="after", limit="json_int_max")

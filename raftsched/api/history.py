@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -31,7 +32,7 @@ from raftsched.api.common import (int_param, job_secrets, json_body, json_respon
                                   maybe_consistent, node_of, raise_refusal)
 from raftsched.api.views import job_view, run_view
 from raftsched.core import backfill, commands, lifecycle, redrive
-from raftsched.core.jobspec import validate_job_id
+from raftsched.core.jobspec import RUN_ID_PATTERN, validate_job_id
 from raftsched.core.schedule import parse_instant
 from raftsched.errors import InvalidInput
 
@@ -45,6 +46,7 @@ RUN_STATES = lifecycle.STATES
 JOB_STATUSES = ("active", "paused", "completed")
 RUN_FILTERS = ("job_id", "state", "trigger", "scheduled_after", "scheduled_before")
 JOB_FILTERS = ("status", "name_prefix", "label")
+RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 
 
 # --- page tokens ----------------------------------------------------------------------
@@ -114,7 +116,12 @@ def list_runs_page(node: "NodePort", tenant: str, filters: dict, limit: int,
     (core/queries.py runs_page reads them)."""
     after = None
     if token is not None:
-        if len(token) != 2 or not isinstance(token[0], int) or not isinstance(token[1], str):
+        # A run's (scheduled_ms, run_id) as encode_token wrote it: anything else
+        # was made by hand and would fail to become a key (a 500), or read
+        # from a place no page ended at.
+        if len(token) != 2 or type(token[0]) is not int \
+                or not 0 <= token[0] <= limits.timestamp_ms_max \
+                or not isinstance(token[1], str) or not RUN_ID_RE.fullmatch(token[1]):
             raise InvalidInput("`page_token` is not a token this listing gave out",
                                field="page_token")
         after = (token[0], token[1])

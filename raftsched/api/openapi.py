@@ -395,7 +395,8 @@ def _job() -> Schema:
         "run_at": _TIME, "next_run_at": _TIME_OR_NULL,
         "target": {"type": ["object", "null"], "description": "null for a DAG job. Secret "
                    'header and env values (see `secret_keys`) show as "***"; a PATCH that '
-                   'sends "***" keeps the value'},
+                   'sends "***" keeps the value for the same origin (or queue) and place '
+                   "only"},
         "dag": {"type": "object", "description": "a DAG job's tasks, their targets' secrets "
                                                  'shown as "***"'},
         "retry": {"type": "object"},

@@ -316,9 +316,9 @@ def openapi() -> Call[JSON]:
     return _call()
 
 
-@operation("GET", "/metrics", result="text")
+@operation("GET", "/metrics", result="text", tenant=False)
 def metrics() -> Call[str]:
-    """The node's metrics in Prometheus text format."""
+    """The node's metrics in Prometheus text format (an operator's or admin's token)."""
     return _call()
 
 

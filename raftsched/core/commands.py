@@ -361,7 +361,7 @@ SCHEMAS: dict[str, Check] = {
         why=f"runs, jobs, idem and backfills together must be at most {limits.purge_batch_max}"),
     "create_token": _command(
         token_id=_str(limits.key_part_bytes_max, key=True), tenant=_TENANT,
-        role=_enum("admin", "writer", "reader", "worker"),
+        role=_enum("admin", "writer", "reader", "worker", "operator"),
         name=_str(limits.token_name_bytes_max), sha256=_str(64), actor=_ACTOR, at_ms=_TIME_MS),
     "revoke_token": _command(token_id=_str(limits.key_part_bytes_max, key=True), actor=_ACTOR,
                              at_ms=_TIME_MS, tenant=_may(_TENANT)),

@@ -180,10 +180,11 @@ def validate_patch(body: object, current: dict, job_id: str = "") -> dict:
     if "secret_keys" in body:
         spec["secret_keys"] = validate_secret_keys(body["secret_keys"])
     if "target" in body or "dag" in body:
-        # "***" keeps the stored value of a name that is secret before or after
-        # this change: it is what the caller read, or what it now hides.
-        names = [*(current.get("secret_keys") or ()), *spec.get("secret_keys", ())]
-        spec.update(validate_work(body, names, current))
+        # "***" keeps the stored value of a name that is secret after this
+        # change, and is refused for one it un-lists (core/redact.py).
+        spec.update(validate_work(body, spec.get("secret_keys") or [], current))
+    else:
+        _refuse_unlisting(current, spec.get("secret_keys") or [])
     validators = {"misfire": validate_misfire, "retry": validate_retry,
                   "concurrency": validate_concurrency, "alert": validate_alert,
                   "history": validate_history, "priority": validate_priority}
@@ -191,6 +192,17 @@ def validate_patch(body: object, current: dict, job_id: str = "") -> dict:
         if name in body:
             spec[name] = validate(body[name])
     return spec
+
+
+def _refuse_unlisting(current: dict, secret_keys: list[str]) -> None:
+    """A stored secret stays write-only: a change that takes its name out of
+    secret_keys and keeps its value would show that value in reads."""
+    unlisted = redact.unlisted_secrets(current, secret_keys)
+    if unlisted:
+        raise InvalidInput(f"`secret_keys` leaves out {unlisted[0]!r}, whose stored value is "
+                           "secret: a secret stays write-only, so give the target with a new "
+                           "value for it (or without it) in the same change",
+                           field="secret_keys")
 
 
 def _bounded(schedule: dict, body: dict, previous: dict) -> dict:
@@ -347,7 +359,9 @@ def validate_http_url(url: str, field: str) -> None:
     except ValueError as exc:   # a bad port or IPv6 literal
         raise InvalidInput(f"`{field}` is not a URL: {exc}", field=field) from None
     if parts.scheme not in ("http", "https") or not host:
-        raise InvalidInput(f"`{field}` must be an http or https URL with a host, not {url!r}",
+        # Not the URL itself: it may hold a secret a "***" in it stood for.
+        scheme = f" (its scheme is {parts.scheme!r})" if parts.scheme else ""
+        raise InvalidInput(f"`{field}` must be an http or https URL with a host{scheme}",
                            field=field)
 
 
@@ -654,12 +668,13 @@ def validate_work(body: dict, secret_keys: list[str], current: dict | None = Non
     if current is not None and has_dag and "target" in current:
         raise InvalidInput("this job calls one target: change its `target`, or create a job "
                            "for a DAG", field="dag")
+    before = (current.get("secret_keys") or []) if current else []
     if has_dag:
         return {"dag": validate_dag(body["dag"], secret_keys,
-                                    current.get("dag") if current else None)}
+                                    current.get("dag") if current else None, before)}
     stored = current.get("target") if current else None
     return {"target": validate_target(redact.restore_secrets(body.get("target"), stored,
-                                                             secret_keys))}
+                                                             secret_keys, before))}
 
 
 def default_work_name(work: dict) -> str:
@@ -672,11 +687,12 @@ def default_work_name(work: dict) -> str:
         else text[:limits.job_name_chars_max - 1] + "…"
 
 
-def validate_dag(value: object, secret_keys: list[str], current: dict | None = None) -> dict:
+def validate_dag(value: object, secret_keys: list[str], current: dict | None = None,
+                 keys_before: list[str] | None = None) -> dict:
     """{"tasks": [task, ...]}: 1 to dag_tasks_max tasks whose graph is acyclic,
     with unique ids and known dependencies (core/dag.py). A cycle is refused
     naming its tasks. `current`: the stored DAG of a PATCH, whose task targets
-    "***" keeps (by task id)."""
+    "***" keeps (by task id); `keys_before`: the stored job's secret_keys."""
     if not isinstance(value, dict):
         raise InvalidInput('`dag` must be an object: {"tasks": [{"id", "target", '
                            '"depends_on"}, ...]}', field="dag")
@@ -688,7 +704,7 @@ def validate_dag(value: object, secret_keys: list[str], current: dict | None = N
         raise InvalidInput(f"`dag.tasks` holds {len(tasks)} tasks; at most "
                            f"{limits.dag_tasks_max}", field="dag.tasks", limit="dag_tasks_max")
     stored = {task["id"]: task["target"] for task in (current or {}).get("tasks", ())}
-    out = [_validate_task(task, f"dag.tasks[{i}]", secret_keys, stored)
+    out = [_validate_task(task, f"dag.tasks[{i}]", (secret_keys, keys_before or []), stored)
            for i, task in enumerate(tasks)]
     problem = dag.graph_problem(out)
     if problem is not None:
@@ -697,7 +713,9 @@ def validate_dag(value: object, secret_keys: list[str], current: dict | None = N
     return {"tasks": out}
 
 
-def _validate_task(task: object, field: str, secret_keys: list[str], stored: dict) -> dict:
+def _validate_task(task: object, field: str, secret_keys: tuple[list[str], list[str]],
+                   stored: dict) -> dict:
+    """`secret_keys`: the job's after the change and before it."""
     if not isinstance(task, dict):
         raise InvalidInput(f'`{field}` must be an object: {{"id", "target", "depends_on", '
                            '"trigger_rule", "retry", "timeout_s"}', field=field)
@@ -718,7 +736,7 @@ def _validate_task(task: object, field: str, secret_keys: list[str], stored: dic
         raise InvalidInput(f"`{field}.trigger_rule` must be one of {', '.join(dag.RULES)}",
                            field=f"{field}.trigger_rule")
     target = _within(field, lambda: validate_target(redact.restore_secrets(
-        task.get("target"), stored.get(task_id), secret_keys)))
+        task.get("target"), stored.get(task_id), *secret_keys)))
     if task.get("timeout_s") is not None:
         # The task's timeout is its target's: each attempt is abandoned after it.
         target["timeout_s"] = _task_timeout(task["timeout_s"], f"{field}.timeout_s")

@@ -19,7 +19,11 @@ caller can read does not:
   everywhere, and by where it did, tell what the value is;
 - a write that gives MASK as a secret's value keeps the stored value
   (restore_secrets), so reading a job, changing it and writing it back never
-  replaces a secret with the mask.
+  replaces a secret with the mask; it keeps it only where it was sent (the
+  same origin for an HTTP target, the same queue for a command, the same
+  header, parameter, password or env name), never for a name the write takes
+  out of secret_keys, and a write of secret_keys alone may not un-list a
+  stored secret (unlisted_secrets): once stored, a secret is never shown.
 
 Pure: no I/O, no clock.
 """
@@ -137,14 +141,14 @@ def url_secrets(url: str, secret_keys: Iterable[str]) -> list[str]:
             if form]
 
 
-def _restore_url(url: str, stored_url: str | None, secret_keys: Iterable[str]) -> str:
+def _restore_url(url: str, stored_url: str | None, keys: _Keys) -> str:
     """`url` with each MASK in a secret place (the password, a secret query
-    parameter's value) replaced by the stored URL's value in the same place."""
+    parameter's value) replaced by the stored URL's value in the same place,
+    as long as the URL's origin is the stored one's."""
     parts = _url_parts(url)
     if parts is None or MASK not in url:
         return url
     head, password, host, pairs, end = parts
-    lowered = {k.lower() for k in secret_keys}
     stored = _url_parts(stored_url) if stored_url else None
     if password == MASK:
         password = stored[1] if stored else None
@@ -152,19 +156,95 @@ def _restore_url(url: str, stored_url: str | None, secret_keys: Iterable[str]) -
             raise InvalidInput(f'"{MASK}" is what reads show for a URL\'s password; this job '
                                "has no stored password to keep, so give the password itself",
                                field="target.url")
+        _check_same_origin(url, stored_url, "the URL's password", "target.url")
     restored = []
     for pair in pairs:
-        if _is_secret_param(pair, lowered) and pair.partition("=")[2] == MASK:
-            name = _query_name(pair)
-            kept = next((p.partition("=")[2] for p in (stored[3] if stored else ())
-                         if _is_secret_param(p, {name})), None)
-            if kept is None:
-                raise InvalidInput(f'"{MASK}" is what reads show for a secret; this job has no '
-                                   f"stored value of the query parameter {name!r} to keep, so "
-                                   "give the value itself", field="target.url")
-            pair = pair.partition("=")[0] + "=" + kept
+        if "=" in pair and pair.partition("=")[2] == MASK:
+            pair = _restore_param(pair, stored, keys, url, stored_url)
         restored.append(pair)
     return _join_url(head, password, host, restored, end)
+
+
+def _restore_param(pair: str, stored: tuple | None, keys: _Keys, url: str,
+                   stored_url: str | None) -> str:
+    name = _query_name(pair)
+    if not keys.secret_after("http", name):
+        if keys.secret_before("http", name):
+            raise _unlisted(name, "target.url")
+        return pair   # MASK is an ordinary value of a parameter that is not secret
+    kept = next((p.partition("=")[2] for p in (stored[3] if stored else ())
+                 if _is_secret_param(p, {name})), None)
+    if kept is None:
+        raise InvalidInput(f'"{MASK}" is what reads show for a secret; this job has no '
+                           f"stored value of the query parameter {name!r} to keep, so "
+                           "give the value itself", field="target.url")
+    _check_same_origin(url, stored_url, f"the query parameter {name!r}", "target.url")
+    return pair.partition("=")[0] + "=" + kept
+
+
+def url_origin(url: str | None) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an http(s) URL, the port made explicit; None for
+    anything else. Where a kept secret may go: the same origin only."""
+    if not isinstance(url, str):
+        return None
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not host:
+        return None
+    return scheme, host.lower(), port if port is not None else (443 if scheme == "https" else 80)
+
+
+def _check_same_origin(url: object, stored_url: object, what: str, field: str) -> None:
+    origin, stored = url_origin(url), url_origin(stored_url)
+    if origin is None:
+        return   # not an http(s) URL with a host: the target's validator refuses it
+    if origin != stored:
+        where = "{}://{}:{}".format(*stored) if stored else "nowhere"
+        raise InvalidInput(f'"{MASK}" keeps the stored value of {what} only where it is '
+                           f"sent now ({where}); this change sends the target elsewhere, so "
+                           "give the value itself", field=field)
+
+
+def _unlisted(name: str, field: str) -> InvalidInput:
+    return InvalidInput(f'"{MASK}" stands for the stored value of {name!r}, which this change '
+                        "takes out of `secret_keys`: a secret stays write-only, so give the "
+                        "value itself (or keep the name in `secret_keys`)", field=field)
+
+
+class _Keys:
+    """The secret_keys before a write (the stored spec's; none for a create)
+    and after it: MASK keeps a value secret after; for one secret only before,
+    it would reveal the stored value, so it is refused."""
+
+    def __init__(self, after: Iterable[str], before: Iterable[str]) -> None:
+        self.after, self.before = list(after), list(before)
+
+    def secret_after(self, kind: str, name: str) -> bool:
+        return is_secret(kind, name, self.after)
+
+    def secret_before(self, kind: str, name: str) -> bool:
+        return is_secret(kind, name, self.before)
+
+
+def unlisted_secrets(spec: dict, secret_keys: Iterable[str]) -> list[str]:
+    """The names of the stored spec's secret values (headers, query parameters,
+    env variables) that `secret_keys` would no longer keep secret: a change of
+    secret_keys alone that un-lists one of them would show its value."""
+    keys = _Keys(secret_keys, spec.get("secret_keys") or ())
+    found = []
+    for target in spec_targets(spec):
+        kind = target.get("type", "")
+        names = list(_named_values(target)[1])
+        if kind == "http" and isinstance(target.get("url"), str):
+            parts = _url_parts(target["url"])
+            names += [_query_name(p) for p in (parts[3] if parts else ()) if "=" in p]
+        found += [n for n in names if keys.secret_before(kind, n)
+                  and not keys.secret_after(kind, n) and n not in found]
+    return found
 
 
 def redact_spec_target(spec: dict) -> dict | None:
@@ -299,39 +379,61 @@ def redact_output(output: dict, values: tuple[str, ...]) -> dict:
             else text for name, text in output.items()}
 
 
-def restore_secrets(target: object, current: dict | None, secret_keys: Iterable[str]) -> object:
+def restore_secrets(target: object, current: dict | None, secret_keys: Iterable[str],
+                    keys_before: Iterable[str] = ()) -> object:
     """The target body of a write, with each secret value given as MASK replaced
     by the stored value of the same name (compared as is_secret compares) in
-    `current`, the stored target (None for a create).
+    `current`, the stored target (None for a create). `secret_keys` are the
+    job's after the write, `keys_before` the stored job's.
 
     Raises InvalidInput naming the member when MASK stands for a secret that is
-    not stored: MASK is what reads show, never a value to send. Anything that is
-    not a well-formed target is returned as it is, for the validators to refuse.
+    not stored (MASK is what reads show, never a value to send), for one whose
+    name the write takes out of secret_keys (the value would show in reads),
+    and for one the write would send elsewhere: to another origin (scheme,
+    host, port) for an HTTP target, another queue for a command. Anything that
+    is not a well-formed target is returned as it is, for the validators to
+    refuse.
     """
     if not isinstance(target, dict):
         return target
-    secret_keys = list(secret_keys)
+    keys = _Keys(secret_keys, keys_before)
     kind = target.get("type")
+    same_kind = bool(current) and current.get("type") == kind
     if kind == "http" and isinstance(target.get("url"), str):
-        stored_url = current.get("url") if current and current.get("type") == "http" else None
-        target = dict(target, url=_restore_url(target["url"], stored_url, secret_keys))
+        stored_url = current.get("url") if same_kind else None
+        target = dict(target, url=_restore_url(target["url"], stored_url, keys))
     member = SECRET_MEMBERS.get(kind) if isinstance(kind, str) else None
     given = target.get(member) if member else None
     if not isinstance(given, dict) or MASK not in given.values():
         return target
-    keys = list(secret_keys)
-    stored = _named_values(current)[1] if current and current.get("type") == kind else {}
+    stored = _named_values(current)[1] if same_kind else {}
     restored = {}
     for name, value in given.items():
-        if value == MASK and is_secret(kind, name, keys):
+        field = f"target.{member}.{name}"
+        if value == MASK and not keys.secret_after(kind, name) and keys.secret_before(kind, name):
+            raise _unlisted(name, field)
+        if value == MASK and keys.secret_after(kind, name):
             value = _stored_value(kind, name, stored)
             if value is None:
                 raise InvalidInput(
                     f'"{MASK}" is what reads show for a secret; this job has no stored value '
-                    f"of {name!r} to keep, so give the value itself",
-                    field=f"target.{member}.{name}")
+                    f"of {name!r} to keep, so give the value itself", field=field)
+            _check_same_place(target, current, name, field)
         restored[name] = value
     return dict(target, **{member: restored})
+
+
+def _check_same_place(target: dict, current: dict | None, name: str, field: str) -> None:
+    """A kept named value goes where the stored one went: the same origin for
+    an HTTP header, the same queue (the same workers) for a command's env."""
+    assert current is not None
+    if target.get("type") == "http":
+        _check_same_origin(target.get("url"), current.get("url"), repr(name), field)
+    elif (target.get("queue") or "default") != (current.get("queue") or "default"):
+        raise InvalidInput(f'"{MASK}" keeps the stored value of {name!r} only for the queue '
+                           f"it is sent to now ({current.get('queue') or 'default'!r}); this "
+                           "change sends the command elsewhere, so give the value itself",
+                           field=field)
 
 
 def _stored_value(kind: str, name: str, stored: dict) -> str | None:

@@ -39,7 +39,11 @@ from raftsched import limits
 from raftsched.core import dag, keys
 from raftsched.core.tx import AUDIT, AUDIT_STREAMS, COUNTERS, TENANTS, TOKENS, Tx
 
-ROLES = ("admin", "writer", "reader", "worker")
+ROLES = ("admin", "writer", "reader", "worker", "operator")
+# Roles that see or act on the whole cluster, not one tenant: a token of one
+# is made for the default tenant only (a tenant's admin would be every tenant's).
+CLUSTER_ROLES = ("admin", "operator")
+CLUSTER_TENANT = "default"
 QUOTA_NAMES = ("jobs_max", "creates_per_s", "runs_concurrent_max", "weight")
 _TOKENS_COUNTER = b"tokens"
 _TENANTS_COUNTER = b"tenants"
