@@ -32,7 +32,8 @@ class _Port(StoreQueries):
         self.node_id, self.shard_count = "n1", 16
         self.config = SimpleNamespace(insecure_no_auth=False, allow_target_cidrs=(),
                                       allow_commands=False,
-                                      admin_token_sha256=auth.token_sha256(ADMIN_TEXT))
+                                      admin_token_sha256=auth.token_sha256(ADMIN_TEXT),
+                                      node_credential_sha256=None)
 
     def now_ms(self) -> int:
         return NOW_MS
