@@ -13,6 +13,7 @@ characters), NUL in key strings, rules across members, and the free-form JSON
 values a job carries (metadata, bodies, messages).
 """
 
+import contextvars
 import math
 import re
 from typing import Annotated, Any, Literal, Union
@@ -130,6 +131,8 @@ class _Checked(_Shape, kw_only=True):
     per instance; a shape with a Key member must be one (checked at import)."""
 
     def __post_init__(self) -> None:
+        if not _CHECKING.get():
+            return   # built by a proposer: judged when decoded, as on every replica
         for name, check in _BYTE_CHECKS[type(self)]:
             check(name, getattr(self, name))
         self.check_rules()
@@ -142,6 +145,8 @@ class _Pair(Struct, array_like=True, forbid_unknown_fields=True):
     """A fixed-length record the log carries as a msgpack array."""
 
     def __post_init__(self) -> None:
+        if not _CHECKING.get():
+            return   # built by a proposer: judged when decoded, as on every replica
         for name, check in _BYTE_CHECKS[type(self)]:
             check(name, getattr(self, name))
         self.check_rules()
@@ -157,6 +162,10 @@ def _refuse(member: str, why: str) -> ValueError:
 
 
 _MEMBER = "\x1f"
+# Set while decode (or a report's conversion) runs in this thread: only then do
+# shapes check themselves, not when a proposer builds one in Python.
+_CHECKING: contextvars.ContextVar[bool] = contextvars.ContextVar("commands_checking",
+                                                                 default=False)
 
 
 def _ascending(values: list[int]) -> bool:
@@ -371,7 +380,7 @@ class _Scoped(Command, kw_only=True):
     # What a job or run write carries besides its own members: the tenant the
     # caller acts for (apply answers not_found for another tenant's job) and the actor.
     tenant: Union[Tenant, UnsetType] = UNSET
-    actor: Union[Actor, UnsetType] = UNSET
+    actor: Actor = None   # left out or None alike: none
 
 
 class CreateQuota(_Shape, forbid_unknown_fields=True, kw_only=True):
@@ -390,7 +399,7 @@ class CreateJob(Command, tag="create_job", kw_only=True):
     next_ms: Union[TimeMs, None]
     at_ms: TimeMs
     quota: Union[CreateQuota, UnsetType] = UNSET
-    actor: Union[Actor, UnsetType] = UNSET
+    actor: Actor = None   # left out or None alike: none
 
     def check_rules(self) -> None:
         _check_member_spec(self.spec)
@@ -420,7 +429,7 @@ class CreateJobs(Command, tag="create_jobs", kw_only=True):
     tenant: Tenant
     at_ms: TimeMs
     quota: Union[CreateQuota, UnsetType] = UNSET
-    actor: Union[Actor, UnsetType] = UNSET
+    actor: Actor = None   # left out or None alike: none
     items: Annotated[list[CreateJobItem],
                      Meta(min_length=1, max_length=limits.batch_entry_jobs_max)]
 
@@ -444,7 +453,7 @@ class DeleteJob(_Scoped, tag="delete_job", kw_only=True):
 class PauseJob(_Scoped, tag="pause_job", kw_only=True):
     job_id: JobId
     at_ms: TimeMs
-    note: Union[Text(limits.pause_note_bytes_max), None, UnsetType] = UNSET
+    note: Union[Text(limits.pause_note_bytes_max), None] = None
 
 
 class ResumeJob(_Scoped, tag="resume_job", kw_only=True):
@@ -561,14 +570,15 @@ class RunHeartbeat(_RunUpdate, tag="heartbeat", kw_only=True):
 class RunFinish(_RunUpdate, tag="finish", kw_only=True):
     ok: bool
     retryable: Union[bool, UnsetType] = UNSET
-    retry_delay_ms: Union[DelayMs, None, UnsetType] = UNSET
-    http_status: Union[Int(0, 999), None, UnsetType] = UNSET
-    exit_code: Union[ExitCode, None, UnsetType] = UNSET
-    error: Union[CommandText, None, UnsetType] = UNSET
-    output_node: Union[NodeId, None, UnsetType] = UNSET
+    # Left out or None alike: none.
+    retry_delay_ms: Union[DelayMs, None] = None
+    http_status: Union[Int(0, 999), None] = None
+    exit_code: Union[ExitCode, None] = None
+    error: Union[CommandText, None] = None
+    output_node: Union[NodeId, None] = None
 
     def check_rules(self) -> None:
-        if not self.ok and self.retryable is not False and self.retry_delay_ms in (None, UNSET):
+        if not self.ok and self.retryable is not False and self.retry_delay_ms is None:
             raise _refuse("", "a retryable failure must carry retry_delay_ms")
 
 
@@ -700,15 +710,15 @@ class RevokeToken(Command, tag="revoke_token", kw_only=True):
     tenant: Union[Tenant, UnsetType] = UNSET
 
 
-_QuotaJobs = Union[Int(1, limits.quota_jobs_max_max), None, UnsetType]
+_QuotaJobs = Union[Int(1, limits.quota_jobs_max_max), None]
 
 
 class TenantQuota(_Shape, forbid_unknown_fields=True, kw_only=True):
     """A tenant's quotas, each an integer or None (the node flags' default)."""
-    jobs_max: _QuotaJobs = UNSET
-    creates_per_s: Union[Int(1, limits.quota_creates_per_s_max), None, UnsetType] = UNSET
-    runs_concurrent_max: _QuotaJobs = UNSET
-    weight: Union[Int(1, limits.tenant_weight_max), None, UnsetType] = UNSET
+    jobs_max: _QuotaJobs = None
+    creates_per_s: Union[Int(1, limits.quota_creates_per_s_max), None] = None
+    runs_concurrent_max: _QuotaJobs = None
+    weight: Union[Int(1, limits.tenant_weight_max), None] = None
 
 
 class PutTenant(Command, tag="put_tenant", kw_only=True):
@@ -730,7 +740,7 @@ class CreateBackfill(Command, tag="create_backfill", kw_only=True):
     backfill_id: BackfillId
     job_id: JobId
     tenant: Tenant
-    actor: Union[Actor, UnsetType] = UNSET
+    actor: Actor = None   # left out or None alike: none
     expected_version: Count
     start_ms: TimeMs
     end_ms: TimeMs
@@ -859,6 +869,7 @@ _DECODER = msgspec.msgpack.Decoder(Union[tuple(SHAPES.values())])   # type: igno
 _ENCODER = msgspec.msgpack.Encoder()
 # msgspec's place of a failure, "$.items[0].job_id", at the end of its message.
 _AT = re.compile(r"^(.*) - at `\$(.*)`$", re.S)
+_MISSING = re.compile(r"^Object missing required field `(.*)`$")
 
 
 def _split(message: str) -> tuple[str, str]:
@@ -866,6 +877,9 @@ def _split(message: str) -> tuple[str, str]:
     match = _AT.match(message)
     why, path = (match.group(1), match.group(2)) if match else (message, "")
     path = path.lstrip(".")
+    missing = _MISSING.match(why)
+    if missing:
+        why, path = "is required", _join(path, missing.group(1))
     if why.startswith(_MEMBER):
         why, inner = _member_of(why)
         path = _join(path, inner)
@@ -886,13 +900,13 @@ def _join(path: str, member: str) -> str:
     return f"{path}.{member}"
 
 
-def encode(command: dict) -> bytes:
-    assert command.get("v") == VERSION, command
-    assert command.get("t") in TAGS, command
-    return codec.pack(command)
+def encode(command: Command) -> bytes:
+    assert isinstance(command, Command), command
+    assert command.v == VERSION, command
+    return _ENCODER.encode(command)
 
 
-def decode(data: bytes) -> dict:
+def decode(data: bytes) -> Command:
     """The command in a log entry, checked against its shape.
 
     Raises UnknownCommand (loud: the node must stop rather than guess) for a
@@ -902,6 +916,7 @@ def decode(data: bytes) -> dict:
     is not a map, a version or tag of the wrong type, or members of the wrong
     shape. A refusal is the same on every replica; the entry writes nothing.
     """
+    checking = _CHECKING.set(True)
     try:
         command = _DECODER.decode(data)
     except MemoryError:
@@ -911,7 +926,9 @@ def decode(data: bytes) -> dict:
     except Exception as exc:  # not msgpack, not UTF-8, nested past the decoder's stack
         _judge_refused(data, f"log entry is not msgpack: {type(exc).__name__}: {exc}",
                        shape=False)
-    return msgspec.to_builtins(command)
+    finally:
+        _CHECKING.reset(checking)
+    return command
 
 
 def _judge_refused(data: bytes, message: str, *, shape: bool = True) -> None:
@@ -942,252 +959,309 @@ def _judge_refused(data: bytes, message: str, *, shape: bool = True) -> None:
     raise CommandRefused(f"{tag} command refused: {path or 'command'}: {why}", field=path)
 
 
-def check(command: dict) -> None:
-    """Raise CommandRefused unless `command` (of a known tag) has its shape."""
+def check(command: Command) -> None:
+    """Raise CommandRefused unless `command` has its shape, as every replica
+    will judge it."""
     try:
         data = encode(command)
-    except (UnicodeEncodeError, OverflowError) as exc:
+    except (UnicodeEncodeError, OverflowError, TypeError, msgspec.EncodeError) as exc:
         # Nothing the log can carry: a lone surrogate, an integer past 64 bits.
-        raise CommandRefused(f"{command['t']} command refused: {exc}", field="") from None
+        raise CommandRefused(f"{tag_of(command)} command refused: {exc}", field="") from None
     decode(data)
 
 
-def check_run_update(update: object) -> None:
-    """Raise CommandRefused unless `update` is one well-formed item of run_updates,
-    so a proposer can keep a bad report out of a batch shared with good ones."""
-    try:
-        msgspec.convert(update, RunUpdate)
-    except msgspec.ValidationError as exc:
-        why, path = _split(str(exc))
-        path = _join("update", path)
-        raise CommandRefused(f"run update refused: {path}: {why}", field=path) from None
+# --- constructors ----------------------------------------------------------------------
+# Every proposer builds its commands here (or with the Struct classes above),
+# never as literals. The Structs take keyword members; these functions add the
+# conversions a proposer would otherwise repeat (tuples to named records).
+
+def given(value: Any, default: Any = None) -> Any:
+    """`value`, or `default` when a member that may be left out was left out."""
+    return default if value is UNSET else value
 
 
-def _cmd(tag: str, **fields: Any) -> dict:
-    return {"v": VERSION, "t": tag, **fields}
+def tag_of(command: Command) -> str:
+    return command.__struct_config__.tag
 
 
-def scoped(command: dict, *, tenant: str | None, actor: str | None) -> dict:
+def scoped(command: Command, *, tenant: str | None, actor: str | None) -> Command:
     """`command` (a job or run write) on behalf of `tenant`, by `actor`: apply
     refuses it as not_found when the job or run belongs to another tenant, and
     records the actor in the audit table."""
     if tenant is not None:
-        command["tenant"] = tenant
+        command.tenant = tenant
     if actor is not None:
-        command["actor"] = actor
+        command.actor = actor
     return command
 
 
 def create_job(*, job_id: str, tenant: str, spec: dict, idempotency_key: str | None,
                shard: int, next_ms: int | None, at_ms: int, quota: dict | None = None,
-               actor: str | None = None) -> dict:
+               actor: str | None = None) -> CreateJob:
     """`quota`: {jobs_max, creates_per_s} in force for the tenant (None: not counted)."""
-    command = _cmd("create_job", job_id=job_id, tenant=tenant, spec=spec,
-                   idempotency_key=idempotency_key, shard=shard, next_ms=next_ms, at_ms=at_ms,
-                   actor=actor)
-    if quota is not None:
-        command["quota"] = quota
-    return command
+    return CreateJob(job_id=job_id, tenant=tenant, spec=spec, idempotency_key=idempotency_key,
+                     shard=shard, next_ms=next_ms, at_ms=at_ms, quota=_create_quota(quota),
+                     actor=actor)
 
 
-def create_jobs(*, tenant: str, at_ms: int, items: list[dict], quota: dict | None = None,
-                actor: str | None = None) -> dict:
+def _create_quota(quota: dict | CreateQuota | None) -> CreateQuota | UnsetType:
+    if quota is None:
+        return UNSET
+    if isinstance(quota, CreateQuota):
+        return quota
+    return CreateQuota(jobs_max=quota["jobs_max"], creates_per_s=quota["creates_per_s"])
+
+
+def create_jobs(*, tenant: str, at_ms: int, items: list[CreateJobItem], quota: dict | None = None,
+                actor: str | None = None) -> CreateJobs:
     """Many creates in one entry (POST /v1/jobs:batchCreate proposes a batch as
-    entries of at most batch_entry_jobs_max). items, in order: {job_id, spec,
-    idempotency_key, shard, next_ms} (see create_job_item). Each is applied as
-    a create_job of `tenant` at `at_ms`, after the ones before it, so a key
-    used twice creates one job."""
-    command = _cmd("create_jobs", tenant=tenant, at_ms=at_ms, items=list(items), actor=actor)
-    if quota is not None:
-        command["quota"] = quota
-    return command
+    entries of at most batch_entry_jobs_max). items, in order (see
+    create_job_item). Each is applied as a create_job of `tenant` at `at_ms`,
+    after the ones before it, so a key used twice creates one job."""
+    return CreateJobs(tenant=tenant, at_ms=at_ms, quota=_create_quota(quota), actor=actor,
+                      items=list(items))
 
 
 def create_job_item(*, job_id: str, spec: dict, idempotency_key: str | None, shard: int,
-                    next_ms: int | None) -> dict:
-    return {"job_id": job_id, "spec": spec, "idempotency_key": idempotency_key,
-            "shard": shard, "next_ms": next_ms}
+                    next_ms: int | None) -> CreateJobItem:
+    return CreateJobItem(job_id=job_id, spec=spec, idempotency_key=idempotency_key,
+                         shard=shard, next_ms=next_ms)
 
 
 def update_job(*, job_id: str, spec: dict, expected_version: int, next_ms: int | None,
-               at_ms: int) -> dict:
-    return _cmd("update_job", job_id=job_id, spec=spec, expected_version=expected_version,
-                next_ms=next_ms, at_ms=at_ms)
+               at_ms: int) -> UpdateJob:
+    return UpdateJob(job_id=job_id, spec=spec, expected_version=expected_version,
+                     next_ms=next_ms, at_ms=at_ms)
 
 
-def delete_job(*, job_id: str, at_ms: int) -> dict:
-    return _cmd("delete_job", job_id=job_id, at_ms=at_ms)
+def delete_job(*, job_id: str, at_ms: int) -> DeleteJob:
+    return DeleteJob(job_id=job_id, at_ms=at_ms)
 
 
-def pause_job(*, job_id: str, at_ms: int, note: str | None = None) -> dict:
+def pause_job(*, job_id: str, at_ms: int, note: str | None = None) -> PauseJob:
     """`note`: why, kept in the job while it is paused (None: none)."""
-    command = _cmd("pause_job", job_id=job_id, at_ms=at_ms)
-    if note is not None:
-        command["note"] = note
-    return command
+    return PauseJob(job_id=job_id, at_ms=at_ms, note=note)
 
 
-def resume_job(*, job_id: str, next_ms: int | None, at_ms: int) -> dict:
-    return _cmd("resume_job", job_id=job_id, next_ms=next_ms, at_ms=at_ms)
+def resume_job(*, job_id: str, next_ms: int | None, at_ms: int) -> ResumeJob:
+    return ResumeJob(job_id=job_id, next_ms=next_ms, at_ms=at_ms)
 
 
 def trigger_job(*, job_id: str, scheduled_ms: int, node: str, at_ms: int,
-                overlap: str | None = None) -> dict:
+                overlap: str | None = None) -> TriggerJob:
     """`overlap="allow"`: admit this one run as the allow policy would,
     whatever the job's concurrency policy."""
-    command = _cmd("trigger_job", job_id=job_id, scheduled_ms=scheduled_ms, node=node,
-                   at_ms=at_ms)
-    if overlap is not None:
-        command["overlap"] = overlap
-    return command
+    return TriggerJob(job_id=job_id, scheduled_ms=scheduled_ms, node=node, at_ms=at_ms,
+                      overlap=UNSET if overlap is None else overlap)
 
 
-def retry_run(*, run_id: str, node: str, at_ms: int, overlap: str | None = None) -> dict:
+def retry_run(*, run_id: str, node: str, at_ms: int, overlap: str | None = None) -> RetryRun:
     """A new attempt of a failed run, under its execution id (core/redrive.py)."""
-    command = _cmd("retry_run", run_id=run_id, node=node, at_ms=at_ms)
-    if overlap is not None:
-        command["overlap"] = overlap
-    return command
+    return RetryRun(run_id=run_id, node=node, at_ms=at_ms,
+                    overlap=UNSET if overlap is None else overlap)
+
+
+def fire_item(job_id: str, due_ms: int, next_ms: int | None, occurrences: list[int],
+              omitted: bool) -> FireItem:
+    return FireItem(job_id, due_ms, next_ms, list(occurrences), omitted)
+
+
+def _fire_items(items: list) -> list[FireItem]:
+    return [i if isinstance(i, FireItem) else FireItem(i[0], i[1], i[2], list(i[3]), i[4])
+            for i in items]
+
+
+def _retry_dues(retries: list) -> list[RetryDue]:
+    return [r if isinstance(r, RetryDue) else RetryDue(r[0], r[1]) for r in retries]
 
 
 def fire(*, shard: int, token: int, upto_ms: int, node: str, at_ms: int,
-         items: list[tuple[str, int, int | None, list[int], bool]],
-         retries: list[tuple[str, int]] = ()) -> dict:
+         items: list[FireItem | tuple[str, int, int | None, list[int], bool]],
+         retries: list[RetryDue | tuple[str, int]] = ()) -> Fire:
     """Fire due entries of `shard` under fencing `token`. items, one per due
-    occurrence: (job_id, due_ms, next_ms or None, occurrences covered
+    occurrence: FireItem (job_id, due_ms, next_ms or None, occurrences covered
     (ascending, starting with due_ms), omitted: whether occurrences past
     catchup_max were left out). retries, one per due retry: (run_id, due_ms)."""
-    return _cmd("fire", shard=shard, token=token, upto_ms=upto_ms, node=node, at_ms=at_ms,
-                items=[list(item) for item in items], retries=[list(r) for r in retries])
+    return Fire(shard=shard, token=token, upto_ms=upto_ms, node=node, at_ms=at_ms,
+                items=_fire_items(items), retries=_retry_dues(retries))
 
 
-def fire_many(*, node: str, at_ms: int, parts: list[dict]) -> dict:
-    """Fires of several shards in one entry. parts: {shard, token, upto_ms,
-    items, retries}, each as `fire` takes them, applied in order and each
-    checked against its own shard's fencing token."""
-    return _cmd("fire_many", node=node, at_ms=at_ms, parts=[
-        {"shard": p["shard"], "token": p["token"], "upto_ms": p["upto_ms"],
-         "items": [list(item) for item in p["items"]],
-         "retries": [list(r) for r in p["retries"]]} for p in parts])
+def fire_part(*, shard: int, token: int, upto_ms: int, items: list, retries: list) -> FirePart:
+    return FirePart(shard=shard, token=token, upto_ms=upto_ms, items=_fire_items(items),
+                    retries=_retry_dues(retries))
 
 
-def assign_shards(*, assignments: list[tuple[int, str]], at_ms: int) -> dict:
+def fire_many(*, node: str, at_ms: int, parts: list[FirePart | dict]) -> FireMany:
+    """Fires of several shards in one entry. parts (see fire_part): each as
+    `fire` takes them, applied in order and each checked against its own
+    shard's fencing token."""
+    return FireMany(node=node, at_ms=at_ms, parts=[
+        p if isinstance(p, FirePart) else fire_part(**p) for p in parts])
+
+
+def assign_shards(*, assignments: list[tuple[int, str]], at_ms: int) -> AssignShards:
     """(shard, node) pairs: each changed owner gets a new fencing token."""
-    return _cmd("assign_shards", assignments=[list(a) for a in assignments], at_ms=at_ms)
+    return AssignShards(assignments=[Assignment(shard, node) for shard, node in assignments],
+                        at_ms=at_ms)
 
 
-def run_updates(*, updates: list[dict]) -> dict:
-    """Executor reports, each {run_id, event, holder, attempt, at_ms} and:
-    start, heartbeat: lease_ms (the new lease expiry, holder's clock);
-    finish: ok, retryable, retry_delay_ms (drawn by the proposer), http_status,
-    exit_code, error (short), output_node (where the attempt's output is kept)."""
-    return _cmd("run_updates", updates=updates)
+def run_start(*, run_id: str, holder: str, attempt: int, at_ms: int, lease_ms: int) -> RunStart:
+    """The holder took the run's lease, until lease_ms (the holder's clock)."""
+    return RunStart(run_id=run_id, holder=holder, attempt=attempt, at_ms=at_ms, lease_ms=lease_ms)
 
 
-def expire_leases(*, items: list[tuple[str, int, int]], at_ms: int) -> dict:
+def run_heartbeat(*, run_id: str, holder: str, attempt: int, at_ms: int,
+                  lease_ms: int) -> RunHeartbeat:
+    """The holder extends the run's lease to lease_ms."""
+    return RunHeartbeat(run_id=run_id, holder=holder, attempt=attempt, at_ms=at_ms,
+                        lease_ms=lease_ms)
+
+
+def run_finish(*, run_id: str, holder: str, attempt: int, at_ms: int, ok: bool,
+               retryable: bool | None = None, retry_delay_ms: int | None = None,
+               http_status: int | None = None, exit_code: int | None = None,
+               error: str | None = None, output_node: str | None = None) -> RunFinish:
+    """The attempt ended: ok, or a failure that is retryable (None: it is) after
+    retry_delay_ms (drawn by the proposer); error is short, output_node is where
+    the attempt's output is kept."""
+    return RunFinish(run_id=run_id, holder=holder, attempt=attempt, at_ms=at_ms, ok=ok,
+                     retryable=UNSET if retryable is None else retryable,
+                     retry_delay_ms=retry_delay_ms, http_status=http_status,
+                     exit_code=exit_code, error=error, output_node=output_node)
+
+
+def run_update(update: dict | RunStart | RunHeartbeat | RunFinish) -> RunUpdate:
+    """A run report as a RunUpdate: a map ({run_id, event, holder, attempt,
+    at_ms, ...}, as executors and workers report) is converted and checked;
+    CommandRefused names the member that is wrong."""
+    checking = _CHECKING.set(True)
+    try:
+        return msgspec.convert(update, RunUpdate)
+    except msgspec.ValidationError as exc:
+        why, path = _split(str(exc))
+        path = _join("update", path)
+        raise CommandRefused(f"run update refused: {path}: {why}", field=path) from None
+    finally:
+        _CHECKING.reset(checking)
+
+
+def check_run_update(update: object) -> None:
+    """Raise CommandRefused unless `update` is one well-formed item of run_updates,
+    so a proposer can keep a bad report out of a batch shared with good ones."""
+    if isinstance(update, _RunUpdate):
+        update = msgspec.to_builtins(update)
+    run_update(update)   # type: ignore[arg-type]
+
+
+def run_updates(*, updates: list) -> RunUpdates:
+    """Executor reports (run_start, run_heartbeat, run_finish, or their maps)."""
+    return RunUpdates(updates=[u if isinstance(u, _RunUpdate) else run_update(u)
+                               for u in updates])
+
+
+def expire_leases(*, items: list[tuple[str, int, int]], at_ms: int) -> ExpireLeases:
     """The reaper's: (run_id, attempt, retry_delay_ms) for leases expired by at_ms."""
-    return _cmd("expire_leases", items=[list(i) for i in items], at_ms=at_ms)
+    return ExpireLeases(items=[ExpiredLease(*i) for i in items], at_ms=at_ms)
 
 
-def reassign_runs(*, items: list[tuple[str, str, str]], at_ms: int) -> dict:
+def reassign_runs(*, items: list[tuple[str, str, str]], at_ms: int) -> ReassignRuns:
     """(run_id, from_node, to_node): queued runs of a dead node move to a live one."""
-    return _cmd("reassign_runs", items=[list(i) for i in items], at_ms=at_ms)
+    return ReassignRuns(items=[Reassignment(*i) for i in items], at_ms=at_ms)
 
 
-def cancel_run(*, run_id: str, reason: str, at_ms: int) -> dict:
-    return _cmd("cancel_run", run_id=run_id, reason=reason, at_ms=at_ms)
+def cancel_run(*, run_id: str, reason: str, at_ms: int) -> CancelRun:
+    return CancelRun(run_id=run_id, reason=reason, at_ms=at_ms)
 
 
-def alert_done(*, run_id: str, outcome: str, error: str | None, at_ms: int) -> dict:
+def alert_done(*, run_id: str, outcome: str, error: str | None, at_ms: int) -> AlertDone:
     """outcome: sent | undeliverable | no_webhook."""
-    return _cmd("alert_done", run_id=run_id, outcome=outcome, error=error, at_ms=at_ms)
+    return AlertDone(run_id=run_id, outcome=outcome, error=error, at_ms=at_ms)
 
 
 def publish(*, topic: str, key: str | None, message: object, execution_id: str, job_id: str,
-            at_ms: int) -> dict:
-    return _cmd("publish", topic=topic, key=key, message=message, execution_id=execution_id,
-                job_id=job_id, at_ms=at_ms)
+            at_ms: int) -> Publish:
+    return Publish(topic=topic, key=key, message=message, execution_id=execution_id,
+                   job_id=job_id, at_ms=at_ms)
 
 
-def commit_offset(*, topic: str, group: str, offset: int, at_ms: int) -> dict:
-    return _cmd("commit_offset", topic=topic, group=group, offset=offset, at_ms=at_ms)
+def commit_offset(*, topic: str, group: str, offset: int, at_ms: int) -> CommitOffset:
+    return CommitOffset(topic=topic, group=group, offset=offset, at_ms=at_ms)
 
 
 def purge(*, at_ms: int, history_max_runs: int, history_max_age_ms: int,
           finished_job_retention_ms: int, idempotency_ttl_ms: int,
           runs: list[tuple[str, str]], jobs: list[str], idem: list[tuple[str, str]],
-          backfills: list[str] = ()) -> dict:
+          backfills: list[str] = ()) -> Purge:
     """The leader's purger: remove what is past its bound by at_ms (see
     core/retention.py). runs: (run_id, job_id); jobs: job ids; idem: (tenant,
     key); backfills: ids of ended backfills. The bounds are the proposer's
     cluster defaults; a job's own history members take precedence over the
     history defaults."""
-    return _cmd("purge", at_ms=at_ms, history_max_runs=history_max_runs,
-                history_max_age_ms=history_max_age_ms,
-                finished_job_retention_ms=finished_job_retention_ms,
-                idempotency_ttl_ms=idempotency_ttl_ms, runs=[list(r) for r in runs],
-                jobs=list(jobs), idem=[list(i) for i in idem], backfills=list(backfills))
+    return Purge(at_ms=at_ms, history_max_runs=history_max_runs,
+                 history_max_age_ms=history_max_age_ms,
+                 finished_job_retention_ms=finished_job_retention_ms,
+                 idempotency_ttl_ms=idempotency_ttl_ms, runs=[PurgeRun(*r) for r in runs],
+                 jobs=list(jobs), idem=[PurgeIdem(*i) for i in idem], backfills=list(backfills))
 
 
-def register_node(*, node: str, http: str, raft: str, at_ms: int) -> dict:
-    return _cmd("register_node", node=node, http=http, raft=raft, at_ms=at_ms)
+def register_node(*, node: str, http: str, raft: str, at_ms: int) -> RegisterNode:
+    return RegisterNode(node=node, http=http, raft=raft, at_ms=at_ms)
 
 
-def renew(*, node: str, at_ms: int) -> dict:
+def renew(*, node: str, at_ms: int) -> Renew:
     """A node's liveness renewal: writes nothing; every replica notes when it
     applied the latest renewal of each node (see runtime/coordinator.py)."""
-    return _cmd("renew", node=node, at_ms=at_ms)
+    return Renew(node=node, at_ms=at_ms)
 
 
-def check_digest(*, node: str, at_ms: int) -> dict:
+def check_digest(*, node: str, at_ms: int) -> CheckDigest:
     """Ask every replica to record its state digest as of this entry's index, so
     replicas can be compared at one index while the log keeps moving."""
-    return _cmd("check_digest", node=node, at_ms=at_ms)
+    return CheckDigest(node=node, at_ms=at_ms)
 
 
 def create_token(*, token_id: str, tenant: str, role: str, name: str, sha256: str,
-                 actor: str | None, at_ms: int) -> dict:
+                 actor: str | None, at_ms: int) -> CreateToken:
     """A token of `role` for `tenant`; the state keeps only the SHA-256 of its text."""
-    return _cmd("create_token", token_id=token_id, tenant=tenant, role=role, name=name,
-                sha256=sha256, actor=actor, at_ms=at_ms)
+    return CreateToken(token_id=token_id, tenant=tenant, role=role, name=name, sha256=sha256,
+                       actor=actor, at_ms=at_ms)
 
 
-def revoke_token(*, token_id: str, actor: str | None, at_ms: int) -> dict:
-    return _cmd("revoke_token", token_id=token_id, actor=actor, at_ms=at_ms)
+def revoke_token(*, token_id: str, actor: str | None, at_ms: int) -> RevokeToken:
+    return RevokeToken(token_id=token_id, actor=actor, at_ms=at_ms)
 
 
 def create_backfill(*, backfill_id: str, job_id: str, tenant: str, expected_version: int,
                     start_ms: int, end_ms: int, overlap: str, max_concurrent: int, total: int,
-                    at_ms: int, actor: str | None = None) -> dict:
+                    at_ms: int, actor: str | None = None) -> CreateBackfill:
     """A backfill of `job_id`'s schedule in [start_ms, end_ms), of `total`
     occurrences as the proposer counted them (core/backfill.py)."""
-    command = _cmd("create_backfill", backfill_id=backfill_id, job_id=job_id, tenant=tenant,
-                   expected_version=expected_version, start_ms=start_ms, end_ms=end_ms,
-                   overlap=overlap, max_concurrent=max_concurrent, total=total, at_ms=at_ms)
-    if actor is not None:
-        command["actor"] = actor
-    return command
+    return CreateBackfill(backfill_id=backfill_id, job_id=job_id, tenant=tenant,
+                          actor=actor,
+                          expected_version=expected_version, start_ms=start_ms, end_ms=end_ms,
+                          overlap=overlap, max_concurrent=max_concurrent, total=total,
+                          at_ms=at_ms)
 
 
-def backfill_step(*, node: str, at_ms: int, items: list[dict]) -> dict:
+def backfill_step(*, node: str, at_ms: int, items: list[dict]) -> BackfillStep:
     """The leader's backfiller. items: {backfill_id, occurrences (ascending, the
     next ones after the backfill's cursor), exhausted (none is left after them)}."""
-    return _cmd("backfill_step", node=node, at_ms=at_ms, items=[
-        {"backfill_id": i["backfill_id"], "occurrences": list(i["occurrences"]),
-         "exhausted": i["exhausted"]} for i in items])
+    return BackfillStep(node=node, at_ms=at_ms, items=[
+        BackfillStepItem(backfill_id=i["backfill_id"], occurrences=list(i["occurrences"]),
+                         exhausted=i["exhausted"]) for i in items])
 
 
-def cancel_backfill(*, backfill_id: str, reason: str | None, at_ms: int) -> dict:
-    return _cmd("cancel_backfill", backfill_id=backfill_id, reason=reason, at_ms=at_ms)
+def cancel_backfill(*, backfill_id: str, reason: str | None, at_ms: int) -> CancelBackfill:
+    return CancelBackfill(backfill_id=backfill_id, reason=reason, at_ms=at_ms)
 
 
-def delete_tenant(*, tenant: str, actor: str | None, at_ms: int) -> dict:
+def delete_tenant(*, tenant: str, actor: str | None, at_ms: int) -> DeleteTenant:
     """Drop `tenant`'s record (its quotas and counters), freeing its place
     under tenants_max; apply refuses while the tenant has jobs."""
-    return _cmd("delete_tenant", tenant=tenant, actor=actor, at_ms=at_ms)
+    return DeleteTenant(tenant=tenant, actor=actor, at_ms=at_ms)
 
 
-def put_tenant(*, tenant: str, quota: dict, actor: str | None, at_ms: int) -> dict:
+def put_tenant(*, tenant: str, quota: dict, actor: str | None, at_ms: int) -> PutTenant:
     """Set `tenant`'s quotas: {jobs_max, creates_per_s, runs_concurrent_max, weight},
     each an integer or None (the node flags' default)."""
-    return _cmd("put_tenant", tenant=tenant, quota=quota, actor=actor, at_ms=at_ms)
+    return PutTenant(tenant=tenant, quota=TenantQuota(**quota), actor=actor, at_ms=at_ms)
