@@ -8,14 +8,15 @@ gives the same state on every node.
 Each tag's shape is declared once, below, as a msgspec Struct (tag field `t`):
 decode checks an entry against all of them in one C call, on every replica.
 What msgspec cannot say is checked after it, in Python and only where it can
-matter: the UTF-8 size of strings bounded in bytes (msgspec counts
-characters), NUL in key strings, rules across members, and the free-form JSON
-values a job carries (metadata, bodies, messages).
+matter: the UTF-8 size of key strings (msgspec counts characters) and NUL in
+them, rules across members, and the free-form JSON values a job carries
+(metadata, bodies, messages).
 """
 
 import contextvars
 import math
 import re
+import typing
 from typing import Annotated, Any, Literal, Union
 
 import msgspec
@@ -32,17 +33,16 @@ VERSION = 1
 # --- member types ----------------------------------------------------------------------
 # An integer is checked in C by its bounds (a bool is never an integer to
 # msgspec); a float bound refuses NaN and the infinities, which fail every
-# comparison. A string bounded in bytes also gets a character bound (as many
-# characters as bytes at most) that msgspec checks in C; the byte bound itself
-# is checked after decode (see _ByteBound).
+# comparison. A key string also gets a character bound (as many characters as
+# bytes at most) that msgspec checks in C; the byte bound itself is checked
+# after decode (see _KeyBytes), so a 4-byte character counts as 4.
 
-class _ByteBound:
-    """Marks a str member bounded in UTF-8 bytes; `key`: a part of a storage
-    key, so also non-empty and free of NUL (the key separator)."""
+class _KeyBytes:
+    """Marks a str member that is part of a storage key: at most max_bytes
+    bytes of UTF-8, and free of NUL (the key separator)."""
 
-    def __init__(self, max_bytes: int, key: bool) -> None:
+    def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self.key = key
 
     def why_not(self, value: str) -> str | None:
         if value.isascii():   # ids and names: as many bytes as characters
@@ -54,14 +54,14 @@ class _ByteBound:
                 return "is not valid UTF-8 (it holds a lone surrogate)"
         if size > self.max_bytes:
             return f"is {size} bytes of UTF-8, over {self.max_bytes}"
-        if self.key and "\x00" in value:
+        if "\x00" in value:
             return "must not contain NUL"
         return None
 
 
 def Key(max_bytes: int) -> Any:
     """A string that becomes part of a storage key: 1 to max_bytes bytes, no NUL."""
-    return Annotated[str, Meta(min_length=1, max_length=max_bytes), _ByteBound(max_bytes, True)]
+    return Annotated[str, Meta(min_length=1, max_length=max_bytes), _KeyBytes(max_bytes)]
 
 
 def Text(max_chars: int) -> Any:
@@ -213,6 +213,9 @@ class HttpTarget(_Shape, tag="http", tag_field="type", kw_only=True):
     url: CommandText
     method: Tag16
     timeout_s: TimeoutS
+    # As the edge validates them (core/jobspec.py): names to strings.
+    headers: Union[Annotated[dict[str, Text(limits.target_header_value_chars_max)],
+                             Meta(max_length=limits.target_headers_max)], UnsetType] = UNSET
     body: Any = None
 
 
@@ -316,7 +319,8 @@ _SLOW_JSON = json_value(_JSON_DEPTH_MAX)
 def _plain_json(value: Any, depth: int = 0) -> bool:
     """Whether `value`, as the decoder made it, is a JSON value nested at most
     _JSON_DEPTH_MAX deep: the fast judgement (a str the decoder made is UTF-8,
-    an int fits 64 bits). Bytes, extension types and timestamps are refused."""
+    an int fits 64 bits). Bytes, extension types and timestamps are refused.
+    Scalars inside a container are judged inline: most members are scalars."""
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:
         return True
@@ -325,9 +329,21 @@ def _plain_json(value: Any, depth: int = 0) -> bool:
     if depth >= _JSON_DEPTH_MAX:
         return False
     if kind is dict:
-        return all(type(k) is str and _plain_json(v, depth + 1) for k, v in value.items())
+        for name, member in value.items():
+            if type(name) is not str:
+                return False
+            inner = type(member)
+            if not (inner is str or inner is int or inner is bool or member is None) \
+                    and not _plain_json(member, depth + 1):
+                return False
+        return True
     if kind is list:
-        return all(_plain_json(v, depth + 1) for v in value)
+        for member in value:
+            inner = type(member)
+            if not (inner is str or inner is int or inner is bool or member is None) \
+                    and not _plain_json(member, depth + 1):
+                return False
+        return True
     return False
 
 
@@ -362,7 +378,7 @@ def _check_spec(spec: dict) -> None:
     else:
         targets = [("target", spec["target"])]
     for path, target in targets:
-        for member in ("headers", "body", "message", "env"):
+        for member in ("body", "message", "env"):
             if member in target:
                 _check_json(f"{path}.{member}", target[member])
 
@@ -451,6 +467,7 @@ class DeleteJob(_Scoped, tag="delete_job", kw_only=True):
 
 
 class PauseJob(_Scoped, tag="pause_job", kw_only=True):
+    """`note`: why, kept in the job while it is paused (None: none)."""
     job_id: JobId
     at_ms: TimeMs
     note: Union[Text(limits.pause_note_bytes_max), None] = None
@@ -597,11 +614,15 @@ class RegisterNode(Command, tag="register_node", kw_only=True):
 
 
 class Renew(Command, tag="renew", kw_only=True):
+    """A node's liveness renewal: writes nothing; every replica notes when it
+    applied the latest renewal of each node (see runtime/coordinator.py)."""
     node: NodeId
     at_ms: TimeMs
 
 
 class CheckDigest(Command, tag="check_digest", kw_only=True):
+    """Ask every replica to record its state digest as of this entry's index, so
+    replicas can be compared at one index while the log keeps moving."""
     node: NodeId
     at_ms: TimeMs
 
@@ -636,7 +657,7 @@ class CancelRun(_Scoped, tag="cancel_run", kw_only=True):
 
 class AlertDone(Command, tag="alert_done", kw_only=True):
     run_id: RunId
-    outcome: AlertOutcome
+    outcome: AlertOutcome   # sent | undeliverable | no_webhook
     error: Union[CommandText, None]
     at_ms: TimeMs
 
@@ -694,6 +715,7 @@ class Purge(Command, tag="purge", kw_only=True):
 
 
 class CreateToken(Command, tag="create_token", kw_only=True):
+    """A token of `role` for `tenant`; the state keeps only the SHA-256 of its text."""
     token_id: TokenId
     tenant: Tenant
     role: Role
@@ -729,6 +751,8 @@ class PutTenant(Command, tag="put_tenant", kw_only=True):
 
 
 class DeleteTenant(Command, tag="delete_tenant", kw_only=True):
+    """Drop `tenant`'s record (its quotas and counters), freeing its place
+    under tenants_max; apply refuses while the tenant has jobs."""
     tenant: Tenant
     actor: Actor
     at_ms: TimeMs
@@ -794,9 +818,9 @@ TAGS = frozenset(SHAPES)
 
 
 def _byte_checks(cls: type) -> list:
-    """(member, check) for each member of `cls` that holds strings bounded in
-    bytes, directly or in a list, an optional or a map (names and values)."""
-    hints = __import__("typing").get_type_hints(cls, include_extras=True)
+    """(member, check) for each member of `cls` that holds key strings,
+    directly or in a list, an optional or a map (names and values)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
     out = []
     for name in cls.__struct_fields__:
         check = _checker(hints[name])
@@ -806,11 +830,10 @@ def _byte_checks(cls: type) -> list:
 
 
 def _checker(hint: Any):
-    """A check(member_path, value) for the byte-bounded strings `hint` may hold, or None."""
-    import typing
+    """A check(member_path, value) for the key strings `hint` may hold, or None."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Annotated:
-        bound = next((a for a in hint.__metadata__ if isinstance(a, _ByteBound)), None)
+        bound = next((a for a in hint.__metadata__ if isinstance(a, _KeyBytes)), None)
         if bound is not None:
             def check_text(path: str, value: Any) -> None:
                 why = bound.why_not(value)
@@ -1022,29 +1045,6 @@ def create_jobs(*, tenant: str, at_ms: int, items: list[CreateJobItem], quota: d
                       items=list(items))
 
 
-def create_job_item(*, job_id: str, spec: dict, idempotency_key: str | None, shard: int,
-                    next_ms: int | None) -> CreateJobItem:
-    return CreateJobItem(job_id=job_id, spec=spec, idempotency_key=idempotency_key,
-                         shard=shard, next_ms=next_ms)
-
-
-def update_job(*, job_id: str, spec: dict, expected_version: int, next_ms: int | None,
-               at_ms: int) -> UpdateJob:
-    return UpdateJob(job_id=job_id, spec=spec, expected_version=expected_version,
-                     next_ms=next_ms, at_ms=at_ms)
-
-
-def delete_job(*, job_id: str, at_ms: int) -> DeleteJob:
-    return DeleteJob(job_id=job_id, at_ms=at_ms)
-
-
-def pause_job(*, job_id: str, at_ms: int, note: str | None = None) -> PauseJob:
-    """`note`: why, kept in the job while it is paused (None: none)."""
-    return PauseJob(job_id=job_id, at_ms=at_ms, note=note)
-
-
-def resume_job(*, job_id: str, next_ms: int | None, at_ms: int) -> ResumeJob:
-    return ResumeJob(job_id=job_id, next_ms=next_ms, at_ms=at_ms)
 
 
 def trigger_job(*, job_id: str, scheduled_ms: int, node: str, at_ms: int,
@@ -1131,9 +1131,12 @@ def run_finish(*, run_id: str, holder: str, attempt: int, at_ms: int, ok: bool,
 
 
 def run_update(update: dict | RunStart | RunHeartbeat | RunFinish) -> RunUpdate:
-    """A run report as a RunUpdate: a map ({run_id, event, holder, attempt,
-    at_ms, ...}, as executors and workers report) is converted and checked;
-    CommandRefused names the member that is wrong."""
+    """A run report, checked as apply's replicas will judge it: a RunUpdate,
+    or its map ({run_id, event, holder, attempt, at_ms, ...}). CommandRefused
+    names the member that is wrong, so a proposer can keep a bad report out of
+    a batch shared with good ones."""
+    if isinstance(update, _RunUpdate):
+        update = msgspec.to_builtins(update)
     checking = _CHECKING.set(True)
     try:
         return msgspec.convert(update, RunUpdate)
@@ -1146,10 +1149,7 @@ def run_update(update: dict | RunStart | RunHeartbeat | RunFinish) -> RunUpdate:
 
 
 def check_run_update(update: object) -> None:
-    """Raise CommandRefused unless `update` is one well-formed item of run_updates,
-    so a proposer can keep a bad report out of a batch shared with good ones."""
-    if isinstance(update, _RunUpdate):
-        update = msgspec.to_builtins(update)
+    """Raise CommandRefused unless `update` is one well-formed item of run_updates."""
     run_update(update)   # type: ignore[arg-type]
 
 
@@ -1169,23 +1169,8 @@ def reassign_runs(*, items: list[tuple[str, str, str]], at_ms: int) -> ReassignR
     return ReassignRuns(items=[Reassignment(*i) for i in items], at_ms=at_ms)
 
 
-def cancel_run(*, run_id: str, reason: str, at_ms: int) -> CancelRun:
-    return CancelRun(run_id=run_id, reason=reason, at_ms=at_ms)
 
 
-def alert_done(*, run_id: str, outcome: str, error: str | None, at_ms: int) -> AlertDone:
-    """outcome: sent | undeliverable | no_webhook."""
-    return AlertDone(run_id=run_id, outcome=outcome, error=error, at_ms=at_ms)
-
-
-def publish(*, topic: str, key: str | None, message: object, execution_id: str, job_id: str,
-            at_ms: int) -> Publish:
-    return Publish(topic=topic, key=key, message=message, execution_id=execution_id,
-                   job_id=job_id, at_ms=at_ms)
-
-
-def commit_offset(*, topic: str, group: str, offset: int, at_ms: int) -> CommitOffset:
-    return CommitOffset(topic=topic, group=group, offset=offset, at_ms=at_ms)
 
 
 def purge(*, at_ms: int, history_max_runs: int, history_max_age_ms: int,
@@ -1204,43 +1189,10 @@ def purge(*, at_ms: int, history_max_runs: int, history_max_age_ms: int,
                  jobs=list(jobs), idem=[PurgeIdem(*i) for i in idem], backfills=list(backfills))
 
 
-def register_node(*, node: str, http: str, raft: str, at_ms: int) -> RegisterNode:
-    return RegisterNode(node=node, http=http, raft=raft, at_ms=at_ms)
 
 
-def renew(*, node: str, at_ms: int) -> Renew:
-    """A node's liveness renewal: writes nothing; every replica notes when it
-    applied the latest renewal of each node (see runtime/coordinator.py)."""
-    return Renew(node=node, at_ms=at_ms)
 
 
-def check_digest(*, node: str, at_ms: int) -> CheckDigest:
-    """Ask every replica to record its state digest as of this entry's index, so
-    replicas can be compared at one index while the log keeps moving."""
-    return CheckDigest(node=node, at_ms=at_ms)
-
-
-def create_token(*, token_id: str, tenant: str, role: str, name: str, sha256: str,
-                 actor: str | None, at_ms: int) -> CreateToken:
-    """A token of `role` for `tenant`; the state keeps only the SHA-256 of its text."""
-    return CreateToken(token_id=token_id, tenant=tenant, role=role, name=name, sha256=sha256,
-                       actor=actor, at_ms=at_ms)
-
-
-def revoke_token(*, token_id: str, actor: str | None, at_ms: int) -> RevokeToken:
-    return RevokeToken(token_id=token_id, actor=actor, at_ms=at_ms)
-
-
-def create_backfill(*, backfill_id: str, job_id: str, tenant: str, expected_version: int,
-                    start_ms: int, end_ms: int, overlap: str, max_concurrent: int, total: int,
-                    at_ms: int, actor: str | None = None) -> CreateBackfill:
-    """A backfill of `job_id`'s schedule in [start_ms, end_ms), of `total`
-    occurrences as the proposer counted them (core/backfill.py)."""
-    return CreateBackfill(backfill_id=backfill_id, job_id=job_id, tenant=tenant,
-                          actor=actor,
-                          expected_version=expected_version, start_ms=start_ms, end_ms=end_ms,
-                          overlap=overlap, max_concurrent=max_concurrent, total=total,
-                          at_ms=at_ms)
 
 
 def backfill_step(*, node: str, at_ms: int, items: list[dict]) -> BackfillStep:
@@ -1251,17 +1203,29 @@ def backfill_step(*, node: str, at_ms: int, items: list[dict]) -> BackfillStep:
                          exhausted=i["exhausted"]) for i in items])
 
 
-def cancel_backfill(*, backfill_id: str, reason: str | None, at_ms: int) -> CancelBackfill:
-    return CancelBackfill(backfill_id=backfill_id, reason=reason, at_ms=at_ms)
-
-
-def delete_tenant(*, tenant: str, actor: str | None, at_ms: int) -> DeleteTenant:
-    """Drop `tenant`'s record (its quotas and counters), freeing its place
-    under tenants_max; apply refuses while the tenant has jobs."""
-    return DeleteTenant(tenant=tenant, actor=actor, at_ms=at_ms)
 
 
 def put_tenant(*, tenant: str, quota: dict, actor: str | None, at_ms: int) -> PutTenant:
     """Set `tenant`'s quotas: {jobs_max, creates_per_s, runs_concurrent_max, weight},
     each an integer or None (the node flags' default)."""
     return PutTenant(tenant=tenant, quota=TenantQuota(**quota), actor=actor, at_ms=at_ms)
+
+
+# The commands whose members a proposer gives as they are: the Struct is the constructor.
+update_job = UpdateJob
+delete_job = DeleteJob
+resume_job = ResumeJob
+cancel_run = CancelRun
+alert_done = AlertDone
+publish = Publish
+commit_offset = CommitOffset
+register_node = RegisterNode
+renew = Renew
+check_digest = CheckDigest
+create_token = CreateToken
+revoke_token = RevokeToken
+cancel_backfill = CancelBackfill
+delete_tenant = DeleteTenant
+create_backfill = CreateBackfill
+create_job_item = CreateJobItem
+pause_job = PauseJob
