@@ -39,6 +39,8 @@ Pure: no clock (every time is the proposer's at_ms), no I/O beyond the view.
 
 from __future__ import annotations
 
+import typing
+
 from raftsched import limits
 from raftsched.core import commands, keys, lifecycle, runs, tenancy
 from raftsched.core.bounded import bounded_int
@@ -48,7 +50,7 @@ from raftsched.core.tx import (BACKFILLS, BACKFILLS_OPEN, COUNTERS, JOBS, SHARDS
 from raftsched.errors import InvalidInput
 
 TRIGGER = "backfill"
-OVERLAPS = ("allow", "job")
+OVERLAPS = typing.get_args(commands.BackfillOverlap)
 OVERLAP_DEFAULT = "allow"
 RUNNING, SUCCEEDED, FAILED, CANCELLED = "running", "succeeded", "failed", "cancelled"
 STATES = (RUNNING, SUCCEEDED, FAILED, CANCELLED)

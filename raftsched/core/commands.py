@@ -23,7 +23,7 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from raftsched import limits
-from raftsched.core import codec, dag
+from raftsched.core import codec, dag, jobspec
 from raftsched.core.shape import ShapeError, json_value
 from raftsched.errors import CommandRefused, UnknownCommand
 
@@ -108,15 +108,16 @@ Actor = Union[Text(limits.key_part_bytes_max), None]
 CommandText = Text(limits.command_text_bytes_max)
 Tag16 = Text(16)
 
-# The closed sets of values commands carry, named once.
+# The closed sets of values commands carry: each defined once, here or where
+# the edge validates it (tenancy.ROLES and backfill.OVERLAPS are read from here).
 Role = Literal["admin", "writer", "reader", "worker"]
 AlertOutcome = Literal["sent", "undeliverable", "no_webhook"]
 BackfillOverlap = Literal["allow", "job"]
 TriggerRule = Literal[dag.RULES]   # type: ignore[valid-type]
-Priority = Literal["high", "normal", "low"]
-ConcurrencyPolicy = Literal["allow", "skip_if_running", "queue", "replace"]
-MisfirePolicy = Literal["fire_once", "skip", "fire_all"]
-Backoff = Literal["exponential", "fixed"]
+Priority = Literal[jobspec.PRIORITIES]   # type: ignore[valid-type]
+ConcurrencyPolicy = Literal[jobspec.CONCURRENCY_POLICIES]   # type: ignore[valid-type]
+MisfirePolicy = Literal[jobspec.MISFIRE_POLICIES]   # type: ignore[valid-type]
+Backoff = Literal[jobspec.BACKOFFS]   # type: ignore[valid-type]
 
 
 class _Shape(Struct, kw_only=True, omit_defaults=True):
@@ -836,6 +837,9 @@ def _checker(hint: Any):
         bound = next((a for a in hint.__metadata__ if isinstance(a, _KeyBytes)), None)
         if bound is not None:
             def check_text(path: str, value: Any) -> None:
+                # ASCII is as many bytes as characters, which msgspec bounded.
+                if value.isascii() and "\x00" not in value:
+                    return
                 why = bound.why_not(value)
                 if why is not None:
                     raise _refuse(path, why)
@@ -847,7 +851,7 @@ def _checker(hint: Any):
             return None
         (only,) = inner   # at most one string type in a union
         def check_union(path: str, value: Any) -> None:
-            if isinstance(value, str):
+            if value.__class__ is str:   # (the decoder makes exact strs)
                 only(path, value)
         return check_union
     if origin is list:

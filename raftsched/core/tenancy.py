@@ -20,11 +20,13 @@ records are dropped past `audit_entries_max`.
 
 from __future__ import annotations
 
+import typing
+
 from raftsched import limits
 from raftsched.core import commands, keys
 from raftsched.core.tx import AUDIT, COUNTERS, TENANTS, TOKENS, Tx
 
-ROLES = ("admin", "writer", "reader", "worker")
+ROLES = typing.get_args(commands.Role)
 QUOTA_NAMES = ("jobs_max", "creates_per_s", "runs_concurrent_max", "weight")
 _TOKENS_COUNTER = b"tokens"
 _TENANTS_COUNTER = b"tenants"
