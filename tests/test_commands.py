@@ -150,6 +150,12 @@ def test_bytes_that_are_not_a_command_are_refused(data):
      "spec.concurrency.queue_max"),
     ({"spec": {k: v for k, v in SPEC.items() if k != "target"}}, "spec.target"),
     ({"spec": {**SPEC, "metadata": {"a": float("nan")}}}, "spec.metadata.a"),
+    # Members no shape declares are stored as sent, so they must be JSON too.
+    ({"spec": {**SPEC, "later": float("inf")}}, "spec.later"),
+    ({"spec": {**SPEC, "schedule": {**SPEC["schedule"], "later": [float("nan")]}}},
+     "spec.schedule.later[0]"),
+    ({"spec": {**SPEC, "target": {**SPEC["target"], "body": {"a": [b"raw"]}}}},
+     "spec.target.body.a[0]"),
 ])
 def test_a_member_of_the_wrong_shape_is_refused_and_named(overrides, field):
     assert refused(create(**overrides)).field == field
@@ -201,3 +207,8 @@ def test_run_updates_are_checked_item_by_item():
     commands.check_run_update({**finish, "retryable": False})
     batch = commands.run_updates(updates=[start] * (limits.run_update_batch_max + 1))
     assert refused(batch).field == "updates"
+
+
+def test_a_member_no_shape_declares_is_kept_as_sent():
+    spec = {**SPEC, "later": {"added": [1, "two"]}, "schedule": {**SPEC["schedule"], "x": None}}
+    assert commands.decode(commands.encode(create(spec=spec))).spec == spec

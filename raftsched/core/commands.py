@@ -368,20 +368,43 @@ def _check_spec(spec: dict) -> None:
         why, path = _split(str(exc))
         raise ValueError(f"{_MEMBER}{path}{_MEMBER}{why}") from None
     _check_json("metadata", spec["metadata"])
+    # The spec is stored as sent, members no shape declares too (a newer
+    # proposer's): those must at least be JSON values the store can hold.
+    _check_undeclared("", spec, typed)
+    _check_undeclared("schedule", spec["schedule"], typed.schedule)
+    for name in ("retry", "concurrency", "misfire", "alert"):
+        member = spec.get(name)
+        if member.__class__ is dict:
+            _check_undeclared(name, member, getattr(typed, name))
     if typed.dag is not UNSET:
         problem = dag.graph_problem(spec["dag"]["tasks"])
         if problem is not None:
             raise _refuse("dag", "task ids must be unique, dependencies known and listed "
                                  "once, and the graph acyclic with at most "
                                  f"{limits.dag_edges_max} dependencies")
-        targets = [(f"dag.tasks[{i}].target", t["target"])
-                   for i, t in enumerate(spec["dag"]["tasks"])]
+        _check_undeclared("dag", spec["dag"], typed.dag)
+        for i, (task, shape) in enumerate(zip(spec["dag"]["tasks"], typed.dag.tasks)):
+            _check_undeclared(f"dag.tasks[{i}]", task, shape)
+            if task.get("retry").__class__ is dict:
+                _check_undeclared(f"dag.tasks[{i}].retry", task["retry"], shape.retry)
+            _check_target(f"dag.tasks[{i}].target", task["target"], shape.target)
     else:
-        targets = [("target", spec["target"])]
-    for path, target in targets:
-        for member in ("body", "message", "env"):
-            if member in target:
-                _check_json(f"{path}.{member}", target[member])
+        _check_target("target", spec["target"], typed.target)
+
+
+def _check_target(path: str, target: dict, shape: _Shape) -> None:
+    _check_undeclared(path, target, shape)
+    for member in ("body", "message", "env"):
+        if member in target:
+            _check_json(_join(path, member), target[member])
+
+
+def _check_undeclared(path: str, value: dict, shape: _Shape) -> None:
+    """Check as free-form JSON the members of `value` its shape does not declare."""
+    declared = _DECLARED[type(shape)]
+    if not declared.issuperset(value):
+        for name in value.keys() - declared:
+            _check_json(_join(path, name), value[name])
 
 
 # --- commands --------------------------------------------------------------------------
@@ -883,6 +906,11 @@ def _all_shapes(cls: type) -> list[type]:
     return out
 
 
+# The members each shape declares (its tag member too): a spec's others are
+# checked as free-form JSON (see _check_spec).
+_DECLARED: dict[type, frozenset[str]] = {
+    cls: frozenset(cls.__struct_fields__) | {cls.__struct_config__.tag_field} - {None}
+    for cls in _all_shapes(_Shape)}
 _BYTE_CHECKS: dict[type, list] = {
     cls: _byte_checks(cls) for base in (_Checked, _Pair) for cls in _all_shapes(base)}
 _UNCHECKED_KEYS = [cls.__name__ for cls in _all_shapes(_Shape)
