@@ -212,3 +212,68 @@ def test_run_updates_are_checked_item_by_item():
 def test_a_member_no_shape_declares_is_kept_as_sent():
     spec = {**SPEC, "later": {"added": [1, "two"]}, "schedule": {**SPEC["schedule"], "x": None}}
     assert commands.decode(commands.encode(create(spec=spec))).spec == spec
+
+
+def _one_of_each_tag() -> list:
+    c = commands
+    start = c.run_start(run_id="r", holder="n1", attempt=1, at_ms=1, lease_ms=2)
+    failed = c.run_finish(run_id="r", holder="n1", attempt=1, at_ms=1, ok=False,
+                          retry_delay_ms=3)
+    done = c.run_finish(run_id="r", holder="n1", attempt=1, at_ms=1, ok=True)
+    item = c.create_job_item(job_id="j", spec=SPEC, idempotency_key=None, shard=1, next_ms=None)
+    return [
+        create(),
+        create(idempotency_key=None, next_ms=None, quota={"jobs_max": 5, "creates_per_s": 2},
+               actor="tok"),
+        c.create_jobs(tenant="t", at_ms=1, items=[item]),
+        c.fire(shard=3, token=2, upto_ms=5000, node="n1", at_ms=5000,
+               items=[("job_a1", 2000, 6000, [2000, 4000], True)], retries=[("run_x", 4500)]),
+        c.fire(shard=3, token=2, upto_ms=5000, node="n1", at_ms=5000, items=[]),
+        c.fire_many(node="n1", at_ms=9, parts=[
+            {"shard": 1, "token": 2, "upto_ms": 9, "items": [("job_a1", 5, None, [5], False)],
+             "retries": []}]),
+        c.run_updates(updates=[start, failed, done]),
+        c.expire_leases(items=[("r", 1, 4)], at_ms=1),
+        c.reassign_runs(items=[("r", "a", "b")], at_ms=1),
+        c.assign_shards(assignments=[(1, "n1")], at_ms=1),
+        c.purge(at_ms=1, history_max_runs=5, history_max_age_ms=0, finished_job_retention_ms=0,
+                idempotency_ttl_ms=0, runs=[("r", "j")], jobs=["j"], idem=[("t", "k")]),
+        c.put_tenant(tenant="t", quota={"jobs_max": 5}, actor=None, at_ms=1),
+        c.delete_tenant(tenant="t", actor=None, at_ms=1),
+        c.create_token(token_id="tk", tenant="t", role="admin", name="n", sha256="a" * 64,
+                       actor=None, at_ms=1),
+        c.revoke_token(token_id="tk", actor=None, at_ms=1),
+        c.scoped(c.trigger_job(job_id="j", scheduled_ms=1, node="n1", at_ms=1), tenant="t",
+                 actor="a"),
+        c.trigger_job(job_id="j", scheduled_ms=1, node="n1", at_ms=1, overlap="allow"),
+        c.retry_run(run_id="r", node="n1", at_ms=1),
+        c.pause_job(job_id="j", at_ms=1),
+        c.resume_job(job_id="j", next_ms=None, at_ms=1),
+        c.delete_job(job_id="j", at_ms=1),
+        c.update_job(job_id="j", spec=SPEC, expected_version=1, next_ms=None, at_ms=1),
+        c.cancel_run(run_id="r", reason="x", at_ms=1),
+        c.alert_done(run_id="r", outcome="sent", error=None, at_ms=1),
+        c.publish(topic="t", key=None, message={"a": 1}, execution_id="e", job_id="j", at_ms=1),
+        c.commit_offset(topic="t", group="g", offset=1, at_ms=1),
+        c.register_node(node="n1", http="h", raft="r", at_ms=1),
+        c.renew(node="n1", at_ms=1),
+        c.check_digest(node="n1", at_ms=1),
+        c.create_backfill(backfill_id="bf", job_id="j", tenant="t", expected_version=1,
+                          start_ms=1, end_ms=2, overlap="job", max_concurrent=1, total=1,
+                          at_ms=1),
+        c.backfill_step(node="n1", at_ms=1,
+                        items=[{"backfill_id": "bf", "occurrences": [1], "exhausted": False}]),
+        c.cancel_backfill(backfill_id="bf", reason=None, at_ms=1),
+    ]
+
+
+def test_every_tag_keeps_its_log_format():
+    """An entry of every tag is the versioned map the log has always carried:
+    the map decodes to the same command, and the command encodes to that map."""
+    examples = _one_of_each_tag()
+    assert {commands.tag_of(command) for command in examples} == set(commands.TAGS)
+    for command in examples:
+        as_map = msgspec.to_builtins(command)
+        assert as_map["v"] == commands.VERSION
+        assert commands.decode(codec.pack(as_map)) == command
+        assert codec.unpack(commands.encode(command)) == as_map
