@@ -277,3 +277,23 @@ def test_every_tag_keeps_its_log_format():
         assert as_map["v"] == commands.VERSION
         assert commands.decode(codec.pack(as_map)) == command
         assert codec.unpack(commands.encode(command)) == as_map
+
+
+def _at_stack_depth(frames: int, call):
+    return call() if frames == 0 else _at_stack_depth(frames - 1, call)
+
+
+def test_a_deeply_nested_member_is_judged_alike_at_any_stack_depth():
+    """A member no shape declares, nested 800 deep, is skipped by the decoder on
+    the caller's stack: a replica deeper in its own stack (or replaying its
+    journal) must still judge the entry as every other replica does."""
+    deep = b"\x91" * 800 + b"\xc0"
+    data = b"\x85" + b"".join(codec.pack(member) for member in (
+        "v", 1, "t", "renew", "node", "n1", "at_ms", 1)) + codec.pack("later") + deep
+    expected = commands.renew(node="n1", at_ms=1)
+    assert commands.decode(data) == expected
+    assert _at_stack_depth(400, lambda: commands.decode(data)) == expected
+    too_deep = data.replace(deep, b"\x91" * 5000 + b"\xc0")
+    for frames in (0, 400):
+        with pytest.raises(CommandRefused):
+            _at_stack_depth(frames, lambda: commands.decode(too_deep))

@@ -920,7 +920,8 @@ assert not _UNCHECKED_KEYS, f"shapes with Key members must derive from _Checked:
 
 # --- the codec -------------------------------------------------------------------------
 
-_DECODER = msgspec.msgpack.Decoder(Union[tuple(SHAPES.values())])   # type: ignore[arg-type]
+_COMMAND_TYPE = Union[tuple(SHAPES.values())]   # type: ignore[valid-type]
+_DECODER = msgspec.msgpack.Decoder(_COMMAND_TYPE)
 _ENCODER = msgspec.msgpack.Encoder()
 # msgspec's place of a failure, "$.items[0].job_id", at the end of its message.
 _AT = re.compile(r"^(.*) - at `\$(.*)`$", re.S)
@@ -978,12 +979,37 @@ def decode(data: bytes) -> Command:
         raise   # this node's trouble, not the entry's: refusing it here alone would diverge
     except msgspec.ValidationError as exc:
         _judge_refused(data, str(exc))
-    except Exception as exc:  # not msgpack, not UTF-8, nested past the decoder's stack
+    except RecursionError:
+        command = _decode_flat(data)
+    except Exception as exc:  # not msgpack, not UTF-8
         _judge_refused(data, f"log entry is not msgpack: {type(exc).__name__}: {exc}",
                        shape=False)
     finally:
         _CHECKING.reset(checking)
     return command
+
+
+def _decode_flat(data: bytes) -> Command:
+    """decode, for an entry nested deeper than this thread's stack allows.
+
+    msgspec skips members no shape declares by recursing on the calling
+    thread's stack, whose depth differs between replicas (and between replay
+    and live apply): an entry nested near Python's recursion limit must not be
+    judged by it. msgpack's own unpacker has a fixed stack, and convert does
+    not descend into what it skips or into free-form values (whose depth the
+    JSON check bounds), so this judgement is the same on every replica, and
+    the same as decode's wherever decode had the stack to finish."""
+    try:
+        value = codec.unpack(data)
+    except MemoryError:
+        raise
+    except Exception as exc:  # msgpack raises several unrelated types
+        _judge_refused(data, f"log entry is not msgpack: {type(exc).__name__}: {exc}",
+                       shape=False)
+    try:
+        return msgspec.convert(value, _COMMAND_TYPE)
+    except msgspec.ValidationError as exc:
+        _judge_refused(data, str(exc))
 
 
 def _judge_refused(data: bytes, message: str, *, shape: bool = True) -> None:
