@@ -6,6 +6,7 @@ import contextlib
 import tempfile
 from collections.abc import Iterator
 
+import msgspec
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from raftsched.core import backfill, codec, commands, keys
@@ -308,6 +309,7 @@ def _entry(store: MemoryStore, op: tuple, t: int) -> bytes | None:
         return codec.pack({"v": op[1], "t": op[2], "node": "n1", "at_ms": t})
     if op[0] in ("splice", "drop"):
         command = _valid_command(store, op[1], t)
+        command = command and msgspec.to_builtins(command)   # the map the log carries
         paths = command and _paths(command)
         if not paths:
             return None

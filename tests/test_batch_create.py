@@ -24,7 +24,7 @@ def batch(cluster, jobs: list, node: str = "n1"):
 
 # --- the command, on one replica -------------------------------------------------------
 
-def item(job_id: str, key: str | None = None) -> dict:
+def item(job_id: str, key: str | None = None) -> commands.CreateJobItem:
     spec = {"name": job_id, "schedule": {"kind": "once", "run_at_ms": 5_000, "offset_min": 0},
             "target": {"type": "http", "url": "http://a/", "method": "POST", "timeout_s": 1.0},
             "retry": None, "concurrency": None, "metadata": {}}
@@ -34,7 +34,7 @@ def item(job_id: str, key: str | None = None) -> dict:
 
 def test_create_jobs_applies_each_item_as_a_create_in_order():
     replica = Replica()
-    replica.run(commands.create_job(job_id="job_aa", tenant="default", spec=item("job_aa")["spec"],
+    replica.run(commands.create_job(job_id="job_aa", tenant="default", spec=item("job_aa").spec,
                                     idempotency_key=None, shard=1, next_ms=5_000, at_ms=1))
     result = replica.run(commands.create_jobs(tenant="default", at_ms=2, items=[
         item("job_01", "k1"), item("job_02", "k1"), item("job_aa"), item("job_03")]))

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import msgspec
 from aiohttp.test_utils import TestClient, TestServer
 
 from raftsched.api.app import make_app
-from raftsched.core import commands, jobspec, keys
+from raftsched.core import codec, commands, jobspec, keys
 from raftsched.core.tx import AUDIT, JOBS
 from raftsched.runtime.port import StoreQueries
 from raftsched.testing.replica import Replica
@@ -85,7 +86,7 @@ def test_an_update_to_a_command_is_refused_once_the_grant_is_withdrawn():
                                                                     "target.type")
     assert log.job("job_c1")["version"] == job["version"]
     # Moving the job away from commands is allowed.
-    to_http = dict(update, spec=spec_of(HTTP))
+    to_http = msgspec.structs.replace(update, spec=spec_of(HTTP))
     assert log.run(to_http)["ok"] is True
 
 
@@ -100,9 +101,10 @@ def test_the_grant_is_audited_and_a_put_without_it_keeps_it():
 
 
 def test_a_grant_that_is_not_a_boolean_does_not_decode():
-    command = commands.put_tenant(tenant="t1", quota={}, actor=None, at_ms=1)
+    command = msgspec.to_builtins(commands.put_tenant(tenant="t1", quota={}, actor=None,
+                                                      at_ms=1))
     command["commands"] = "yes"
-    result = Replica().run_entry(commands.encode(command))
+    result = Replica().run_entry(codec.pack(command))
     assert result["error"] == "invalid_command"
 
 

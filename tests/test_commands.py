@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from raftsched import limits
@@ -26,15 +27,15 @@ def create(**overrides) -> dict:
     return commands.create_job(**fields)
 
 
-def refused(command: dict) -> CommandRefused:
+def refused(command: commands.Command) -> CommandRefused:
     with pytest.raises(CommandRefused) as info:
-        commands.decode(codec.pack(command))
+        commands.decode(commands.encode(command))
     return info.value
 
 
 def test_every_tag_has_a_schema_and_a_handler():
-    assert set(commands.SCHEMAS) == set(commands.TAGS)
-    assert all(callable(check) for check in commands.SCHEMAS.values())
+    assert set(commands.SHAPES) == set(commands.TAGS)
+    assert all(issubclass(shape, commands.Command) for shape in commands.SHAPES.values())
     assert set(HANDLERS) == set(commands.TAGS)
 
 
@@ -78,9 +79,33 @@ def test_well_formed_commands_decode_unchanged():
         commands.commit_offset(topic="t", group="g", offset=0, at_ms=1),
         commands.publish(topic="t", key=None, message=[1, {"a": None}], execution_id="exe_1",
                          job_id="job_a1", at_ms=1),
+        commands.fire_many(node="n1", at_ms=9, parts=[
+            {"shard": 1, "token": 2, "upto_ms": 9, "items": [("job_a1", 5, None, [5], False)],
+             "retries": [("run_x", 4)]}]),
+        commands.assign_shards(assignments=[(0, "n1"), (1, "n2")], at_ms=1),
+        commands.expire_leases(items=[("run_x", 1, 40)], at_ms=1),
+        commands.reassign_runs(items=[("run_x", "n1", "n2")], at_ms=1),
+        commands.purge(at_ms=1, history_max_runs=5, history_max_age_ms=0,
+                       finished_job_retention_ms=0, idempotency_ttl_ms=0,
+                       runs=[("run_x", "job_a1")], jobs=["job_b"], idem=[("default", "k")]),
+        commands.put_tenant(tenant="t", quota={"jobs_max": 5, "creates_per_s": None},
+                            actor=None, at_ms=1),
+        commands.trigger_job(job_id="job_a1", scheduled_ms=1, node="n1", at_ms=1),
+        commands.pause_job(job_id="job_a1", at_ms=1, note="why"),
     ]
     for command in commands_:
-        assert commands.decode(commands.encode(command)) == codec.unpack(codec.pack(command))
+        data = commands.encode(command)
+        assert commands.decode(data) == command
+        # The log format is the map it has always been: entries written before
+        # the shapes were Structs decode alike, and these decode as maps.
+        as_map = msgspec.to_builtins(command)
+        assert codec.unpack(data) == as_map
+        assert commands.decode(codec.pack(as_map)) == command
+    # Records that were tuples are still msgpack arrays in the log.
+    assert codec.unpack(commands.encode(commands_[6]))["parts"][0]["items"] == \
+        [["job_a1", 5, None, [5], False]]
+    # A member that may be left out, and was, is not in the entry.
+    assert "overlap" not in codec.unpack(commands.encode(commands_[-2]))
 
 
 def test_unknown_versions_and_tags_stop_the_node():
@@ -109,6 +134,8 @@ def test_bytes_that_are_not_a_command_are_refused(data):
     ({"job_id": "a\x00b"}, "job_id"),
     ({"job_id": "é" * 65}, "job_id"),                       # 130 bytes, 65 characters
     ({"idempotency_key": "€" * 200}, "idempotency_key"),  # 600 bytes
+    ({"job_id": "\U0001d11e" * 33}, "job_id"),             # 132 bytes, 33 characters
+    ({"tenant": "\U0001d11e" * 16 + "a"}, "tenant"),        # 65 bytes, 17 characters
     ({"tenant": 5}, "tenant"),
     ({"shard": 65_536}, "shard"),
     ({"shard": -1}, "shard"),
@@ -123,6 +150,12 @@ def test_bytes_that_are_not_a_command_are_refused(data):
      "spec.concurrency.queue_max"),
     ({"spec": {k: v for k, v in SPEC.items() if k != "target"}}, "spec.target"),
     ({"spec": {**SPEC, "metadata": {"a": float("nan")}}}, "spec.metadata.a"),
+    # Members no shape declares are stored as sent, so they must be JSON too.
+    ({"spec": {**SPEC, "later": float("inf")}}, "spec.later"),
+    ({"spec": {**SPEC, "schedule": {**SPEC["schedule"], "later": [float("nan")]}}},
+     "spec.schedule.later[0]"),
+    ({"spec": {**SPEC, "target": {**SPEC["target"], "body": {"a": [b"raw"]}}}},
+     "spec.target.body.a[0]"),
 ])
 def test_a_member_of_the_wrong_shape_is_refused_and_named(overrides, field):
     assert refused(create(**overrides)).field == field
@@ -174,3 +207,93 @@ def test_run_updates_are_checked_item_by_item():
     commands.check_run_update({**finish, "retryable": False})
     batch = commands.run_updates(updates=[start] * (limits.run_update_batch_max + 1))
     assert refused(batch).field == "updates"
+
+
+def test_a_member_no_shape_declares_is_kept_as_sent():
+    spec = {**SPEC, "later": {"added": [1, "two"]}, "schedule": {**SPEC["schedule"], "x": None}}
+    assert commands.decode(commands.encode(create(spec=spec))).spec == spec
+
+
+def _one_of_each_tag() -> list:
+    c = commands
+    start = c.run_start(run_id="r", holder="n1", attempt=1, at_ms=1, lease_ms=2)
+    failed = c.run_finish(run_id="r", holder="n1", attempt=1, at_ms=1, ok=False,
+                          retry_delay_ms=3)
+    done = c.run_finish(run_id="r", holder="n1", attempt=1, at_ms=1, ok=True)
+    item = c.create_job_item(job_id="j", spec=SPEC, idempotency_key=None, shard=1, next_ms=None)
+    return [
+        create(),
+        create(idempotency_key=None, next_ms=None, quota={"jobs_max": 5, "creates_per_s": 2},
+               actor="tok"),
+        c.create_jobs(tenant="t", at_ms=1, items=[item]),
+        c.fire(shard=3, token=2, upto_ms=5000, node="n1", at_ms=5000,
+               items=[("job_a1", 2000, 6000, [2000, 4000], True)], retries=[("run_x", 4500)]),
+        c.fire(shard=3, token=2, upto_ms=5000, node="n1", at_ms=5000, items=[]),
+        c.fire_many(node="n1", at_ms=9, parts=[
+            {"shard": 1, "token": 2, "upto_ms": 9, "items": [("job_a1", 5, None, [5], False)],
+             "retries": []}]),
+        c.run_updates(updates=[start, failed, done]),
+        c.expire_leases(items=[("r", 1, 4)], at_ms=1),
+        c.reassign_runs(items=[("r", "a", "b")], at_ms=1),
+        c.assign_shards(assignments=[(1, "n1")], at_ms=1),
+        c.purge(at_ms=1, history_max_runs=5, history_max_age_ms=0, finished_job_retention_ms=0,
+                idempotency_ttl_ms=0, runs=[("r", "j")], jobs=["j"], idem=[("t", "k")]),
+        c.put_tenant(tenant="t", quota={"jobs_max": 5}, actor=None, at_ms=1),
+        c.delete_tenant(tenant="t", actor=None, at_ms=1),
+        c.create_token(token_id="tk", tenant="t", role="admin", name="n", sha256="a" * 64,
+                       actor=None, at_ms=1),
+        c.revoke_token(token_id="tk", actor=None, at_ms=1),
+        c.scoped(c.trigger_job(job_id="j", scheduled_ms=1, node="n1", at_ms=1), tenant="t",
+                 actor="a"),
+        c.trigger_job(job_id="j", scheduled_ms=1, node="n1", at_ms=1, overlap="allow"),
+        c.retry_run(run_id="r", node="n1", at_ms=1),
+        c.pause_job(job_id="j", at_ms=1),
+        c.resume_job(job_id="j", next_ms=None, at_ms=1),
+        c.delete_job(job_id="j", at_ms=1),
+        c.update_job(job_id="j", spec=SPEC, expected_version=1, next_ms=None, at_ms=1),
+        c.cancel_run(run_id="r", reason="x", at_ms=1),
+        c.alert_done(run_id="r", outcome="sent", error=None, at_ms=1),
+        c.publish(topic="t", key=None, message={"a": 1}, execution_id="e", job_id="j", at_ms=1),
+        c.commit_offset(topic="t", group="g", offset=1, at_ms=1),
+        c.register_node(node="n1", http="h", raft="r", at_ms=1),
+        c.renew(node="n1", at_ms=1),
+        c.check_digest(node="n1", at_ms=1),
+        c.create_backfill(backfill_id="bf", job_id="j", tenant="t", expected_version=1,
+                          start_ms=1, end_ms=2, overlap="job", max_concurrent=1, total=1,
+                          at_ms=1),
+        c.backfill_step(node="n1", at_ms=1,
+                        items=[{"backfill_id": "bf", "occurrences": [1], "exhausted": False}]),
+        c.cancel_backfill(backfill_id="bf", reason=None, at_ms=1),
+    ]
+
+
+def test_every_tag_keeps_its_log_format():
+    """An entry of every tag is the versioned map the log has always carried:
+    the map decodes to the same command, and the command encodes to that map."""
+    examples = _one_of_each_tag()
+    assert {commands.tag_of(command) for command in examples} == set(commands.TAGS)
+    for command in examples:
+        as_map = msgspec.to_builtins(command)
+        assert as_map["v"] == commands.VERSION
+        assert commands.decode(codec.pack(as_map)) == command
+        assert codec.unpack(commands.encode(command)) == as_map
+
+
+def _at_stack_depth(frames: int, call):
+    return call() if frames == 0 else _at_stack_depth(frames - 1, call)
+
+
+def test_a_deeply_nested_member_is_judged_alike_at_any_stack_depth():
+    """A member no shape declares, nested 800 deep, is skipped by the decoder on
+    the caller's stack: a replica deeper in its own stack (or replaying its
+    journal) must still judge the entry as every other replica does."""
+    deep = b"\x91" * 800 + b"\xc0"
+    data = b"\x85" + b"".join(codec.pack(member) for member in (
+        "v", 1, "t", "renew", "node", "n1", "at_ms", 1)) + codec.pack("later") + deep
+    expected = commands.renew(node="n1", at_ms=1)
+    assert commands.decode(data) == expected
+    assert _at_stack_depth(400, lambda: commands.decode(data)) == expected
+    too_deep = data.replace(deep, b"\x91" * 5000 + b"\xc0")
+    for frames in (0, 400):
+        with pytest.raises(CommandRefused):
+            _at_stack_depth(frames, lambda: commands.decode(too_deep))

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from raftsched import limits
+from raftsched.core import commands
 from raftsched.errors import Unavailable
 from raftsched.replication.raft import Replicator
 from raftsched.runtime.node import Node
@@ -43,7 +44,7 @@ def node_with(raft: _Raft, wait_s: float = limits.leader_wait_s, **extra) -> Sim
 
 async def test_a_write_during_an_election_waits_and_is_proposed_once():
     raft = _Raft(unreachable=5)
-    command = {"v": 1, "t": "renew", "node": "n1", "at_ms": 1}
+    command = commands.renew(node="n1", at_ms=1)
     assert await Node.propose(node_with(raft), command) == {"ok": True}
     assert raft.looks == 6
     assert len(raft.proposed) == 1
@@ -53,8 +54,7 @@ async def test_a_write_with_no_leader_past_the_bound_is_refused_and_not_proposed
     raft = _Raft(unreachable=10 ** 9)
     started = time.monotonic()
     with pytest.raises(Unavailable) as refused:
-        await Node.propose(node_with(raft, wait_s=0.2), {"v": 1, "t": "renew", "node": "n1",
-                                                         "at_ms": 1})
+        await Node.propose(node_with(raft, wait_s=0.2), commands.renew(node="n1", at_ms=1))
     assert time.monotonic() - started >= 0.2
     assert refused.value.reason == "no_leader"
     assert "leader_wait_s" in refused.value.detail

@@ -65,7 +65,6 @@ def limit_like_constants(source: str) -> list[str]:
 
 # (module, function, parameter): why its numeric default is not a limit.
 ALLOWED_DEFAULTS = {
-    ("core/shape.py", "list_of", "min_len"): "0 means no minimum; callers name real bounds",
 }
 
 

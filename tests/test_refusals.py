@@ -70,8 +70,7 @@ def test_a_600_character_group_is_refused(store):
 
 
 def test_a_run_report_with_an_empty_run_id_is_refused(store):
-    beat = {"run_id": "", "event": "heartbeat", "holder": "worker:w", "attempt": 1,
-            "at_ms": 1, "lease_ms": 5}
+    beat = commands.run_heartbeat(run_id="", holder="worker:w", attempt=1, at_ms=1, lease_ms=5)
     command = commands.run_updates(updates=[beat])
     result = assert_refused_with_no_writes(store, commands.encode(command), "invalid_command")
     assert result["field"] == "updates[0].run_id"
@@ -84,9 +83,11 @@ def test_a_run_report_with_attempt_2_to_the_64_never_reaches_the_log(store):
             "at_ms": 1, "lease_ms": 5}
     with pytest.raises(CommandRefused):
         commands.check_run_update(beat)
+    built = commands.run_heartbeat(run_id="run_x", holder="worker:w", attempt=2 ** 64, at_ms=1,
+                                   lease_ms=5)
     with pytest.raises(CommandRefused):
-        commands.check(commands.run_updates(updates=[beat]))
-    transition = apply(store, commands.run_updates(updates=[beat]), 1)
+        commands.check(commands.run_updates(updates=[built]))
+    transition = apply(store, commands.run_updates(updates=[built]), 1)
     assert transition.writes == ()
     assert transition.result["accepted"] == [False]
 

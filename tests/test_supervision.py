@@ -342,7 +342,7 @@ async def test_a_fault_in_any_loop_of_a_node_is_logged_counted_and_the_loop_goes
 
 
 def is_fire(replicator: Replicator, data: bytes, *args) -> bool:
-    return commands.decode(data)["t"] in ("fire", "fire_many")
+    return commands.tag_of(commands.decode(data)) in ("fire", "fire_many")
 
 
 async def test_a_fault_in_a_one_shot_task_is_logged_counted_and_the_work_is_done_again(

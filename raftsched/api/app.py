@@ -187,18 +187,18 @@ async def batch_create_jobs(request: web.Request) -> web.Response:
     return json_response({"results": results})
 
 
-async def _drop_ungranted_commands(node: "NodePort", tenant: str, items: list[dict],
-                                   positions: list[int],
-                                   results: list[dict]) -> tuple[list[dict], list[int]]:
+async def _drop_ungranted_commands(
+        node: "NodePort", tenant: str, items: list[commands.CreateJobItem], positions: list[int],
+        results: list[dict]) -> tuple[list[commands.CreateJobItem], list[int]]:
     """The items a tenant without the command grant may create: each job with
     a command target gets its 403 problem in its place."""
-    if all(tenancy.command_field(item["spec"]) is None for item in items):
+    if all(tenancy.command_field(item.spec) is None for item in items):
         return items, positions
     if await _commands_granted(node, tenant):
         return items, positions
     kept_items, kept_positions = [], []
     for item, position in zip(items, positions):
-        forbidden = _command_forbidden(tenant, item["spec"])
+        forbidden = _command_forbidden(tenant, item.spec)
         if forbidden is not None:
             results[position] = {"error": _problem_of(forbidden)}
         else:

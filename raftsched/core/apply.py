@@ -50,18 +50,19 @@ _refuse = refuse
 _live_job = live_job
 
 
-def apply(view: View, command: dict, index: int) -> Transition:
+def apply(view: View, command: commands.Command, index: int) -> Transition:
     assert index > 0
-    handler = HANDLERS[command["t"]]
+    tag = commands.tag_of(command)
+    handler = HANDLERS[tag]
     tx = Tx(view)
     try:
         result = handler(tx, command)
     except (ViewFailed, MemoryError):
         raise   # this node's trouble, not the command's (see the module docstring)
     except WriteRefused as exc:
-        return refused_transition("refused", f"{command['t']}: {exc.detail}")
+        return refused_transition("refused", f"{tag}: {exc.detail}")
     except Exception as exc:
-        return refused_transition("apply_failed", f"{command['t']}: {exc!r}",
+        return refused_transition("apply_failed", f"{tag}: {exc!r}",
                                   traceback=_stack_text(exc))
     return tx.transition(result)
 
@@ -75,7 +76,7 @@ def apply_entry(view: View, data: bytes, index: int) -> tuple[str | None, Transi
         command = commands.decode(data)
     except CommandRefused as exc:
         return None, refused_transition("invalid_command", exc.detail, field=exc.field or "")
-    return command["t"], apply(view, command, index)
+    return commands.tag_of(command), apply(view, command, index)
 
 
 def refused_transition(error: str, detail: str, **extra: str) -> Transition:
@@ -109,60 +110,62 @@ def _disarm(tx: Tx, job: dict) -> None:
         tx.delete(DUE, keys.due_key(job["shard"], due_at_ms(job, job["next_ms"]), job["id"]))
 
 
-def _create_job(tx: Tx, cmd: dict, counter: tenancy.CreateCounter | None = None) -> dict:
-    single = counter is None
-    if counter is None:
-        counter = tenancy.CreateCounter(tx, cmd["tenant"], cmd.get("quota"), cmd["at_ms"])
-    idem = cmd["idempotency_key"]
+def _create_job(tx: Tx, cmd: commands.CreateJob) -> dict:
+    counter = tenancy.CreateCounter(tx, cmd.tenant, commands.given(cmd.quota), cmd.at_ms)
+    result = _create_one(tx, cmd, cmd.tenant, cmd.at_ms, counter)
+    if result.get("ok") and not result.get("existing"):
+        counter.finish()
+        tenancy.audit(tx, cmd, "job.create", cmd.tenant, cmd.job_id)
+    return result
+
+
+def _create_one(tx: Tx, item: commands.CreateJob | commands.CreateJobItem, tenant: str,
+                at_ms: int, counter: tenancy.CreateCounter) -> dict:
+    """One job of a create_job or a create_jobs, of `tenant` at `at_ms`."""
+    idem = item.idempotency_key
     if idem is not None:
-        reserved = tx.get(IDEM, keys.idem_key(cmd["tenant"], idem))
+        reserved = tx.get(IDEM, keys.idem_key(tenant, idem))
         if reserved is not None:
             return _idempotent_answer(tx, idem, reserved)
-    if tx.get(JOBS, keys.job_key(cmd["job_id"])) is not None:
-        return _refuse("conflict", f"job {cmd['job_id']} exists")
-    refusal = tenancy.command_refusal(tenancy.tenant_record(tx, cmd["tenant"]), cmd["tenant"],
-                                      cmd["spec"])
+    if tx.get(JOBS, keys.job_key(item.job_id)) is not None:
+        return _refuse("conflict", f"job {item.job_id} exists")
+    refusal = tenancy.command_refusal(tenancy.tenant_record(tx, tenant), tenant, item.spec)
     if refusal is not None:
         return refusal
     refusal = counter.take()
     if refusal is not None:
         return refusal
-    job = {"v": RECORD_VERSION, "id": cmd["job_id"], "tenant": cmd["tenant"],
-           "spec": cmd["spec"], "status": "active", "version": 1, "shard": cmd["shard"],
-           "next_ms": cmd["next_ms"], "created_ms": cmd["at_ms"], "updated_ms": cmd["at_ms"],
+    job = {"v": RECORD_VERSION, "id": item.job_id, "tenant": tenant,
+           "spec": item.spec, "status": "active", "version": 1, "shard": item.shard,
+           "next_ms": item.next_ms, "created_ms": at_ms, "updated_ms": at_ms,
            "idempotency_key": idem, "last_run_id": None}
     tx.put(JOBS, keys.job_key(job["id"]), job)
     if idem is not None:
-        tx.put(IDEM, keys.idem_key(cmd["tenant"], idem),
-               retention.idem_value(job["id"], cmd["at_ms"]))
+        tx.put(IDEM, keys.idem_key(tenant, idem), retention.idem_value(job["id"], at_ms))
     _arm(tx, job)
-    if single:
-        counter.finish()
-        tenancy.audit(tx, cmd, "job.create", cmd["tenant"], job["id"])
     return {"ok": True, "existing": False, "job": job}
 
 
-def _create_jobs(tx: Tx, cmd: dict) -> dict:
+def _create_jobs(tx: Tx, cmd: commands.CreateJobs) -> dict:
     """A batch of creates, each exactly a create_job, in order: an item sees the
     items before it (a key used twice creates one job), and an item that is
     refused (a reserved key, an id that exists, a quota) refuses only itself.
     The batch is one audit record naming the jobs it created."""
-    counter = tenancy.CreateCounter(tx, cmd["tenant"], cmd.get("quota"), cmd["at_ms"])
-    results = [_create_job(tx, {**item, "tenant": cmd["tenant"], "at_ms": cmd["at_ms"]},
-                           counter)
-               for item in cmd["items"]]
+    counter = tenancy.CreateCounter(tx, cmd.tenant, commands.given(cmd.quota), cmd.at_ms)
+    results = [_create_one(tx, item, cmd.tenant, cmd.at_ms, counter) for item in cmd.items]
     counter.finish()
     created = [r["job"]["id"] for r in results if r.get("ok") and not r.get("existing")]
     if created:
-        tenancy.audit(tx, cmd, "job.create", cmd["tenant"], created[0], jobs=created)
+        tenancy.audit(tx, cmd, "job.create", cmd.tenant, created[0], jobs=created)
     return {"ok": True, "results": results}
 
 
-def _scoped_job(tx: Tx, cmd: dict) -> dict | None:
+def _scoped_job(tx: Tx, cmd: commands.Command) -> dict | None:
     """The live job a write names, if it belongs to the tenant the write is for
     (another tenant's job is answered as not found)."""
-    job = _live_job(tx, cmd["job_id"])
-    if job is None or ("tenant" in cmd and job["tenant"] != cmd["tenant"]):
+    job = _live_job(tx, cmd.job_id)
+    tenant = commands.given(cmd.tenant)
+    if job is None or (tenant is not None and job["tenant"] != tenant):
         return None
     return job
 
@@ -182,23 +185,23 @@ def _idempotent_answer(tx: Tx, idem: str, reserved: object) -> dict:
                       f"the key stays reserved"}
 
 
-def _update_job(tx: Tx, cmd: dict) -> dict:
+def _update_job(tx: Tx, cmd: commands.Command) -> dict:
     job = _scoped_job(tx, cmd)
     if job is None:
-        return _refuse("not_found", f"job {cmd['job_id']} not found")
-    if job["version"] != cmd["expected_version"]:
+        return _refuse("not_found", f"job {cmd.job_id} not found")
+    if job["version"] != cmd.expected_version:
         return _refuse("conflict", f"job {job['id']} changed (version {job['version']}, "
-                                   f"expected {cmd['expected_version']}); read it and retry")
+                                   f"expected {cmd.expected_version}); read it and retry")
     refusal = tenancy.command_refusal(tenancy.tenant_record(tx, job["tenant"]), job["tenant"],
-                                      cmd["spec"])
+                                      cmd.spec)
     if refusal is not None:
         return refusal
     _disarm(tx, job)
-    job["spec"] = cmd["spec"]
+    job["spec"] = cmd.spec
     job["version"] += 1
-    job["updated_ms"] = cmd["at_ms"]
-    job["next_ms"] = cmd["next_ms"]
-    if job["status"] == "completed" and cmd["next_ms"] is not None:
+    job["updated_ms"] = cmd.at_ms
+    job["next_ms"] = cmd.next_ms
+    if job["status"] == "completed" and cmd.next_ms is not None:
         job["status"] = "active"
     tx.put(JOBS, keys.job_key(job["id"]), job)
     _arm(tx, job)
@@ -206,49 +209,49 @@ def _update_job(tx: Tx, cmd: dict) -> dict:
     return {"ok": True, "job": job}
 
 
-def _delete_job(tx: Tx, cmd: dict) -> dict:
+def _delete_job(tx: Tx, cmd: commands.Command) -> dict:
     job = _scoped_job(tx, cmd)
     if job is None:
-        return _refuse("not_found", f"job {cmd['job_id']} not found")
+        return _refuse("not_found", f"job {cmd.job_id} not found")
     # The idempotency key stays reserved until its TTL (the purger removes it),
     # so a retried create of this job cannot create it again.
     _disarm(tx, job)
-    job.update(status="deleted", next_ms=None, updated_ms=cmd["at_ms"], version=job["version"] + 1)
+    job.update(status="deleted", next_ms=None, updated_ms=cmd.at_ms, version=job["version"] + 1)
     tx.put(JOBS, keys.job_key(job["id"]), job)
     tenancy.release_job(tx, job["tenant"])
     tenancy.audit(tx, cmd, "job.delete", job["tenant"], job["id"])
     return {"ok": True, "job": job}
 
 
-def _pause_job(tx: Tx, cmd: dict) -> dict:
+def _pause_job(tx: Tx, cmd: commands.Command) -> dict:
     """Pause an active job, keeping the command's note (why) until it resumes.
     A paused job is left as it is, but for a new note, which replaces its own."""
     job = _scoped_job(tx, cmd)
     if job is None:
-        return _refuse("not_found", f"job {cmd['job_id']} not found")
-    note = cmd.get("note")
+        return _refuse("not_found", f"job {cmd.job_id} not found")
+    note = commands.given(cmd.note)
     if job["status"] == "paused" and note is not None and note != job.get("pause_note"):
-        job.update(pause_note=note, updated_ms=cmd["at_ms"], version=job["version"] + 1)
+        job.update(pause_note=note, updated_ms=cmd.at_ms, version=job["version"] + 1)
         tx.put(JOBS, keys.job_key(job["id"]), job)
         tenancy.audit(tx, cmd, "job.pause", job["tenant"], job["id"])
         return {"ok": True, "job": job}
     if job["status"] != "active":
         return {"ok": True, "job": job}
     _disarm(tx, job)
-    job.update(status="paused", next_ms=None, updated_ms=cmd["at_ms"], version=job["version"] + 1,
-               pause_note=note, paused_ms=cmd["at_ms"])
+    job.update(status="paused", next_ms=None, updated_ms=cmd.at_ms, version=job["version"] + 1,
+               pause_note=note, paused_ms=cmd.at_ms)
     tx.put(JOBS, keys.job_key(job["id"]), job)
     tenancy.audit(tx, cmd, "job.pause", job["tenant"], job["id"])
     return {"ok": True, "job": job}
 
 
-def _resume_job(tx: Tx, cmd: dict) -> dict:
+def _resume_job(tx: Tx, cmd: commands.Command) -> dict:
     job = _scoped_job(tx, cmd)
     if job is None:
-        return _refuse("not_found", f"job {cmd['job_id']} not found")
+        return _refuse("not_found", f"job {cmd.job_id} not found")
     if job["status"] != "paused":
         return {"ok": True, "job": job}
-    job.update(status="active", next_ms=cmd["next_ms"], updated_ms=cmd["at_ms"],
+    job.update(status="active", next_ms=cmd.next_ms, updated_ms=cmd.at_ms,
                version=job["version"] + 1, pause_note=None, paused_ms=None)
     if job["next_ms"] is None and job["spec"]["schedule"]["kind"] != "none":
         job["status"] = "completed"   # (a DAG job without a schedule never completes)
@@ -311,21 +314,27 @@ def _policy_decisions(policy: dict, occurrences: list[int], at_ms: int,
             for o in occurrences[:-1]] + [(latest, lifecycle.QUEUED, None)]
 
 
-def _fire(tx: Tx, cmd: dict) -> dict:
+def _fire(tx: Tx, cmd: commands.Fire) -> dict:
+    return _fire_part(tx, cmd, cmd.node, cmd.at_ms)
+
+
+def _fire_part(tx: Tx, part: commands.Fire | commands.FirePart, node: str, at_ms: int) -> dict:
     """Fire due entries of one shard, if the proposer still holds the shard's
     fencing token. A stale token (a paused or cut-off former owner) is refused
     and counted; nothing else is written."""
-    shard = cmd["shard"]
+    shard = part.shard
     state = _shard_state(tx, shard)
-    if state["token"] != cmd["token"] or state["owner"] != cmd["node"]:
+    if state["token"] != part.token or state["owner"] != node:
         state["stale_fires"] += 1
         tx.put(SHARDS, keys.shard_key(shard), state)
         return {"ok": False, "error": "stale_token", "fired": 0,
-                "stale": len(cmd["items"]) + len(cmd.get("retries", [])),
-                "detail": f"shard {shard} token {cmd['token']} from {cmd['node']}; current "
+                "stale": len(part.items) + len(part.retries),
+                "detail": f"shard {shard} token {part.token} from {node}; current "
                           f"token {state['token']} owned by {state['owner']}"}
     fired = stale = 0
-    for job_id, due_ms, next_ms, occurrences, omitted in cmd["items"]:
+    for item in part.items:
+        job_id, due_ms, next_ms, occurrences = (item.job_id, item.due_ms, item.next_ms,
+                                                item.occurrences)
         job = _live_job(tx, job_id)
         if job is None or job["next_ms"] != due_ms:
             stale += 1  # the job changed since the proposer looked
@@ -340,10 +349,10 @@ def _fire(tx: Tx, cmd: dict) -> dict:
         policy = job["spec"].get("misfire", DEFAULT_MISFIRE)
         jittered = bool(job["spec"].get("jitter_ms"))
         due_at = (lambda o, job=job: due_at_ms(job, o)) if jittered else None
-        for occurrence, run_state, reason in misfire_decisions(policy, occurrences, cmd["at_ms"],
+        for occurrence, run_state, reason in misfire_decisions(policy, occurrences, at_ms,
                                                                due_at):
-            run, created = runs.create_run(tx, job, occurrence, cmd["node"], cmd["at_ms"],
-                                           "schedule", cmd["token"], run_state, reason)
+            run, created = runs.create_run(tx, job, occurrence, node, at_ms,
+                                           "schedule", part.token, run_state, reason)
             if created and jittered:
                 run["jitter_ms"] = due_at_ms(job, occurrence) - occurrence
                 runs.put_run(tx, run)
@@ -352,43 +361,43 @@ def _fire(tx: Tx, cmd: dict) -> dict:
                 job["last_run_id"] = run["id"]
             elif created:
                 tx.tally(TALLY_MISFIRE, f"{policy['policy']}:{run_state}")
-        if omitted:
+        if item.omitted:
             job["misfires_omitted"] = job.get("misfires_omitted", 0) + 1
         if job["spec"]["schedule"]["kind"] == "once":
             # updated_ms dates the completion: retention counts from it.
-            job["status"], job["next_ms"], job["updated_ms"] = "completed", None, cmd["at_ms"]
+            job["status"], job["next_ms"], job["updated_ms"] = "completed", None, at_ms
         else:
             assert next_ms is None or next_ms > occurrences[-1], (job_id, occurrences, next_ms)
             job["next_ms"] = next_ms
             if next_ms is None:
                 # A schedule with no occurrence left (past its not_after).
-                job["status"], job["updated_ms"] = "completed", cmd["at_ms"]
+                job["status"], job["updated_ms"] = "completed", at_ms
             _arm(tx, job)
         tx.put(JOBS, keys.job_key(job_id), job)
-    retried, retries_stale = runs.fire_retries(tx, shard, cmd["node"], cmd["token"],
-                                               cmd["at_ms"], cmd.get("retries", []))
+    retried, retries_stale = runs.fire_retries(tx, shard, node, part.token,
+                                               at_ms, part.retries)
     fired += retried
     stale += retries_stale
-    if cmd["upto_ms"] > state["checkpoint_ms"]:
-        state["checkpoint_ms"] = cmd["upto_ms"]
+    if part.upto_ms > state["checkpoint_ms"]:
+        state["checkpoint_ms"] = part.upto_ms
         tx.put(SHARDS, keys.shard_key(shard), state)
-    return {"ok": True, "fired": fired, "stale": stale, "node": cmd["node"]}
+    return {"ok": True, "fired": fired, "stale": stale, "node": node}
 
 
-def _fire_many(tx: Tx, cmd: dict) -> dict:
+def _fire_many(tx: Tx, cmd: commands.Command) -> dict:
     """Each part exactly as a `fire` of its shard, in order; a part under a
     stale token is refused (and counted) alone."""
-    parts = [_fire(tx, dict(part, node=cmd["node"], at_ms=cmd["at_ms"]))
-             for part in cmd["parts"]]
-    return {"ok": True, "node": cmd["node"], "parts": parts,
+    parts = [_fire_part(tx, part, cmd.node, cmd.at_ms) for part in cmd.parts]
+    return {"ok": True, "node": cmd.node, "parts": parts,
             "fired": sum(p.get("fired", 0) for p in parts),
             "stale": sum(p.get("stale", 0) for p in parts)}
 
 
-def _assign_shards(tx: Tx, cmd: dict) -> dict:
+def _assign_shards(tx: Tx, cmd: commands.Command) -> dict:
     """Give shards to nodes; every (re)assignment bumps the shard's fencing token."""
     tokens = {}
-    for shard, node in cmd["assignments"]:
+    for assignment in cmd.assignments:
+        shard, node = assignment.shard, assignment.node
         state = _shard_state(tx, shard)
         if state["owner"] == node:
             continue
@@ -400,35 +409,35 @@ def _assign_shards(tx: Tx, cmd: dict) -> dict:
     return {"ok": True, "tokens": tokens}
 
 
-def _trigger_job(tx: Tx, cmd: dict) -> dict:
+def _trigger_job(tx: Tx, cmd: commands.Command) -> dict:
     job = _scoped_job(tx, cmd)
     if job is None:
-        return _refuse("not_found", f"job {cmd['job_id']} not found")
-    run, created = runs.create_run(tx, job, cmd["scheduled_ms"], cmd["node"], cmd["at_ms"],
-                                   "manual", overlap=cmd.get("overlap"))
+        return _refuse("not_found", f"job {cmd.job_id} not found")
+    run, created = runs.create_run(tx, job, cmd.scheduled_ms, cmd.node, cmd.at_ms,
+                                   "manual", overlap=commands.given(cmd.overlap))
     job["last_run_id"] = run["id"]
     tx.put(JOBS, keys.job_key(job["id"]), job)
     tenancy.audit(tx, cmd, "job.trigger", job["tenant"], job["id"], run_id=run["id"])
     return {"ok": True, "run": run, "created": created}
 
 
-def _register_node(tx: Tx, cmd: dict) -> dict:
-    record = {"v": 1, "id": cmd["node"], "http": cmd["http"], "raft": cmd["raft"],
-              "registered_ms": cmd["at_ms"]}
-    current = tx.get(NODES, cmd["node"].encode())
-    if current is None or (current["http"], current["raft"]) != (cmd["http"], cmd["raft"]):
-        tx.put(NODES, cmd["node"].encode(), record)
+def _register_node(tx: Tx, cmd: commands.Command) -> dict:
+    record = {"v": 1, "id": cmd.node, "http": cmd.http, "raft": cmd.raft,
+              "registered_ms": cmd.at_ms}
+    current = tx.get(NODES, cmd.node.encode())
+    if current is None or (current["http"], current["raft"]) != (cmd.http, cmd.raft):
+        tx.put(NODES, cmd.node.encode(), record)
     return {"ok": True}
 
 
-def _renew(tx: Tx, cmd: dict) -> dict:
+def _renew(tx: Tx, cmd: commands.Command) -> dict:
     # No replicated write: liveness is judged by each replica from when it
     # applied the renewal, which is not state every replica must agree on.
-    tx.effects.append(NodeRenewed(node=cmd["node"], at_ms=cmd["at_ms"]))
+    tx.effects.append(NodeRenewed(node=cmd.node, at_ms=cmd.at_ms))
     return {"ok": True}
 
 
-def _check_digest(tx: Tx, cmd: dict) -> dict:
+def _check_digest(tx: Tx, cmd: commands.Command) -> dict:
     # Writes nothing: the runtime digests the state as of this index after the
     # (empty) commit, on every replica (runtime/node.py).
     return {"ok": True}

@@ -39,8 +39,10 @@ Pure: no clock (every time is the proposer's at_ms), no I/O beyond the view.
 
 from __future__ import annotations
 
+import typing
+
 from raftsched import limits
-from raftsched.core import keys, lifecycle, runs, tenancy
+from raftsched.core import commands, keys, lifecycle, runs, tenancy
 from raftsched.core.bounded import bounded_int
 from raftsched.core.schedule import next_fire_ms, parse_instant
 from raftsched.core.tx import (BACKFILLS, BACKFILLS_OPEN, COUNTERS, JOBS, SHARDS, Tx, live_job,
@@ -48,7 +50,7 @@ from raftsched.core.tx import (BACKFILLS, BACKFILLS_OPEN, COUNTERS, JOBS, SHARDS
 from raftsched.errors import InvalidInput
 
 TRIGGER = "backfill"
-OVERLAPS = ("allow", "job")
+OVERLAPS = typing.get_args(commands.BackfillOverlap)
 OVERLAP_DEFAULT = "allow"
 RUNNING, SUCCEEDED, FAILED, CANCELLED = "running", "succeeded", "failed", "cancelled"
 STATES = (RUNNING, SUCCEEDED, FAILED, CANCELLED)
@@ -219,28 +221,28 @@ def _limit(name: str, detail: str) -> dict:
 
 # --- apply: create ------------------------------------------------------------------------
 
-def handle_create_backfill(tx: Tx, cmd: dict) -> dict:
+def handle_create_backfill(tx: Tx, cmd: commands.Command) -> dict:
     """A backfill of the job's schedule as the proposer read it (expected_version):
     refused if the job changed since, or past a bound on backfills."""
-    job = live_job(tx, cmd["job_id"])
-    if job is None or job["tenant"] != cmd["tenant"]:
-        return refuse("not_found", f"job {cmd['job_id']} not found")
-    if job["version"] != cmd["expected_version"]:
+    job = live_job(tx, cmd.job_id)
+    if job is None or job["tenant"] != cmd.tenant:
+        return refuse("not_found", f"job {cmd.job_id} not found")
+    if job["version"] != cmd.expected_version:
         return refuse("conflict", f"job {job['id']} changed (version {job['version']}, "
-                                  f"expected {cmd['expected_version']}); retry")
-    key = cmd["backfill_id"].encode()
+                                  f"expected {cmd.expected_version}); retry")
+    key = cmd.backfill_id.encode()
     if tx.get(BACKFILLS, key) is not None:
-        return refuse("conflict", f"backfill {cmd['backfill_id']} exists")
-    refusal = _check_bounds(tx, cmd["tenant"])
+        return refuse("conflict", f"backfill {cmd.backfill_id} exists")
+    refusal = _check_bounds(tx, cmd.tenant)
     if refusal is not None:
         return refusal
-    record = {"v": 1, "id": cmd["backfill_id"], "job_id": job["id"], "tenant": job["tenant"],
-              "schedule": job["spec"]["schedule"], "start_ms": cmd["start_ms"],
-              "end_ms": cmd["end_ms"], "overlap": cmd["overlap"],
-              "max_concurrent": cmd["max_concurrent"], "total": cmd["total"], "launched": 0,
+    record = {"v": 1, "id": cmd.backfill_id, "job_id": job["id"], "tenant": job["tenant"],
+              "schedule": job["spec"]["schedule"], "start_ms": cmd.start_ms,
+              "end_ms": cmd.end_ms, "overlap": cmd.overlap,
+              "max_concurrent": cmd.max_concurrent, "total": cmd.total, "launched": 0,
               "cursor_ms": None, "exhausted": False, "open": [], "existing": 0,
               "succeeded": 0, "failed": 0, "skipped": 0, "state": RUNNING, "reason": None,
-              "created_ms": cmd["at_ms"], "updated_ms": cmd["at_ms"], "finished_ms": None}
+              "created_ms": cmd.at_ms, "updated_ms": cmd.at_ms, "finished_ms": None}
     tx.put(BACKFILLS, key, record)
     tx.put(BACKFILLS_OPEN, key, 1)
     _add(tx, _RECORDS_COUNTER, 1)
@@ -248,7 +250,7 @@ def handle_create_backfill(tx: Tx, cmd: dict) -> dict:
     _add(tx, _OPEN_COUNTER, 1)
     _add(tx, tenant_open_counter_key(job["tenant"]), 1)
     tenancy.audit(tx, cmd, "backfill.create", job["tenant"], record["id"], job_id=job["id"],
-                  start_ms=cmd["start_ms"], end_ms=cmd["end_ms"], total=cmd["total"])
+                  start_ms=cmd.start_ms, end_ms=cmd.end_ms, total=cmd.total)
     return {"ok": True, "backfill": record}
 
 
@@ -272,13 +274,13 @@ def _check_bounds(tx: Tx, tenant: str) -> dict | None:
 
 # --- apply: steps -------------------------------------------------------------------------
 
-def handle_backfill_step(tx: Tx, cmd: dict) -> dict:
+def handle_backfill_step(tx: Tx, cmd: commands.Command) -> dict:
     """The backfiller's: per item, count the backfill's open runs that finished,
     launch the item's occurrences that fit, and end the backfill when it is done.
     An item about a backfill that is not running is stale (counted)."""
     launched = stale = 0
-    for item in cmd["items"]:
-        backfill = tx.get(BACKFILLS, item["backfill_id"].encode())
+    for item in cmd.items:
+        backfill = tx.get(BACKFILLS, item.backfill_id.encode())
         if backfill is None or backfill["state"] != RUNNING:
             stale += 1
             continue
@@ -286,20 +288,21 @@ def handle_backfill_step(tx: Tx, cmd: dict) -> dict:
     return {"ok": True, "launched": launched, "stale": stale}
 
 
-def _step(tx: Tx, backfill: dict, item: dict, cmd: dict) -> int:
+def _step(tx: Tx, backfill: dict, item: commands.BackfillStepItem,
+          cmd: commands.BackfillStep) -> int:
     _settle(tx, backfill)
     job = live_job(tx, backfill["job_id"])
     launched = 0
     if job is None:
-        _end(tx, backfill, CANCELLED, cmd["at_ms"], "the job was deleted")
+        _end(tx, backfill, CANCELLED, cmd.at_ms, "the job was deleted")
     else:
-        launched, all_taken = _launch(tx, backfill, job, item["occurrences"], cmd)
+        launched, all_taken = _launch(tx, backfill, job, item.occurrences, cmd)
         # The proposer's "none left" holds only if nothing it sent was left over.
-        if (item["exhausted"] and all_taken) or backfill["launched"] >= backfill["total"]:
+        if (item.exhausted and all_taken) or backfill["launched"] >= backfill["total"]:
             backfill["exhausted"] = True
         if backfill["exhausted"] and not backfill["open"]:
-            _end(tx, backfill, FAILED if backfill["failed"] else SUCCEEDED, cmd["at_ms"], None)
-    backfill["updated_ms"] = cmd["at_ms"]
+            _end(tx, backfill, FAILED if backfill["failed"] else SUCCEEDED, cmd.at_ms, None)
+    backfill["updated_ms"] = cmd.at_ms
     tx.put(BACKFILLS, backfill["id"].encode(), backfill)
     return launched
 
@@ -317,14 +320,14 @@ def _settle(tx: Tx, backfill: dict) -> None:
 
 
 def _launch(tx: Tx, backfill: dict, job: dict, occurrences: list[int],
-            cmd: dict) -> tuple[int, bool]:
+            cmd: commands.Command) -> tuple[int, bool]:
     """Create the runs of the occurrences after the cursor and inside the range,
     while there is room: (runs created, whether no occurrence was left over).
     Each occurrence taken uses a slot of the room, also one whose run is not
     open (it existed and ended, or the job's policy skipped it): a step takes
     no more than the room the proposer planned for."""
     room = runs_open_max(backfill, job) - len(backfill["open"])
-    node, token = _executor(tx, job, cmd["node"])
+    node, token = _executor(tx, job, cmd.node)
     created_count = taken = 0
     all_taken = True
     for scheduled_ms in occurrences:
@@ -334,7 +337,7 @@ def _launch(tx: Tx, backfill: dict, job: dict, occurrences: list[int],
         if room <= 0 or backfill["launched"] >= backfill["total"]:
             all_taken = False
             break
-        run, created = _create_run(tx, job, backfill, scheduled_ms, node, token, cmd["at_ms"])
+        run, created = _create_run(tx, job, backfill, scheduled_ms, node, token, cmd.at_ms)
         backfill["cursor_ms"] = scheduled_ms
         backfill["launched"] += 1
         taken += 1
@@ -388,31 +391,31 @@ def _end(tx: Tx, backfill: dict, state: str, at_ms: int, reason: str | None) -> 
 
 # --- apply: cancel and purge --------------------------------------------------------------
 
-def handle_cancel_backfill(tx: Tx, cmd: dict) -> dict:
+def handle_cancel_backfill(tx: Tx, cmd: commands.Command) -> dict:
     """Launch nothing more, and cancel the runs the backfill created that have
     not finished (runs it found existing are left alone). Cancelling a
     cancelled backfill answers it again; a finished one is a conflict."""
-    key = cmd["backfill_id"].encode()
+    key = cmd.backfill_id.encode()
     backfill = tx.get(BACKFILLS, key)
-    if backfill is None or ("tenant" in cmd and backfill["tenant"] != cmd["tenant"]):
-        return refuse("not_found", f"backfill {cmd['backfill_id']} not found")
+    if backfill is None or (commands.given(cmd.tenant) is not None and backfill["tenant"] != cmd.tenant):
+        return refuse("not_found", f"backfill {cmd.backfill_id} not found")
     if backfill["state"] == CANCELLED:
         return {"ok": True, "backfill": backfill}
     if backfill["state"] != RUNNING:
         return refuse("conflict", f"backfill {backfill['id']} is {backfill['state']}; only a "
                                   "running backfill can be cancelled")
     job = tx.get(JOBS, keys.job_key(backfill["job_id"]))
-    reason = cmd["reason"] or f"backfill {backfill['id']} was cancelled"
+    reason = cmd.reason or f"backfill {backfill['id']} was cancelled"
     for run_id, created in backfill["open"]:
         run = runs.get_run(tx, run_id)
         if created and job is not None and run is not None \
                 and lifecycle.allows(run["state"], "cancel"):
-            runs.cancel(tx, job, run, cmd["at_ms"], reason)
+            runs.cancel(tx, job, run, cmd.at_ms, reason)
     if job is not None:
         runs.put_job(tx, job)
     _settle(tx, backfill)
-    _end(tx, backfill, CANCELLED, cmd["at_ms"], reason)
-    backfill["updated_ms"] = cmd["at_ms"]
+    _end(tx, backfill, CANCELLED, cmd.at_ms, reason)
+    backfill["updated_ms"] = cmd.at_ms
     tx.put(BACKFILLS, key, backfill)
     tenancy.audit(tx, cmd, "backfill.cancel", backfill["tenant"], backfill["id"],
                   job_id=backfill["job_id"])
@@ -424,12 +427,12 @@ def purgeable(backfill: dict, cutoff_ms: int) -> bool:
     return backfill["state"] != RUNNING and backfill["finished_ms"] <= cutoff_ms
 
 
-def purge(tx: Tx, cmd: dict, backfill_id: str) -> bool:
+def purge(tx: Tx, cmd: commands.Command, backfill_id: str) -> bool:
     """Remove a backfill that ended more than the finished-job retention before
     the purge's at_ms."""
     key = backfill_id.encode()
     backfill = tx.get(BACKFILLS, key)
-    if backfill is None or not purgeable(backfill, cmd["at_ms"] - cmd["finished_job_retention_ms"]):
+    if backfill is None or not purgeable(backfill, cmd.at_ms - cmd.finished_job_retention_ms):
         return False
     tx.delete(BACKFILLS, key)
     _add(tx, _RECORDS_COUNTER, -1)

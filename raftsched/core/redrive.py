@@ -32,23 +32,23 @@ DAG run's, which a single task's new attempt would not update.
 from __future__ import annotations
 
 from raftsched import limits
-from raftsched.core import dagrun, keys, runs, tenancy
+from raftsched.core import commands, dagrun, keys, runs, tenancy
 from raftsched.core.lifecycle import FAILED, QUEUED, SCHEDULED, SKIPPED
 from raftsched.core.tx import SHARDS, Tx, live_job, refuse
 
 TRIGGER = "retry"
 
 
-def handle_retry_run(tx: Tx, cmd: dict) -> dict:
-    run = runs.get_run(tx, cmd["run_id"])
-    if run is None or ("tenant" in cmd and run["tenant"] != cmd["tenant"]):
-        return refuse("not_found", f"run {cmd['run_id']} not found")
+def handle_retry_run(tx: Tx, cmd: commands.Command) -> dict:
+    run = runs.get_run(tx, cmd.run_id)
+    if run is None or (commands.given(cmd.tenant) is not None and run["tenant"] != cmd.tenant):
+        return refuse("not_found", f"run {cmd.run_id} not found")
     refusal = _refusal(tx, run)
     if refusal is not None:
         return refusal
     job = live_job(tx, run["job_id"])
     assert job is not None, run["job_id"]   # _refusal checked it
-    state, reason = runs.admit(tx, job, run, cmd["at_ms"], cmd.get("overlap"))
+    state, reason = runs.admit(tx, job, run, cmd.at_ms, commands.given(cmd.overlap))
     if state == SKIPPED:
         return refuse("conflict", f"run {run['id']} was not retried: {reason}; retry it when "
                                   "the job's open runs have ended, or give "
@@ -56,7 +56,7 @@ def handle_retry_run(tx: Tx, cmd: dict) -> dict:
     _reopen(tx, job, run, reason)
     if state == QUEUED:
         runs.move(run, "redrive")
-        runs.enqueue(tx, run, cmd["node"], cmd["at_ms"])
+        runs.enqueue(tx, run, cmd.node, cmd.at_ms)
         job.setdefault("active", []).append(run["id"])
     else:
         assert state == SCHEDULED, state

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raftsched.core import backfill, dagrun, keys, tenancy
+from raftsched.core import backfill, commands, dagrun, keys, tenancy
 from raftsched.core.lifecycle import TERMINAL
 from raftsched.core.tx import (ALERTS, IDEM, JOBS, RUNS, RUNS_BY_JOB, RUNS_BY_TENANT, RunsPurged,
                                Tx)
@@ -81,12 +81,12 @@ def retired_before(job: dict, cutoff_ms: int) -> bool:
     return job["status"] in RETIRED and job["updated_ms"] <= cutoff_ms
 
 
-def run_past_bounds(job: dict, run: dict, cmd: dict) -> bool:
+def run_past_bounds(job: dict, run: dict, cmd: commands.Command) -> bool:
     """Whether a finished run of `job` may go, by the command's bounds and at_ms."""
-    at_ms = cmd["at_ms"]
-    if retired_before(job, at_ms - cmd["finished_job_retention_ms"]):
+    at_ms = cmd.at_ms
+    if retired_before(job, at_ms - cmd.finished_job_retention_ms):
         return True
-    max_runs, max_age_ms = history_bounds(job, cmd["history_max_runs"], cmd["history_max_age_ms"])
+    max_runs, max_age_ms = history_bounds(job, cmd.history_max_runs, cmd.history_max_age_ms)
     if run["finished_ms"] is not None and run["finished_ms"] <= at_ms - max_age_ms:
         return True
     return finished_runs(job) > max_runs
@@ -97,7 +97,7 @@ def purgeable_state(run: dict) -> bool:
     return run["state"] in TERMINAL and run.get("alert") != "pending"
 
 
-def _purge_run(tx: Tx, cmd: dict, run_id: str, job_id: str) -> bool:
+def _purge_run(tx: Tx, cmd: commands.Command, run_id: str, job_id: str) -> bool:
     run = tx.get(RUNS, run_id.encode())
     if run is None or run["job_id"] != job_id or not purgeable_state(run):
         return False
@@ -130,9 +130,9 @@ def _purge_task_runs(tx: Tx, run: dict) -> None:
         tx.effects.append(RunsPurged(run_ids=tuple(task_runs)))
 
 
-def _purge_job(tx: Tx, cmd: dict, job_id: str) -> bool:
+def _purge_job(tx: Tx, cmd: commands.Command, job_id: str) -> bool:
     job = tx.get(JOBS, keys.job_key(job_id))
-    if job is None or not retired_before(job, cmd["at_ms"] - cmd["finished_job_retention_ms"]):
+    if job is None or not retired_before(job, cmd.at_ms - cmd.finished_job_retention_ms):
         return False
     if job.get("runs_count", 0) > 0 or open_runs(job) or job["next_ms"] is not None:
         return False
@@ -143,28 +143,28 @@ def _purge_job(tx: Tx, cmd: dict, job_id: str) -> bool:
     return True
 
 
-def _purge_idem(tx: Tx, cmd: dict, tenant: str, key: str) -> bool:
+def _purge_idem(tx: Tx, cmd: commands.Command, tenant: str, key: str) -> bool:
     idem = keys.idem_key(tenant, key)
     value = tx.get(IDEM, idem)
     if value is None:
         return False
     created_ms = idem_created_ms(tx, value)
-    if created_ms is not None and created_ms > cmd["at_ms"] - cmd["idempotency_ttl_ms"]:
+    if created_ms is not None and created_ms > cmd.at_ms - cmd.idempotency_ttl_ms:
         return False
     tx.delete(IDEM, idem)
     return True
 
 
-def handle_purge(tx: Tx, cmd: dict) -> dict:
+def handle_purge(tx: Tx, cmd: commands.Command) -> dict:
     """Runs first, then jobs (a job goes only once its runs are gone, possibly
     earlier in this same command), then idempotency keys, then backfills."""
-    purged = [run_id for run_id, job_id in cmd["runs"] if _purge_run(tx, cmd, run_id, job_id)]
+    purged = [r.run_id for r in cmd.runs if _purge_run(tx, cmd, r.run_id, r.job_id)]
     if purged:
         tx.effects.append(RunsPurged(run_ids=tuple(purged)))
     runs = len(purged)
-    jobs = sum(_purge_job(tx, cmd, job_id) for job_id in cmd["jobs"])
-    idem = sum(_purge_idem(tx, cmd, tenant, key) for tenant, key in cmd["idem"])
-    backfills = sum(backfill.purge(tx, cmd, ident) for ident in cmd.get("backfills", ()))
-    asked = len(cmd["runs"]) + len(cmd["jobs"]) + len(cmd["idem"]) + len(cmd.get("backfills", ()))
+    jobs = sum(_purge_job(tx, cmd, job_id) for job_id in cmd.jobs)
+    idem = sum(_purge_idem(tx, cmd, i.tenant, i.key) for i in cmd.idem)
+    backfills = sum(backfill.purge(tx, cmd, ident) for ident in cmd.backfills)
+    asked = len(cmd.runs) + len(cmd.jobs) + len(cmd.idem) + len(cmd.backfills)
     return {"ok": True, "runs": runs, "jobs": jobs, "idem": idem, "backfills": backfills,
             "refused": asked - runs - jobs - idem - backfills}

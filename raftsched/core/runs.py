@@ -21,7 +21,7 @@ started or cancelled, and tell it of each task run's start, retry and end.
 from __future__ import annotations
 
 from raftsched import limits
-from raftsched.core import dag, dagrun, keys, lifecycle, retry
+from raftsched.core import commands, dag, dagrun, keys, lifecycle, retry
 from raftsched.core.lifecycle import ACTIVE, QUEUED, RETRY_WAIT, RUNNING, SCHEDULED, SKIPPED
 from raftsched.core.tx import (ALERTS, DUE, JOBS, LEASES, READY, RECORD_VERSION, RUNS,
                                RUNS_BY_JOB, RUNS_BY_TENANT, RUNS_OPEN, SHARDS, TALLY_DEAD_LETTER,
@@ -167,66 +167,66 @@ def _shard_owner(tx: Tx, job: dict) -> str | None:
 
 # --- attempts --------------------------------------------------------------------------
 
-def _holds(run: dict, update: dict) -> bool:
+def _holds(run: dict, update: commands.RunUpdate) -> bool:
     """Only the current holder of the current attempt may report on it."""
-    return run.get("holder") == update["holder"] and run["attempt"] == update["attempt"]
+    return run.get("holder") == update.holder and run["attempt"] == update.attempt
 
 
-def start(tx: Tx, run: dict, update: dict) -> bool:
-    if run["state"] != QUEUED or run["attempt"] != update["attempt"]:
+def start(tx: Tx, run: dict, update: commands.RunUpdate) -> bool:
+    if run["state"] != QUEUED or run["attempt"] != update.attempt:
         return False
-    if not run.get("queue") and run["node"] != update["holder"]:
+    if not run.get("queue") and run["node"] != update.holder:
         return False   # a node-executed run starts only on the node it was given to
     if dagrun.is_dag_run(run):
         return False   # it starts with its first task
     if run.get("queue"):
         _dequeue(tx, run)
     _move(run, "start")
-    run.update(holder=update["holder"], lease_ms=update["lease_ms"],
-               started_ms=update["at_ms"])
+    run.update(holder=update.holder, lease_ms=update.lease_ms,
+               started_ms=update.at_ms)
     run["attempts"] = run.get("attempts", []) + [
-        {"attempt": run["attempt"], "holder": update["holder"], "started_ms": update["at_ms"],
+        {"attempt": run["attempt"], "holder": update.holder, "started_ms": update.at_ms,
          "finished_ms": None, "http_status": None, "exit_code": None, "error": None,
          "output_node": None, "retry_delay_ms": None}]
-    tx.put(LEASES, keys.lease_key(run["lease_ms"], run["id"]), update["holder"])
+    tx.put(LEASES, keys.lease_key(run["lease_ms"], run["id"]), update.holder)
     put_run(tx, run)
     if "dag_run" in run:
         dagrun.task_moved(tx, run)
     return True
 
 
-def heartbeat(tx: Tx, run: dict, update: dict) -> bool:
+def heartbeat(tx: Tx, run: dict, update: commands.RunUpdate) -> bool:
     if run["state"] != RUNNING or not _holds(run, update):
         return False
-    if update["lease_ms"] > run["lease_ms"]:
+    if update.lease_ms > run["lease_ms"]:
         tx.delete(LEASES, keys.lease_key(run["lease_ms"], run["id"]))
-        run["lease_ms"] = update["lease_ms"]
-        tx.put(LEASES, keys.lease_key(run["lease_ms"], run["id"]), update["holder"])
+        run["lease_ms"] = update.lease_ms
+        tx.put(LEASES, keys.lease_key(run["lease_ms"], run["id"]), update.holder)
         put_run(tx, run)
     return True
 
 
-def finish(tx: Tx, run: dict, update: dict) -> bool:
+def finish(tx: Tx, run: dict, update: commands.RunUpdate) -> bool:
     """End the current attempt: succeeded, retry_wait (a retryable failure with
     attempts left) or failed."""
     if run["state"] != RUNNING or not _holds(run, update):
         return False
     job = tx.get(JOBS, keys.job_key(run["job_id"]))
     _release(tx, run)
-    at_ms = update["at_ms"]
-    summary = {name: update.get(name) for name in ("http_status", "exit_code", "error",
+    at_ms = update.at_ms
+    summary = {name: getattr(update, name) for name in ("http_status", "exit_code", "error",
                                                      "output_node")}
     run["attempts"][-1].update(summary, finished_ms=at_ms)
     run.update({k: v for k, v in summary.items() if k != "output_node"})
     policy = retry.policy_of(dag.retry_of(job["spec"], run.get("task_id")))
     # A re-driven run counts its attempts from the re-drive (core/redrive.py).
-    if update["ok"]:
+    if update.ok:
         _move(run, "succeed")
-    elif update.get("retryable", True) and job["status"] != "deleted" \
+    elif update.retryable is not False and job["status"] != "deleted" \
             and run["attempt"] - run.get("redrive_base", 0) < policy["max_attempts"]:
         _move(run, "retry")
         tx.tally(TALLY_RETRY)
-        delay_ms = update["retry_delay_ms"]
+        delay_ms = update.retry_delay_ms
         assert delay_ms is not None and delay_ms >= 0, update
         run["attempts"][-1]["retry_delay_ms"] = delay_ms
         run["retry_due_ms"] = at_ms + delay_ms
@@ -361,49 +361,53 @@ admit, move = _admit, _move
 
 # --- handlers --------------------------------------------------------------------------
 
-_UPDATES = {"start": start, "heartbeat": heartbeat, "finish": finish}
+_UPDATES = {commands.RunStart: start, commands.RunHeartbeat: heartbeat,
+            commands.RunFinish: finish}
 
 
-def handle_run_updates(tx: Tx, cmd: dict) -> dict:
+def handle_run_updates(tx: Tx, cmd: commands.Command) -> dict:
     """Batched reports from executors: start (take the lease), heartbeat
     (extend it), finish (end the attempt). Each is conditioned on the run's
     state and holder; one that does not hold is refused, counted and named."""
     accepted = []
-    for update in cmd["updates"]:
-        run = get_run(tx, update["run_id"])
-        accepted.append(run is not None and _UPDATES[update["event"]](tx, run, update))
+    for update in cmd.updates:
+        run = get_run(tx, update.run_id)
+        accepted.append(run is not None and _UPDATES[type(update)](tx, run, update))
     stale = accepted.count(False)
     return {"ok": True, "applied": len(accepted) - stale, "stale": stale, "accepted": accepted}
 
 
-def handle_expire_leases(tx: Tx, cmd: dict) -> dict:
+def handle_expire_leases(tx: Tx, cmd: commands.Command) -> dict:
     """The reaper: attempts whose lease ran out by the proposer's `at_ms` end
     as a retryable failure (retry_wait, or failed when attempts are spent)."""
     expired = 0
-    for run_id, attempt, delay_ms in cmd["items"]:
+    for item in cmd.items:
+        run_id, attempt, delay_ms = item.run_id, item.attempt, item.retry_delay_ms
         run = get_run(tx, run_id)
         if run is None or run["state"] != RUNNING or run["attempt"] != attempt \
-                or run["lease_ms"] is None or run["lease_ms"] > cmd["at_ms"]:
+                or run["lease_ms"] is None or run["lease_ms"] > cmd.at_ms:
             continue   # (a DAG run holds no lease: its tasks' runs do)
-        update = {"holder": run["holder"], "attempt": attempt, "at_ms": cmd["at_ms"],
-                  "ok": False, "retryable": True, "retry_delay_ms": delay_ms,
-                  "error": f"lease expired: {run['holder']} stopped heartbeating"}
+        update = commands.run_finish(
+            run_id=run_id, holder=run["holder"], attempt=attempt, at_ms=cmd.at_ms, ok=False,
+            retryable=True, retry_delay_ms=delay_ms,
+            error=f"lease expired: {run['holder']} stopped heartbeating")
         expired += int(finish(tx, run, update))
     return {"ok": True, "expired": expired}
 
 
-def handle_reassign_runs(tx: Tx, cmd: dict) -> dict:
+def handle_reassign_runs(tx: Tx, cmd: commands.Command) -> dict:
     moved = 0
-    for run_id, from_node, to_node in cmd["items"]:
+    for item in cmd.items:
+        run_id, from_node, to_node = item.run_id, item.from_node, item.to_node
         run = get_run(tx, run_id)
-        moved += int(run is not None and reassign(tx, run, from_node, to_node, cmd["at_ms"]))
+        moved += int(run is not None and reassign(tx, run, from_node, to_node, cmd.at_ms))
     return {"ok": True, "moved": moved}
 
 
-def handle_cancel_run(tx: Tx, cmd: dict) -> dict:
-    run = get_run(tx, cmd["run_id"])
-    if run is None or ("tenant" in cmd and run["tenant"] != cmd["tenant"]):
-        return {"ok": False, "error": "not_found", "detail": f"run {cmd['run_id']} not found"}
+def handle_cancel_run(tx: Tx, cmd: commands.Command) -> dict:
+    run = get_run(tx, cmd.run_id)
+    if run is None or (commands.given(cmd.tenant) is not None and run["tenant"] != cmd.tenant):
+        return {"ok": False, "error": "not_found", "detail": f"run {cmd.run_id} not found"}
     if not lifecycle.allows(run["state"], "cancel"):
         return {"ok": False, "error": "conflict",
                 "detail": f"run {run['id']} is {run['state']}; only an open run can be cancelled"}
@@ -411,27 +415,28 @@ def handle_cancel_run(tx: Tx, cmd: dict) -> dict:
     if refusal is not None:
         return refusal
     job = tx.get(JOBS, keys.job_key(run["job_id"]))
-    cancel(tx, job, run, cmd["at_ms"], cmd["reason"])
+    cancel(tx, job, run, cmd.at_ms, cmd.reason)
     put_job(tx, job)
     return {"ok": True, "run": run}
 
 
-def handle_alert_done(tx: Tx, cmd: dict) -> dict:
-    run = get_run(tx, cmd["run_id"])
-    if tx.get(ALERTS, cmd["run_id"].encode()) is None or run is None:
+def handle_alert_done(tx: Tx, cmd: commands.Command) -> dict:
+    run = get_run(tx, cmd.run_id)
+    if tx.get(ALERTS, cmd.run_id.encode()) is None or run is None:
         return {"ok": True, "stale": True}   # another leader delivered it first
-    tx.delete(ALERTS, cmd["run_id"].encode())
-    run["alert"] = cmd["outcome"]
-    run["alert_error"] = cmd.get("error")
+    tx.delete(ALERTS, cmd.run_id.encode())
+    run["alert"] = cmd.outcome
+    run["alert_error"] = cmd.error
     put_run(tx, run)
     return {"ok": True, "stale": False}
 
 
 def fire_retries(tx: Tx, shard: int, node: str, token: int, at_ms: int,
-                 items: list) -> tuple[int, int]:
+                 items: list[commands.RetryDue]) -> tuple[int, int]:
     """Queue the next attempt of each retry due entry of a fire: (fired, stale)."""
     fired = stale = 0
-    for run_id, due_ms in items:
+    for item in items:
+        run_id, due_ms = item.run_id, item.due_ms
         due = keys.retry_due_key(shard, due_ms, run_id)
         run = get_run(tx, run_id)
         if tx.get(DUE, due) is None or run is None or run.get("retry_due_ms") != due_ms:

@@ -35,11 +35,13 @@ counter) go once the sequence is `audit_entries_max` past them.
 
 from __future__ import annotations
 
+import typing
+
 from raftsched import limits
-from raftsched.core import dag, keys
+from raftsched.core import commands, dag, keys
 from raftsched.core.tx import AUDIT, AUDIT_STREAMS, COUNTERS, TENANTS, TOKENS, Tx
 
-ROLES = ("admin", "writer", "reader", "worker", "operator")
+ROLES = typing.get_args(commands.Role)
 # Roles that see or act on the whole cluster, not one tenant: a token of one
 # is made for the default tenant only (a tenant's admin would be every tenant's).
 CLUSTER_ROLES = ("admin", "operator")
@@ -125,7 +127,10 @@ class CreateCounter:
     """Counts one command's creates against a tenant's quota, and writes the
     tenant record once at the end (a batch of 250 creates writes it once)."""
 
-    def __init__(self, tx: Tx, tenant: str, quota: dict | None, at_ms: int) -> None:
+    def __init__(self, tx: Tx, tenant: str, quota: commands.CreateQuota | dict | None,
+                 at_ms: int) -> None:
+        if isinstance(quota, commands.CreateQuota):   # judged as the edge judges a map
+            quota = {"jobs_max": quota.jobs_max, "creates_per_s": quota.creates_per_s}
         self._tx, self._tenant, self._quota, self._at_ms = tx, tenant, quota, at_ms
         self._record = tenant_record(tx, tenant)
         self._refill_done = False
@@ -205,27 +210,27 @@ def release_job(tx: Tx, tenant: str) -> None:
         tx.put(TENANTS, tenant.encode(), rec)
 
 
-def handle_put_tenant(tx: Tx, cmd: dict) -> dict:
-    tenant = cmd["tenant"]
-    rec = tenant_record(tx, tenant) or _new_tenant(tx, tenant, cmd["at_ms"])
+def handle_put_tenant(tx: Tx, cmd: commands.Command) -> dict:
+    tenant = cmd.tenant
+    rec = tenant_record(tx, tenant) or _new_tenant(tx, tenant, cmd.at_ms)
     if rec is None:
         return {"ok": False, "error": "limit", "limit": "tenants_max", "field": "tenant",
                 "detail": f"the cluster holds {limits.tenants_max} tenants (tenants_max)"}
-    rec["quota"] = {q: cmd["quota"].get(q) for q in QUOTA_NAMES}
-    if cmd.get("commands") is not None:   # left out: the grant stays as it was
-        rec["commands"] = cmd["commands"]
+    rec["quota"] = {q: getattr(cmd.quota, q) for q in QUOTA_NAMES}
+    if cmd.commands is not None:   # left out: the grant stays as it was
+        rec["commands"] = cmd.commands
     rec.setdefault("commands", False)
     tx.put(TENANTS, tenant.encode(), rec)
     audit(tx, cmd, "tenant.put", tenant, tenant, quota=rec["quota"], commands=rec["commands"])
     return {"ok": True, "tenant": rec}
 
 
-def handle_delete_tenant(tx: Tx, cmd: dict) -> dict:
+def handle_delete_tenant(tx: Tx, cmd: commands.Command) -> dict:
     """Drop a tenant's record, which frees its place under tenants_max. Only a
     tenant without jobs (deleted ones do not count) may go: the record holds
     the count its jobs_max is judged by. The tenant's tokens stay valid; a
     create by one of them makes a new record, with the node flags' quotas."""
-    tenant = cmd["tenant"]
+    tenant = cmd.tenant
     rec = tenant_record(tx, tenant)
     if rec is None:
         return {"ok": False, "error": "not_found", "detail": f"tenant {tenant} has no record"}
@@ -240,45 +245,45 @@ def handle_delete_tenant(tx: Tx, cmd: dict) -> dict:
 
 # --- tokens -------------------------------------------------------------------------------
 
-def handle_create_token(tx: Tx, cmd: dict) -> dict:
-    key = cmd["token_id"].encode()
+def handle_create_token(tx: Tx, cmd: commands.Command) -> dict:
+    key = cmd.token_id.encode()
     if tx.get(TOKENS, key) is not None:
-        return {"ok": False, "error": "conflict", "detail": f"token {cmd['token_id']} exists"}
+        return {"ok": False, "error": "conflict", "detail": f"token {cmd.token_id} exists"}
     count = _count(tx, _TOKENS_COUNTER)
     if count >= limits.tokens_max:
         return {"ok": False, "error": "limit", "limit": "tokens_max", "field": "token",
                 "detail": f"the cluster holds {count} tokens (tokens_max); revoke some"}
-    record = {"v": 1, "id": cmd["token_id"], "tenant": cmd["tenant"], "role": cmd["role"],
-              "name": cmd["name"], "sha256": cmd["sha256"], "created_ms": cmd["at_ms"],
-              "created_by": cmd["actor"]}
+    record = {"v": 1, "id": cmd.token_id, "tenant": cmd.tenant, "role": cmd.role,
+              "name": cmd.name, "sha256": cmd.sha256, "created_ms": cmd.at_ms,
+              "created_by": cmd.actor}
     tx.put(TOKENS, key, record)
     _set_count(tx, _TOKENS_COUNTER, count + 1)
-    audit(tx, cmd, "token.create", cmd["tenant"], cmd["token_id"], role=cmd["role"],
-          name=cmd["name"])
+    audit(tx, cmd, "token.create", cmd.tenant, cmd.token_id, role=cmd.role,
+          name=cmd.name)
     return {"ok": True, "token": record}
 
 
-def handle_revoke_token(tx: Tx, cmd: dict) -> dict:
-    key = cmd["token_id"].encode()
+def handle_revoke_token(tx: Tx, cmd: commands.Command) -> dict:
+    key = cmd.token_id.encode()
     record = tx.get(TOKENS, key)
     if record is None:
-        return {"ok": False, "error": "not_found", "detail": f"token {cmd['token_id']} not found"}
+        return {"ok": False, "error": "not_found", "detail": f"token {cmd.token_id} not found"}
     tx.delete(TOKENS, key)
     _set_count(tx, _TOKENS_COUNTER, max(0, _count(tx, _TOKENS_COUNTER) - 1))
-    audit(tx, cmd, "token.revoke", record["tenant"], cmd["token_id"])
+    audit(tx, cmd, "token.revoke", record["tenant"], cmd.token_id)
     return {"ok": True, "token": record}
 
 
 # --- audit --------------------------------------------------------------------------------
 
-def audit(tx: Tx, cmd: dict, action: str, tenant: str | None, subject: str,
+def audit(tx: Tx, cmd: commands.Command, action: str, tenant: str | None, subject: str,
           **detail: object) -> None:
     """Append one audit record (seq 1, 2, ...) to its stream, and drop that
     stream's oldest record when the stream is over its bound."""
     seq = _count(tx, _AUDIT_COUNTER) + 1
     _set_count(tx, _AUDIT_COUNTER, seq)
-    actor = cmd.get("actor")
-    tx.put(AUDIT, keys.u64(seq), {"v": 1, "seq": seq, "at_ms": cmd["at_ms"],
+    actor = cmd.actor
+    tx.put(AUDIT, keys.u64(seq), {"v": 1, "seq": seq, "at_ms": cmd.at_ms,
                                   "actor": actor, "action": action,
                                   "tenant": tenant, "subject": subject, "detail": detail})
     _drop_unstreamed(tx, seq)

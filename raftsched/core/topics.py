@@ -25,7 +25,7 @@ topic that has no messages yet stores nothing: every group starts there.
 from __future__ import annotations
 
 from raftsched import limits
-from raftsched.core import codec, keys
+from raftsched.core import codec, commands, keys
 from raftsched.core.tx import (COUNTERS, GROUPS, TOPIC_IDEM, TOPIC_META, TOPICS, TopicAppended,
                                Tx)
 
@@ -77,9 +77,9 @@ def _limit(limit: str, detail: str) -> dict:
     return {"ok": False, "error": "limit", "limit": limit, "detail": detail}
 
 
-def handle_publish(tx: Tx, cmd: dict) -> dict:
-    topic = cmd["topic"]
-    idem = keys.topic_idem_key(topic, cmd["execution_id"])
+def handle_publish(tx: Tx, cmd: commands.Command) -> dict:
+    topic = cmd.topic
+    idem = keys.topic_idem_key(topic, cmd.execution_id)
     existing = tx.get(TOPIC_IDEM, idem)
     if existing is not None:
         return {"ok": True, "offset": existing, "duplicate": True}
@@ -89,14 +89,14 @@ def handle_publish(tx: Tx, cmd: dict) -> dict:
             return refusal
     state = meta(tx, topic)
     offset = state["next"]
-    message = {"v": 1, "offset": offset, "key": cmd["key"], "message": cmd["message"],
-               "execution_id": cmd["execution_id"], "job_id": cmd["job_id"],
-               "published_ms": cmd["at_ms"]}
+    message = {"v": 1, "offset": offset, "key": cmd.key, "message": cmd.message,
+               "execution_id": cmd.execution_id, "job_id": cmd.job_id,
+               "published_ms": cmd.at_ms}
     tx.put(TOPICS, keys.topic_key(topic, offset), message)
     tx.put(TOPIC_IDEM, idem, offset)
     state["next"] = offset + 1
     state["bytes"] = state.get("bytes", 0) + len(codec.pack(message))
-    _trim(tx, topic, state, cmd["at_ms"])
+    _trim(tx, topic, state, cmd.at_ms)
     tx.put(TOPIC_META, topic.encode(), state)
     tx.effects.append(TopicAppended(topic=topic, offset=offset))
     return {"ok": True, "offset": offset, "duplicate": False}
@@ -121,8 +121,8 @@ def _trim(tx: Tx, topic: str, state: dict, at_ms: int) -> None:
         state["first"] += 1
 
 
-def handle_commit_offset(tx: Tx, cmd: dict) -> dict:
-    topic, offset = cmd["topic"], cmd["offset"]
+def handle_commit_offset(tx: Tx, cmd: commands.Command) -> dict:
+    topic, offset = cmd.topic, cmd.offset
     known = tx.get(TOPIC_META, topic.encode()) is not None
     state = meta(tx, topic)
     if not 0 <= offset < state["next"]:
@@ -130,14 +130,14 @@ def handle_commit_offset(tx: Tx, cmd: dict) -> dict:
                 "detail": f"offset {offset} is past the topic's last offset {state['next'] - 1}"}
     if not known:
         return {"ok": True, "offset": offset}   # offset 0 of an empty topic: nothing to keep
-    group = keys.group_key(topic, cmd["group"])
+    group = keys.group_key(topic, cmd.group)
     if tx.get(GROUPS, group) is None:
         groups = state.get("groups", 0)
         if groups >= limits.groups_per_topic_max:
             return _limit("groups_per_topic_max",
-                          f"group {cmd['group']!r} would be new, and topic {topic!r} already has "
+                          f"group {cmd.group!r} would be new, and topic {topic!r} already has "
                           f"{groups} groups (groups_per_topic_max)")
         state["groups"] = groups + 1
         tx.put(TOPIC_META, topic.encode(), state)
-    tx.put(GROUPS, group, {"v": 1, "offset": offset, "committed_ms": cmd["at_ms"]})
+    tx.put(GROUPS, group, {"v": 1, "offset": offset, "committed_ms": cmd.at_ms})
     return {"ok": True, "offset": offset}

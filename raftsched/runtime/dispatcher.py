@@ -51,14 +51,15 @@ def attempt_of(run: dict) -> Attempt:
 
 
 def finish_update(node: "Node", run: dict, holder: str, outcome: Outcome,
-                  policy: dict) -> dict:
+                  policy: dict) -> commands.RunFinish:
     """The finish report for an attempt; the proposer draws the retry delay."""
-    return {"run_id": run["id"], "event": "finish", "holder": holder, "attempt": run["attempt"],
-            "at_ms": node.now_ms(), "ok": outcome.ok, "retryable": outcome.retryable,
-            "retry_delay_ms": None if outcome.ok else
-            retry.draw_delay_ms(policy, run["attempt"], random.random),
-            "http_status": outcome.http_status, "exit_code": outcome.exit_code,
-            "error": outcome.error, "output_node": node.node_id if outcome.output else None}
+    return commands.run_finish(
+        run_id=run["id"], holder=holder, attempt=run["attempt"], at_ms=node.now_ms(),
+        ok=outcome.ok, retryable=outcome.retryable,
+        retry_delay_ms=None if outcome.ok else
+        retry.draw_delay_ms(policy, run["attempt"], random.random),
+        http_status=outcome.http_status, exit_code=outcome.exit_code, error=outcome.error,
+        output_node=node.node_id if outcome.output else None)
 
 
 def masked_outcome(job: dict | None, outcome: Outcome) -> Outcome:
@@ -191,9 +192,9 @@ class Dispatcher:
         node = self._node
         beats = []
         for run_id, (attempt, task) in list(self._running.items()):
-            update = {"run_id": run_id, "event": "heartbeat", "holder": node.node_id,
-                      "attempt": attempt, "at_ms": node.now_ms(),
-                      "lease_ms": node.now_ms() + node.config.run_lease_ms}
+            update = commands.run_heartbeat(run_id=run_id, holder=node.node_id, attempt=attempt,
+                                            at_ms=node.now_ms(),
+                                            lease_ms=node.now_ms() + node.config.run_lease_ms)
             beats.append((run_id, attempt, task, node.reporter.send(update)))
         for run_id, attempt, task, future in beats:
             if not await future and self._running.get(run_id, (None,))[0] == attempt:
@@ -237,10 +238,10 @@ class Dispatcher:
         node = self._node
         settled_here = True
         try:
-            started = await node.reporter.send({
-                "run_id": run["id"], "event": "start", "holder": node.node_id,
-                "attempt": run["attempt"], "at_ms": node.now_ms(),
-                "lease_ms": node.now_ms() + node.config.run_lease_ms}, run["tenant"])
+            started = await node.reporter.send(commands.run_start(
+                run_id=run["id"], holder=node.node_id, attempt=run["attempt"],
+                at_ms=node.now_ms(), lease_ms=node.now_ms() + node.config.run_lease_ms),
+                run["tenant"])
             if not started:
                 return   # cancelled, reassigned or already started: not ours to run
             task = asyncio.current_task()

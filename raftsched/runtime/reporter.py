@@ -36,20 +36,20 @@ class Reporter:
         # takes them by deficit round robin when several tenants wait, so one
         # tenant's thousands of starts do not fill the entries ahead of
         # another's few (runtime/fair.py).
-        self._pending: dict[str, collections.deque[tuple[dict, asyncio.Future]]] = {}
+        self._pending: dict[str, collections.deque[tuple[commands.RunUpdate, asyncio.Future]]] = {}
         self._count = 0
         self._flush = asyncio.Event()
         self._inflight: set[asyncio.Task] = set()
         self._inflight_reports: collections.Counter[str] = collections.Counter()   # by tenant
         self.dropped_total = 0
 
-    def send(self, update: dict, tenant: str = "") -> asyncio.Future:
+    def send(self, update: commands.RunUpdate | dict, tenant: str = "") -> asyncio.Future:
         """Queue one report; the future resolves to True (applied) or False (refused)."""
         future = asyncio.get_running_loop().create_future()
         try:
             # A malformed report would make apply refuse the whole batch it
             # shares with other runs' reports: keep it out.
-            commands.check_run_update(update)
+            update = commands.run_update(update)
         except CommandRefused as exc:
             log.error("run report not sent: %s", exc.detail)
             future.set_result(False)
@@ -59,7 +59,7 @@ class Reporter:
             # not lost. Said loudly because it means the log is far behind.
             self.dropped_total += 1
             log.error("run_update_pending_max (%d) reached; dropping the %s of run %s",
-                      limits.run_update_pending_max, update["event"], update["run_id"])
+                      limits.run_update_pending_max, commands.tag_of(update), update.run_id)
             future.set_result(False)
             return future
         self._pending.setdefault(tenant, collections.deque()).append((update, future))
@@ -151,7 +151,7 @@ class Reporter:
         tenants = [t for t, r in room.items() if r > 0]
         several = len(tenants) > 1
         size = limits.run_update_fair_batch_max if several else limits.run_update_batch_max
-        batch: list[tuple[str, dict, asyncio.Future]] = []
+        batch: list[tuple[str, commands.RunUpdate, asyncio.Future]] = []
         while tenants and len(batch) < size:
             for tenant in list(tenants):
                 queue = self._pending[tenant]
@@ -161,7 +161,7 @@ class Reporter:
                 while queue and share > 0 and len(batch) < size:
                     update, future = queue.popleft()
                     self._count -= 1
-                    if future.cancelled() and update["event"] != "finish":
+                    if future.cancelled() and not isinstance(update, commands.RunFinish):
                         continue   # nobody waits for this start or heartbeat any more
                     batch.append((tenant, update, future))
                     share -= 1

@@ -236,25 +236,26 @@ class TriggerLoop:
             self._inflight_items.update(tenants)
             self._node.supervisor.spawn("trigger.send", self._send(cmd, tenants))
 
-    async def _send(self, cmd: dict, tenants: collections.Counter | None = None) -> None:
-        parts = cmd["parts"]
+    async def _send(self, cmd: commands.FireMany,
+                    tenants: collections.Counter | None = None) -> None:
+        parts = cmd.parts
         try:
             result = await self._node.replicator.propose_wait(commands.encode(cmd))
             if "parts" in result:
                 for part, answer in zip(parts, result["parts"]):
-                    self._count_answer(str(part["shard"]), answer)
+                    self._count_answer(str(part.shard), answer)
             else:   # refused whole
-                self._count_answer(",".join(str(p["shard"]) for p in parts), result)
+                self._count_answer(",".join(str(p.shard) for p in parts), result)
         except Unavailable as exc:
             log.warning("fire of %d shards (%d items, %d retries) not committed: %s", len(parts),
-                        sum(len(p["items"]) for p in parts),
-                        sum(len(p["retries"]) for p in parts), exc.detail)
+                        sum(len(p.items) for p in parts),
+                        sum(len(p.retries) for p in parts), exc.detail)
         finally:
             if tenants:
                 self._inflight_items.subtract(tenants)
                 self._inflight_items = +self._inflight_items   # drops the zeros
             for part in parts:
-                shard = part["shard"]
+                shard = part.shard
                 left = self._inflight.pop(shard, 1) - 1
                 if left > 0:
                     self._inflight[shard] = left

@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from raftsched import limits
-from raftsched.core import dag, keys, lifecycle, tenancy
+from raftsched.core import commands, dag, keys, lifecycle, tenancy
 from raftsched.core.apply import JOBS, READY, RUNS, TENANTS
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import Conflict
@@ -94,10 +94,9 @@ class WorkerService:
         runs = [node.store.get(RUNS, keys.ready_run_id(prefix, key).encode()) for key, _ in picked]
         runs = [r for r in runs if r is not None and r["state"] == "queued"]
         lease_ms = node.now_ms() + node.config.run_lease_ms
-        futures = [node.reporter.send({"run_id": r["id"], "event": "start",
-                                       "holder": holder_of(worker_id), "attempt": r["attempt"],
-                                       "at_ms": node.now_ms(), "lease_ms": lease_ms},
-                                      r["tenant"])
+        futures = [node.reporter.send(commands.run_start(
+                       run_id=r["id"], holder=holder_of(worker_id), attempt=r["attempt"],
+                       at_ms=node.now_ms(), lease_ms=lease_ms), r["tenant"])
                    for r in runs]
         granted = []
         for run, future in zip(runs, futures):
@@ -161,9 +160,9 @@ class WorkerService:
             if self._run_of(b["run_id"], tenant) is None:
                 lost.append(b["run_id"])
                 continue
-            futures.append((b["run_id"], node.reporter.send({
-                "run_id": b["run_id"], "event": "heartbeat", "holder": holder_of(worker_id),
-                "attempt": b["attempt"], "at_ms": node.now_ms(), "lease_ms": lease_ms})))
+            futures.append((b["run_id"], node.reporter.send(commands.run_heartbeat(
+                run_id=b["run_id"], holder=holder_of(worker_id), attempt=b["attempt"],
+                at_ms=node.now_ms(), lease_ms=lease_ms))))
         return lost + [run_id for run_id, future in futures if not await future]
 
     async def complete(self, worker_id: str, results: list[dict],
