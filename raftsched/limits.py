@@ -247,6 +247,21 @@ node_register_retry_s = 0.5
 # within this (seconds) is listed as unreachable, so the view stays quick.
 cluster_peer_status_timeout_s = 0.5
 
+# --- Cost of a Raft entry (core/cost.py) --------------------------------------------
+# The most one Raft entry a proposer builds from tenants' work (a fire, a batch
+# of run reports, a backfill step) may cost apply, in cost units: one unit is
+# about one run record created or rewritten, 50-70 us of a replica's Raft
+# thread (docs/benchmarks.md). Each replica applies an entry in one go and
+# sends no heartbeat meanwhile, so this keeps such an entry near 50 ms, far
+# under election_timeout_min_s, whatever the jobs behind it are (a fire of
+# DAG jobs of dag_tasks_max tasks each included). What does not fit goes in
+# the next entry, in order.
+apply_entry_cost_max = 800
+# The most bytes of job commands one create_jobs entry carries (a batchCreate
+# is proposed as several entries past this or batch_entry_jobs_max): encoding,
+# decoding and storing each byte is apply's work too.
+batch_entry_bytes_max = 256 * 1024
+
 # --- Firing -----------------------------------------------------------------------
 # Due entries carried by one `fire` command. One Raft entry fires many runs; this
 # bounds the entry's size (about 100 bytes an item) and the apply time.

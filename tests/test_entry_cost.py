@@ -1,0 +1,119 @@
+"""No Raft entry a tenant can cause costs apply more than apply_entry_cost_max: fires of many large DAG jobs due at once are split by cost (core/cost.py), nothing lost, order kept."""
+
+from __future__ import annotations
+
+import asyncio
+import types
+
+from raftsched import limits
+from raftsched.core import commands, cost, jobspec, keys
+from raftsched.core.apply import RUNS, apply_entry
+from raftsched.runtime.trigger import TriggerLoop
+from raftsched.testing.replica import Replica
+
+SHARDS = 4
+NODE = "n1"
+DUE_MS = 1_800_000_000_000 - 1_800_000_000_000 % 3_600_000   # on the hour
+
+
+def dag_spec(tasks: int, **extra) -> dict:
+    body = {"schedule": {"cron": "0 * * * *"}, **extra, "dag": {"tasks": [
+        {"id": f"t{i}", "target": {"type": "http", "url": "http://127.0.0.1:9/h"}}
+        for i in range(tasks)]}}
+    return jobspec.validate_create(body)["spec"]
+
+
+class Recorder(Replica):
+    """A replica that notes the run records each entry wrote."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs_written: list[int] = []
+
+    def run_entry(self, data: bytes) -> dict:
+        self.index += 1
+        _, transition = apply_entry(self.store, data, self.index)
+        self.store.commit(transition, self.index)
+        self.runs_written.append(sum(1 for w in transition.writes if w[0] == RUNS))
+        return transition.result
+
+
+def replica_with_dag_jobs(jobs: int, spec: dict) -> Recorder:
+    replica = Recorder()
+    replica.run(commands.assign_shards(assignments=[(s, NODE) for s in range(SHARDS)],
+                                       at_ms=DUE_MS - 60_000))
+    for i in range(jobs):
+        job_id = f"job_{i:04d}"
+        replica.run(commands.create_jobs(tenant="acme", at_ms=DUE_MS - 60_000, items=[
+            commands.create_job_item(job_id=job_id, spec=spec, idempotency_key=None,
+                                     shard=keys.shard_of(job_id, SHARDS), next_ms=DUE_MS)]))
+    replica.runs_written.clear()
+    return replica
+
+
+def trigger_over(replica: Replica) -> TriggerLoop:
+    async def propose_wait(data: bytes) -> dict:
+        return replica.run_entry(data)
+    node = types.SimpleNamespace(
+        node_id=NODE, store=replica.store,
+        replicator=types.SimpleNamespace(propose_wait=propose_wait),
+        supervisor=types.SimpleNamespace(spawn=lambda name, coro: asyncio.ensure_future(coro)),
+        quota_of=lambda tenant: {"weight": 1})
+    trigger = TriggerLoop(node)
+    trigger.resync()
+    return trigger
+
+
+async def fire_pass(trigger: TriggerLoop, at_ms: int) -> None:
+    trigger._propose_pass(list(range(SHARDS)), at_ms)
+    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    await asyncio.gather(*pending)
+
+
+async def test_a_fire_of_many_maximal_dag_jobs_is_split_by_cost_and_every_task_runs():
+    spec = dag_spec(limits.dag_tasks_max)
+    jobs = 20
+    replica = replica_with_dag_jobs(jobs, spec)
+    await fire_pass(trigger_over(replica), DUE_MS + 5)
+    # Each entry wrote at most a budget's worth of runs (a DAG run and a task
+    # run per task that starts at once are records apply creates)...
+    assert len(replica.runs_written) > 1
+    assert max(replica.runs_written) <= limits.apply_entry_cost_max
+    # ...and every job's DAG run and every task run was created, once.
+    assert sum(replica.runs_written) == jobs * (1 + limits.dag_tasks_max)
+    for i in range(jobs):
+        run_id = keys.run_id(f"job_{i:04d}", DUE_MS, 1)
+        run = replica.get_run(run_id)
+        assert run["state"] == "queued"
+        assert all(inst["state"] == "queued" for inst in run["tasks"])
+        assert replica.job(f"job_{i:04d}")["next_ms"] == DUE_MS + 3_600_000
+
+
+async def test_plain_jobs_still_fire_many_to_an_entry():
+    spec = jobspec.validate_create({"schedule": {"cron": "0 * * * *"},
+                                    "target": {"type": "http",
+                                               "url": "http://127.0.0.1:9/h"}})["spec"]
+    replica = replica_with_dag_jobs(300, spec)
+    await fire_pass(trigger_over(replica), DUE_MS + 5)
+    assert replica.runs_written == [300]
+
+
+def test_the_cost_of_a_dag_fire_counts_the_tasks_that_start_at_once():
+    fan_out = {"schedule": {"cron": "0 * * * *"}, "dag": {"tasks": [
+        {"id": "root", "target": {"type": "http", "url": "http://127.0.0.1:9/h"}},
+        *({"id": f"leaf{i}", "depends_on": ["root"],
+           "target": {"type": "http", "url": "http://127.0.0.1:9/h"}} for i in range(99))]}}
+    spec = jobspec.validate_create(fan_out)["spec"]
+    assert cost.occurrence_cost(spec) == 1 + 1 + 10   # the run, the root, the instances
+    assert cost.fire_item_cost(spec, 3) == 1 + 3 * 12
+    assert cost.downstream_count(spec, "root") == 99
+    assert cost.downstream_count(spec, "leaf1") == 0
+    assert cost.run_update_cost(spec, "root", "finish") == 2 + 99 + 10
+    assert cost.run_update_cost(spec, "root", "start") == 1
+
+
+def test_pack_keeps_order_and_bounds_each_entry():
+    assert cost.pack([3, 3, 3, 3], cost_max=6, count_max=10) == [2, 2]
+    assert cost.pack([1] * 5, cost_max=100, count_max=2) == [2, 2, 1]
+    assert cost.pack([50, 1, 1], cost_max=10, count_max=10) == [1, 2]   # too big: alone
+    assert cost.pack([], cost_max=10, count_max=10) == []
