@@ -8,6 +8,8 @@ import types
 from raftsched import limits
 from raftsched.core import commands, cost, jobspec, keys
 from raftsched.core.apply import RUNS, apply_entry
+from raftsched.runtime.reporter import Reporter
+from raftsched.runtime.supervise import Supervisor
 from raftsched.runtime.trigger import TriggerLoop
 from raftsched.testing.replica import Replica
 
@@ -117,3 +119,37 @@ def test_pack_keeps_order_and_bounds_each_entry():
     assert cost.pack([1] * 5, cost_max=100, count_max=2) == [2, 2, 1]
     assert cost.pack([50, 1, 1], cost_max=10, count_max=10) == [1, 2]   # too big: alone
     assert cost.pack([], cost_max=10, count_max=10) == []
+
+
+async def test_the_reporter_bounds_a_batch_by_what_its_finishes_may_release():
+    fan_out = {"schedule": {"cron": "0 * * * *"}, "dag": {"tasks": [
+        {"id": "root", "target": {"type": "http", "url": "http://127.0.0.1:9/h"}},
+        *({"id": f"leaf{i}", "depends_on": ["root"],
+           "target": {"type": "http", "url": "http://127.0.0.1:9/h"}}
+          for i in range(limits.dag_tasks_max - 1))]}}
+    spec = jobspec.validate_create(fan_out)["spec"]
+    root_cost = cost.run_update_cost(spec, "root", "finish")
+    proposed: list[list[str]] = []
+
+    async def propose(command: dict) -> dict:
+        proposed.append([u["run_id"] for u in command["updates"]])
+        return {"ok": True, "accepted": [True] * len(command["updates"])}
+    reporter = Reporter(types.SimpleNamespace(propose=propose, supervisor=Supervisor("test"),
+                                              quota_of=lambda tenant: {"weight": 1}))
+    task = asyncio.ensure_future(reporter.run())
+    try:
+        futures = []
+        for i in range(30):
+            update = {"run_id": f"run_{i:03d}", "event": "finish", "holder": NODE,
+                      "attempt": 1, "at_ms": DUE_MS, "ok": True, "retryable": True,
+                      "retry_delay_ms": None, "http_status": 200, "exit_code": None,
+                      "error": None, "output_node": None}
+            futures.append(reporter.send(update, "acme", root_cost))
+        assert all(await asyncio.wait_for(asyncio.gather(*futures), 10))
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert [run_id for batch in proposed for run_id in batch] == \
+        [f"run_{i:03d}" for i in range(30)]   # nothing lost, order kept
+    assert len(proposed) > 1
+    assert max(len(batch) for batch in proposed) * root_cost <= limits.apply_entry_cost_max

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from raftsched import limits
-from raftsched.core import commands, dag, keys, retry
+from raftsched.core import commands, cost, dag, keys, retry
 from raftsched.core.apply import JOBS, RUNS, RUNS_OPEN
 from raftsched.core.redact import redact_output, redact_text, secret_values
 from raftsched.errors import Unavailable
@@ -59,6 +59,12 @@ def finish_update(node: "Node", run: dict, holder: str, outcome: Outcome,
             retry.draw_delay_ms(policy, run["attempt"], random.random),
             "http_status": outcome.http_status, "exit_code": outcome.exit_code,
             "error": outcome.error, "output_node": node.node_id if outcome.output else None}
+
+
+def finish_cost(job: dict | None, run: dict) -> int:
+    """What apply may do for the finish of this run, in cost units: the finish
+    of a DAG task run may release every task downstream of it (core/cost.py)."""
+    return cost.run_update_cost(job["spec"] if job else None, run.get("task_id"), "finish")
 
 
 def masked_outcome(job: dict | None, outcome: Outcome) -> Outcome:
@@ -227,7 +233,7 @@ class Dispatcher:
         self._active.add(run["id"])
         policy = dag.retry_policy(job["spec"], run.get("task_id"))
         future = node.reporter.send(finish_update(node, run, node.node_id, outcome, policy),
-                                    run["tenant"])
+                                    run["tenant"], finish_cost(job, run))
         future.add_done_callback(lambda _: self._active.discard(run["id"]))
 
     # --- one attempt ------------------------------------------------------------------
@@ -333,7 +339,7 @@ class Dispatcher:
                              now_ms=node.now_ms())
         policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
         future = node.reporter.send(finish_update(node, run, node.node_id, outcome, policy),
-                                    run["tenant"])
+                                    run["tenant"], finish_cost(job, run))
         future.add_done_callback(lambda _: self._active.discard(run["id"]))
 
     async def close(self) -> None:

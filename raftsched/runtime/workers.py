@@ -23,7 +23,7 @@ from raftsched.core import dag, keys
 from raftsched.core.apply import JOBS, READY, RUNS
 from raftsched.core.timeutil import format_ms
 from raftsched.executors.base import Outcome
-from raftsched.runtime.dispatcher import finish_update, masked_outcome
+from raftsched.runtime.dispatcher import finish_cost, finish_update, masked_outcome
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
@@ -98,7 +98,7 @@ class WorkerService:
                            error=f"the run's target is gone (job {run['job_id']} deleted, or "
                                  f"task {run.get('task_id')!r} no longer in its DAG)")
             self._node.reporter.send(finish_update(self._node, run, holder_of(worker_id), gone,
-                                                   policy), run["tenant"])
+                                                   policy), run["tenant"], finish_cost(job, run))
             return None
         return {"run_id": run["id"], "job_id": run["job_id"], "attempt": run["attempt"],
                 "execution_id": run["execution_id"], "scheduled_ms": run["scheduled_ms"],
@@ -153,6 +153,7 @@ class WorkerService:
                                       exit_code=outcome.exit_code), now_ms=node.now_ms())
             futures.append(node.reporter.send(finish_update(
                 node, run, holder_of(worker_id), outcome,
-                dag.retry_policy(job["spec"] if job else None, run.get("task_id")))))
+                dag.retry_policy(job["spec"] if job else None, run.get("task_id"))),
+                cost=finish_cost(job, run)))
         return [bool(f is not None and await f) for f in futures]
 
