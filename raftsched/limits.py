@@ -117,6 +117,10 @@ batch_create_jobs_max = 1000
 # busy machine a 1000-job entry held a leader's thread past the 0.4 s election
 # timeout, so entries stay at a quarter of that.
 batch_entry_jobs_max = 250
+# The longest a request handler computes on the event loop before it lets
+# other requests and the node's loops run (seconds): batchCreate checks its
+# jobs in slices of about this long, so a maximal batch never stalls the node.
+loop_slice_s = 0.01
 # The body of a batchCreate. 1000 typical job bodies take about 400 KB of JSON;
 # this leaves room for larger ones (an average of 4 KB a job) while keeping the
 # Raft entry a batch makes within a few MB.
@@ -271,6 +275,15 @@ fire_batch_max = 2000
 trigger_tick_ms_max = 200
 # Distinct (expression, timezone, after) next-fire results kept in memory.
 schedule_cache_max = 65_536
+# A cron expression as given (bytes, before macros and H are resolved). What a
+# person writes fits in a few dozen; a long list of values costs milliseconds
+# to parse and to evaluate at every fire, so past this it is refused (400,
+# schedule.cron). The longest plain expression (every value of every field
+# listed) is longer, but a range or a step says the same in a few bytes.
+cron_expression_bytes_max = 256
+# Distinct cron expressions whose check (parse and validation) is kept in
+# memory: a batch of jobs that share an expression parses it once.
+cron_parse_cache_max = 4096
 # A cron expression that matches nothing within this many years is refused.
 cron_search_years_max = 8
 
