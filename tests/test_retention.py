@@ -14,7 +14,7 @@ from raftsched.cli import build_parser
 from raftsched.core import codec, commands, jobspec, keys, retention
 from raftsched.core.apply import (ALERTS, IDEM, JOBS, RUNS, RUNS_BY_JOB, TOPIC_META, TOPICS,
                                   Transition)
-from raftsched.core.tx import RunsPurged
+from raftsched.core.tx import JOBS_BY_TENANT, RunsPurged
 from raftsched.errors import InvalidInput, StorageFull
 from raftsched.runtime.purger import Bounds, Purger
 from raftsched.storage.lmdb_store import LmdbStore
@@ -227,6 +227,7 @@ def test_a_deleted_job_goes_after_the_retention_with_its_runs(log):
                  jobs=["job_a1"])
     assert (done["runs"], done["jobs"]) == (2, 1)
     assert log.store.get(JOBS, b"job_a1") is None
+    assert log.store.scan(JOBS_BY_TENANT) == []   # gone from its tenant's listing too
     assert history(log) == []
     assert log.store.get(IDEM, keys.idem_key("default", "k")) is not None
 

@@ -29,9 +29,9 @@ from typing import Callable
 from raftsched.core import (backfill, commands, keys, lifecycle, redrive, retention, runs,
                             tenancy, topics)
 from raftsched.core.firing import DEFAULT_MISFIRE, due_at_ms
-from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOBS, LEASES, NODES, READY,
-                               RECORD_VERSION, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS, TABLES,
-                               TALLY_MISFIRE, TENANTS, TOKENS,
+from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOBS, JOBS_BY_TENANT, LEASES,
+                               NODES, READY, RECORD_VERSION, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS,
+                               TABLES, TALLY_MISFIRE, TENANTS, TOKENS,
                                TOPIC_IDEM, TOPIC_META, TOPICS, AlertPending, DueArmed, NodeRenewed,
                                RunCancelled, RunQueued, ShardsAssigned, TopicAppended, Transition,
                                Tx, View, ViewFailed, WriteRefused, live_job, refuse)
@@ -128,6 +128,7 @@ def _create_job(tx: Tx, cmd: dict, counter: tenancy.CreateCounter | None = None)
            "next_ms": cmd["next_ms"], "created_ms": cmd["at_ms"], "updated_ms": cmd["at_ms"],
            "idempotency_key": idem, "last_run_id": None}
     tx.put(JOBS, keys.job_key(job["id"]), job)
+    tx.put(JOBS_BY_TENANT, keys.jobs_by_tenant_key(job["tenant"], job["id"]), 1)
     if idem is not None:
         tx.put(IDEM, keys.idem_key(cmd["tenant"], idem),
                retention.idem_value(job["id"], cmd["at_ms"]))
