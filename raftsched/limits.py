@@ -261,6 +261,9 @@ cluster_peer_status_timeout_s = 0.5
 # DAG jobs of dag_tasks_max tasks each included). What does not fit goes in
 # the next entry, in order.
 apply_entry_cost_max = 800
+# An entry whose apply takes more CPU than this (seconds) is logged as slow
+# on every replica: twice what apply_entry_cost_max is sized for.
+apply_entry_slow_s = 0.1
 # The most bytes of job commands one create_jobs entry carries (a batchCreate
 # is proposed as several entries past this or batch_entry_jobs_max): encoding,
 # decoding and storing each byte is apply's work too.

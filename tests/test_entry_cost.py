@@ -110,8 +110,10 @@ def test_the_cost_of_a_dag_fire_counts_the_tasks_that_start_at_once():
     assert cost.fire_item_cost(spec, 3) == 1 + 3 * 12
     assert cost.downstream_count(spec, "root") == 99
     assert cost.downstream_count(spec, "leaf1") == 0
-    assert cost.run_update_cost(spec, "root", "finish") == 2 + 99 + 10
-    assert cost.run_update_cost(spec, "root", "start") == 1
+    assert cost.run_update_cost(spec, "root", "finish") == 2 + 10 + 99
+    assert cost.run_update_cost(spec, "leaf1", "start") == 2 + 10   # its DAG run rewritten
+    assert cost.run_update_cost(spec, "leaf1", "heartbeat") == 1
+    assert cost.run_update_cost(None, None, "finish") == 1
 
 
 def test_pack_keeps_order_and_bounds_each_entry():

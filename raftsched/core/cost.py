@@ -71,12 +71,14 @@ def downstream_count(spec: dict, task_id: str | None) -> int:
 
 
 def run_update_cost(spec: dict | None, task_id: str | None, event: str) -> int:
-    """A run report: one unit, and for the finish of a DAG task run, a unit per
-    task it may release or decide and its DAG run rewritten."""
-    if event != "finish" or spec is None or task_id is None:
+    """A run report: one unit. The start or finish of a DAG task run also
+    rewrites its DAG run (every task's instance), and a finish may release or
+    decide every task downstream of it: a unit for each."""
+    tasks = dag_tasks(spec) if spec is not None else []
+    if event == "heartbeat" or task_id is None or not tasks:
         return 1
-    tasks = dag_tasks(spec)
-    return 2 + downstream_count(spec, task_id) + len(tasks) // _INSTANCES_PER_UNIT
+    moved = 2 + len(tasks) // _INSTANCES_PER_UNIT
+    return moved + downstream_count(spec, task_id) if event == "finish" else moved
 
 
 def pack(costs: list[int], cost_max: int, count_max: int) -> list[int]:

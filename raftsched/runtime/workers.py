@@ -23,7 +23,7 @@ from raftsched.core import dag, keys
 from raftsched.core.apply import JOBS, READY, RUNS
 from raftsched.core.timeutil import format_ms
 from raftsched.executors.base import Outcome
-from raftsched.runtime.dispatcher import finish_cost, finish_update, masked_outcome
+from raftsched.runtime.dispatcher import finish_update, masked_outcome, report_cost
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node
@@ -76,7 +76,7 @@ class WorkerService:
         futures = [node.reporter.send({"run_id": r["id"], "event": "start",
                                        "holder": holder_of(worker_id), "attempt": r["attempt"],
                                        "at_ms": node.now_ms(), "lease_ms": lease_ms},
-                                      r["tenant"])
+                                      r["tenant"], report_cost(self._dag_job(r), r, "start"))
                    for r in runs]
         granted = []
         for run, future in zip(runs, futures):
@@ -86,6 +86,11 @@ class WorkerService:
                     granted.append(assignment)
         self.claimed_total += len(granted)
         return granted
+
+    def _dag_job(self, run: dict) -> dict | None:
+        """The job of a DAG task run (its start's cost depends on it), else None."""
+        return (self._node.store.get(JOBS, keys.job_key(run["job_id"]))
+                if "dag_run" in run else None)
 
     def _assignment(self, run: dict, lease_ms: int, worker_id: str) -> dict | None:
         """What the worker is given for a run it was granted; None (and the
@@ -98,7 +103,7 @@ class WorkerService:
                            error=f"the run's target is gone (job {run['job_id']} deleted, or "
                                  f"task {run.get('task_id')!r} no longer in its DAG)")
             self._node.reporter.send(finish_update(self._node, run, holder_of(worker_id), gone,
-                                                   policy), run["tenant"], finish_cost(job, run))
+                                                   policy), run["tenant"], report_cost(job, run))
             return None
         return {"run_id": run["id"], "job_id": run["job_id"], "attempt": run["attempt"],
                 "execution_id": run["execution_id"], "scheduled_ms": run["scheduled_ms"],
@@ -154,6 +159,6 @@ class WorkerService:
             futures.append(node.reporter.send(finish_update(
                 node, run, holder_of(worker_id), outcome,
                 dag.retry_policy(job["spec"] if job else None, run.get("task_id"))),
-                cost=finish_cost(job, run)))
+                cost=report_cost(job, run)))
         return [bool(f is not None and await f) for f in futures]
 
