@@ -256,11 +256,13 @@ cluster_peer_status_timeout_s = 0.5
 # of run reports, a backfill step) may cost apply, in cost units: one unit is
 # about one run record created or rewritten, 50-70 us of a replica's Raft
 # thread (docs/benchmarks.md). Each replica applies an entry in one go and
-# sends no heartbeat meanwhile, so this keeps such an entry near 50 ms, far
-# under election_timeout_min_s, whatever the jobs behind it are (a fire of
-# DAG jobs of dag_tasks_max tasks each included). What does not fit goes in
-# the next entry, in order.
-apply_entry_cost_max = 800
+# sends no heartbeat meanwhile, so this keeps such an entry under about 50 ms
+# of CPU, far under election_timeout_min_s, whatever the jobs behind it are (a
+# fire of DAG jobs of dag_tasks_max tasks each included). What does not fit
+# goes in the next entry, in order. It also bounds one job's catch-up after
+# an outage (core/cost.py catchup_fitting): a plain job's catchup_max_max
+# occurrences fit.
+apply_entry_cost_max = 1024
 # An entry whose apply takes more CPU than this (seconds) is logged as slow
 # on every replica: twice what apply_entry_cost_max is sized for.
 apply_entry_slow_s = 0.1

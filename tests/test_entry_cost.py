@@ -8,6 +8,7 @@ import types
 from raftsched import limits
 from raftsched.core import commands, cost, jobspec, keys
 from raftsched.core.apply import RUNS, apply_entry
+from raftsched.core.firing import fire_item
 from raftsched.runtime.reporter import Reporter
 from raftsched.runtime.supervise import Supervisor
 from raftsched.runtime.trigger import TriggerLoop
@@ -155,3 +156,22 @@ async def test_the_reporter_bounds_a_batch_by_what_its_finishes_may_release():
         [f"run_{i:03d}" for i in range(30)]   # nothing lost, order kept
     assert len(proposed) > 1
     assert max(len(batch) for batch in proposed) * root_cost <= limits.apply_entry_cost_max
+
+
+def test_a_large_dag_jobs_catch_up_fits_one_entry():
+    spec = dag_spec(limits.dag_tasks_max, misfire={"policy": "fire_all", "catchup_max": 100})
+    job = {"id": "job_late", "spec": spec, "next_ms": DUE_MS}
+    item = fire_item(job, DUE_MS, DUE_MS + 50 * 3_600_000)   # 50 hours late
+    _, _, next_ms, occurrences, omitted = item
+    assert cost.fire_item_cost(spec, len(occurrences)) <= limits.apply_entry_cost_max
+    assert omitted is True
+    assert occurrences[0] == DUE_MS
+    assert occurrences[-1] == DUE_MS + 50 * 3_600_000   # the latest is never left out
+    assert next_ms == DUE_MS + 51 * 3_600_000
+    # A plain job catches up its whole catchup_max.
+    plain = jobspec.validate_create({"schedule": {"cron": "0 * * * *"},
+                                     "misfire": {"policy": "fire_all",
+                                                 "catchup_max": limits.catchup_max_max},
+                                     "target": {"type": "http",
+                                                "url": "http://127.0.0.1:9/h"}})["spec"]
+    assert cost.catchup_fitting(plain, limits.catchup_max_max) == limits.catchup_max_max

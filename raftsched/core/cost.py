@@ -20,6 +20,8 @@ Pure: values in, integers out.
 
 from __future__ import annotations
 
+from raftsched import limits
+
 # What a task instance inside a DAG run record costs, as a fraction of a unit:
 # it is a small map in a record that is written anyway (measured at about a
 # tenth of a run record).
@@ -48,6 +50,15 @@ def fire_item_cost(spec: dict, occurrences: int) -> int:
     """A fire item covering `occurrences` of the job: the job rewritten and
     re-armed, and a run per occurrence (each counted as if it runs)."""
     return 1 + occurrences * occurrence_cost(spec)
+
+
+def catchup_fitting(spec: dict, catchup_max: int) -> int:
+    """The catch-up bound a fire of this job uses: its policy's catchup_max,
+    lowered so that a fire item covering that many occurrences and the latest
+    one fits an entry on its own (a job of a large DAG catches up fewer
+    missed occurrences; the rest are omitted, as past catchup_max). At least 1."""
+    fitting = (limits.apply_entry_cost_max - 1) // occurrence_cost(spec) - 1
+    return max(1, min(catchup_max, fitting))
 
 
 def downstream_count(spec: dict, task_id: str | None) -> int:
