@@ -175,3 +175,12 @@ def test_a_large_dag_jobs_catch_up_fits_one_entry():
                                      "target": {"type": "http",
                                                 "url": "http://127.0.0.1:9/h"}})["spec"]
     assert cost.catchup_fitting(plain, limits.catchup_max_max) == limits.catchup_max_max
+
+
+def test_the_entry_cost_measure_packs_a_dag_fire_into_bounded_entries():
+    from raftsched.testing import entrycost
+    spec = entrycost.job_spec(limits.dag_tasks_max)
+    by_count = entrycost.fire(12, spec, by_cost=False)
+    by_cost = entrycost.fire(12, spec, by_cost=True)
+    assert by_count["entries"] == 1
+    assert by_cost["entries"] == 2   # 12 items of 112 units: 9, then 3
