@@ -9,6 +9,7 @@ from raftsched import limits
 from raftsched.core import commands, cost, jobspec, keys
 from raftsched.core.apply import RUNS, apply_entry
 from raftsched.core.firing import fire_item
+from raftsched.runtime.reaper import Reaper
 from raftsched.runtime.reporter import Reporter
 from raftsched.runtime.supervise import Supervisor
 from raftsched.runtime.trigger import TriggerLoop
@@ -184,3 +185,34 @@ def test_the_entry_cost_measure_packs_a_dag_fire_into_bounded_entries():
     by_cost = entrycost.fire(12, spec, by_cost=True)
     assert by_count["entries"] == 1
     assert by_cost["entries"] == 2   # 12 items of 112 units: 9, then 3
+
+
+def fan_out_spec() -> dict:
+    target = {"type": "http", "url": "http://127.0.0.1:9/h"}
+    return jobspec.validate_create({"schedule": {"cron": "0 * * * *"}, "dag": {"tasks": [
+        {"id": "root", "target": target},
+        *({"id": f"leaf{i}", "depends_on": ["root"], "target": target}
+          for i in range(limits.dag_tasks_max - 1))]}})["spec"]
+
+
+async def test_the_reaper_bounds_an_expiry_batch_by_what_it_may_release():
+    spec = fan_out_spec()
+    replica = replica_with_dag_jobs(20, spec)
+    await fire_pass(trigger_over(replica), DUE_MS + 5)
+    roots = [keys.task_run_id(keys.run_id(f"job_{i:04d}", DUE_MS, 1), "root") for i in range(20)]
+    started = replica.run(commands.run_updates(updates=[
+        {"run_id": run_id, "event": "start", "holder": NODE, "attempt": 1,
+         "at_ms": DUE_MS + 10, "lease_ms": DUE_MS + 1000} for run_id in roots]))
+    assert started["applied"] == 20, started
+    proposed: list[dict] = []
+
+    async def propose(command: dict) -> dict:
+        proposed.append(command)
+        return replica.run(command)
+    node = types.SimpleNamespace(store=replica.store, now_ms=lambda: DUE_MS + 10_000,
+                                 propose=propose)
+    reaper = Reaper(node)
+    while await reaper.maybe_expire_leases():
+        pass
+    per_entry = limits.apply_entry_cost_max // cost.run_update_cost(spec, "root", "finish")
+    assert [len(c["items"]) for c in proposed] == [per_entry, per_entry, 20 - 2 * per_entry]

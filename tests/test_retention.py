@@ -383,6 +383,24 @@ def test_the_purger_fills_at_most_one_batch_and_resumes_at_the_same_job(log, mon
     assert second.runs == [(r, "job_a1") for r in finished[4:8]]
 
 
+def test_the_purger_bounds_a_batch_of_dag_runs_by_the_task_runs_they_remove(log):
+    """A DAG run's purge removes its task runs too: the batch is filled by
+    cost (a unit per run removed), not by count alone."""
+    make_job(log, history={"max_runs": 1})
+    finished = run_history(log, 30)
+    job = log.store.get(JOBS, b"job_a1")
+    job["spec"] = dict(job["spec"], dag={"tasks": [
+        {"id": f"t{i}", "depends_on": [], "target": HTTP} for i in range(limits.dag_tasks_max)]})
+    log.index += 1
+    log.store.commit(Transition(writes=((JOBS, b"job_a1", job),), effects=(), result={}),
+                     log.index)
+    purger = purger_over(log)
+    plan = purger.plan(purger.bounds(20_000))
+    per_run = 1 + limits.dag_tasks_max
+    assert plan.runs == [(r, "job_a1") for r in finished[:limits.apply_entry_cost_max // per_run]]
+    assert plan.room() > 0   # far from purge_batch_max: the cost filled it
+
+
 def test_the_purger_visits_a_bounded_number_of_jobs_per_pass(log, monkeypatch):
     monkeypatch.setattr(limits, "purge_scan_jobs_max", 2)
     for job_id in ("job_a1", "job_b2", "job_c3"):
