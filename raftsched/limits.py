@@ -253,9 +253,10 @@ cluster_peer_status_timeout_s = 0.5
 
 # --- Cost of a Raft entry (core/cost.py) --------------------------------------------
 # The most one Raft entry a proposer builds from tenants' work (a fire, a batch
-# of run reports, a backfill step) may cost apply, in cost units: one unit is
-# about one run record created or rewritten, 50-70 us of a replica's Raft
-# thread (docs/benchmarks.md). Each replica applies an entry in one go and
+# of run reports, a backfill step, a lease-expiry batch, a purge) may cost
+# apply, in cost units: one unit is about one run record created or
+# rewritten, 30-45 us of CPU of a replica's Raft thread (docs/benchmarks.md,
+# "Cost of one Raft entry"). Each replica applies an entry in one go and
 # sends no heartbeat meanwhile, so this keeps such an entry under about 50 ms
 # of CPU, far under election_timeout_min_s, whatever the jobs behind it are (a
 # fire of DAG jobs of dag_tasks_max tasks each included). What does not fit
