@@ -141,12 +141,7 @@ async def batch_create_jobs(request: web.Request) -> web.Response:
     now = node.now_ms()
     node.check_room()
     results, checked = await _batch_items(node, bodies, now)
-    parts, start = [], 0
-    for count in cost.pack([size for _, _, size in checked], limits.batch_entry_bytes_max,
-                           limits.batch_entry_jobs_max):
-        part = checked[start:start + count]
-        parts.append(([position for position, _, _ in part], [item for _, item, _ in part]))
-        start += count
+    parts = batch_entries(checked)
     # Proposed together, in order: pysyncobj keeps that order, so a job sees
     # the jobs before it in the batch (an idempotency key used twice).
     tenant, actor = tenant_of(request), actor_of(request)
@@ -208,6 +203,19 @@ async def _batch_items(node: "NodePort", bodies: list,
         except InvalidInput as exc:
             results[position] = {"error": _problem_of(exc)}
     return results, checked
+
+
+def batch_entries(checked: list[tuple[int, dict, int]]) -> list[tuple[list[int], list[dict]]]:
+    """The checked jobs, in order, as create_jobs entries of at most
+    batch_entry_jobs_max jobs and batch_entry_bytes_max bytes of job bodies
+    (a larger job alone): (positions in the batch, items) per entry."""
+    parts, start = [], 0
+    for count in cost.pack([size for _, _, size in checked], limits.batch_entry_bytes_max,
+                           limits.batch_entry_jobs_max):
+        part = checked[start:start + count]
+        parts.append(([position for position, _, _ in part], [item for _, item, _ in part]))
+        start += count
+    return parts
 
 
 def _job_body_bytes(body: object, position: int) -> int:
