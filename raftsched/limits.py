@@ -117,6 +117,10 @@ batch_create_jobs_max = 1000
 # busy machine a 1000-job entry held a leader's thread past the 0.4 s election
 # timeout, so entries stay at a quarter of that.
 batch_entry_jobs_max = 250
+# The longest a request handler computes on the event loop before it lets
+# other requests and the node's loops run (seconds): batchCreate checks its
+# jobs in slices of about this long, so a maximal batch never stalls the node.
+loop_slice_s = 0.01
 # The body of a batchCreate. 1000 typical job bodies take about 400 KB of JSON;
 # this leaves room for larger ones (an average of 4 KB a job) while keeping the
 # Raft entry a batch makes within a few MB.
@@ -272,6 +276,27 @@ node_register_retry_s = 0.5
 # within this (seconds) is listed as unreachable, so the view stays quick.
 cluster_peer_status_timeout_s = 0.5
 
+# --- Cost of a Raft entry (core/cost.py) --------------------------------------------
+# The most one Raft entry a proposer builds from tenants' work (a fire, a batch
+# of run reports, a backfill step, a lease-expiry batch, a purge) may cost
+# apply, in cost units: one unit is about one run record created or
+# rewritten, 30-45 us of CPU of a replica's Raft thread (docs/benchmarks.md,
+# "Cost of one Raft entry"). Each replica applies an entry in one go and
+# sends no heartbeat meanwhile, so this keeps such an entry under about 50 ms
+# of CPU, far under election_timeout_min_s, whatever the jobs behind it are (a
+# fire of DAG jobs of dag_tasks_max tasks each included). What does not fit
+# goes in the next entry, in order. It also bounds one job's catch-up after
+# an outage (core/cost.py catchup_fitting): a plain job's catchup_max_max
+# occurrences fit.
+apply_entry_cost_max = 1024
+# An entry whose apply takes more CPU than this (seconds) is logged as slow
+# on every replica: twice what apply_entry_cost_max is sized for.
+apply_entry_slow_s = 0.1
+# The most bytes of job commands one create_jobs entry carries (a batchCreate
+# is proposed as several entries past this or batch_entry_jobs_max): encoding,
+# decoding and storing each byte is apply's work too.
+batch_entry_bytes_max = 256 * 1024
+
 # --- Firing -----------------------------------------------------------------------
 # Due entries carried by one `fire` command. One Raft entry fires many runs; this
 # bounds the entry's size (about 100 bytes an item) and the apply time.
@@ -281,6 +306,15 @@ fire_batch_max = 2000
 trigger_tick_ms_max = 200
 # Distinct (expression, timezone, after) next-fire results kept in memory.
 schedule_cache_max = 65_536
+# A cron expression as given (bytes, before macros and H are resolved). What a
+# person writes fits in a few dozen; a long list of values costs milliseconds
+# to parse and to evaluate at every fire, so past this it is refused (400,
+# schedule.cron). The longest plain expression (every value of every field
+# listed) is longer, but a range or a step says the same in a few bytes.
+cron_expression_bytes_max = 256
+# Distinct cron expressions whose check (parse and validation) is kept in
+# memory: a batch of jobs that share an expression parses it once.
+cron_parse_cache_max = 4096
 # A cron expression that matches nothing within this many years is refused.
 cron_search_years_max = 8
 

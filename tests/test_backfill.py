@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from raftsched import limits
-from raftsched.core import backfill, commands, jobspec, keys, lifecycle
+from raftsched.core import backfill, commands, cost, jobspec, keys, lifecycle
 from raftsched.core.apply import JOBS, RUNS, SHARDS, RunCancelled
 from raftsched.core.schedule import parse_schedule
 from raftsched.core.timeutil import format_ms, parse_rfc3339
@@ -415,6 +415,28 @@ def test_a_backfill_that_cannot_be_planned_holds_back_no_other():
     items = planner.plan()
     assert [item["backfill_id"] for item in items] == ["bf_2"]
     assert planner.plan() == items   # and again, quietly
+
+
+def test_a_step_of_a_large_dag_job_is_bounded_by_cost_not_only_by_runs():
+    """Each run of a DAG job releases its starting tasks in the same entry:
+    the step plans what fits apply_entry_cost_max, and at least one run."""
+    replica = Replica()
+    shard = keys.shard_of(JOB, SHARD_COUNT)
+    replica.run(commands.assign_shards(assignments=[(shard, "n2")], at_ms=1))
+    spec = dict(job_spec(), target=None)
+    del spec["target"]
+    spec["dag"] = {"tasks": [{"id": f"t{i}", "depends_on": [], "trigger_rule": "all_success",
+                              "target": job_spec()["target"]}
+                             for i in range(limits.dag_tasks_max)]}
+    assert replica.run(commands.create_job(
+        job_id=JOB, tenant="default", spec=spec, idempotency_key=None, shard=shard,
+        next_ms=NOW + HOUR_MS, at_ms=NOW))["ok"]
+    assert start(replica, hours=200, max_concurrent=100)["ok"]
+    planner = Backfiller(SimpleNamespace(store=replica.store))   # type: ignore[arg-type]
+    [item] = planner.plan()
+    unit = cost.occurrence_cost(spec)
+    assert len(item["occurrences"]) == limits.apply_entry_cost_max // unit
+    assert len(item["occurrences"]) * unit <= limits.apply_entry_cost_max
 
 
 def test_the_purger_chooses_backfills_that_ended_past_the_retention():

@@ -124,3 +124,18 @@ def test_batch_bounds_are_named(shared_cluster):
     for payload in ({"jobs": []}, {"jobs": job()}, {"jobs": [job()], "extra": 1}, [job()]):
         refused = shared_cluster.api("n1", "POST", "/v1/jobs:batchCreate", payload)
         assert (refused.status, refused.body["field"]) == (400, "jobs"), (payload, refused)
+
+
+def test_a_batch_is_proposed_in_entries_bounded_by_bytes_and_by_count():
+    from raftsched.api.app import batch_entries
+    big = limits.request_body_bytes_max   # the largest job a batch takes
+    checked = [(i, {"n": i}, big) for i in range(10)]
+    entries = batch_entries(checked)
+    per_entry = limits.batch_entry_bytes_max // big
+    assert [positions for positions, _ in entries][0] == list(range(per_entry))
+    assert [p for positions, _ in entries for p in positions] == list(range(10))   # in order
+    assert all(len(items) * big <= limits.batch_entry_bytes_max for _, items in entries)
+    small = [(i, {"n": i}, 300) for i in range(limits.batch_create_jobs_max)]
+    entries_of_small = limits.batch_create_jobs_max // limits.batch_entry_jobs_max
+    assert [len(items) for _, items in batch_entries(small)] == \
+        [limits.batch_entry_jobs_max] * entries_of_small

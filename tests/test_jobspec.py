@@ -91,7 +91,7 @@ def test_an_idempotency_key_is_bounded_in_bytes_not_characters():
     ("target", {"type": "command", "argv": ["a"],
                 "cwd": "/" + "d" * limits.command_text_bytes_max}, "command_text_bytes_max"),
     ("schedule.cron", "0 " + "1," * limits.command_text_bytes_max + "1 * * *",
-     "command_text_bytes_max"),
+     "cron_expression_bytes_max"),
 ])
 def test_free_text_a_command_carries_is_bounded_in_bytes(path, value, limit):
     with pytest.raises(InvalidInput) as exc:

@@ -6,6 +6,7 @@ import pytest
 
 from raftsched import limits
 from raftsched.core import commands, keys, queries
+from raftsched.core.tx import JOBS
 from raftsched.testing.replica import EVERY_2S, HTTP, Replica
 
 SHARDS = 16
@@ -105,12 +106,40 @@ def test_jobs_pages_in_id_order_with_filters_and_a_bounded_scan(monkeypatch):
     jobs, last, more = queries.jobs_page(log.store, "t1", {}, 2, None)
     assert ([j["id"] for j in jobs], last, more) == (["job_a1", "job_a2"], "job_a2", True)
     jobs, last, _ = queries.jobs_page(log.store, "t1", {}, 10, last)
-    assert ([j["id"] for j in jobs], last) == (["job_a3", "job_a4"], "job_b1")
+    assert ([j["id"] for j in jobs], last) == (["job_a3", "job_a4"], "job_a4")
     named = queries.jobs_page(log.store, "t1", {"name_prefix": "bill"}, 10, None)[0]
     assert [j["id"] for j in named] == ["job_a1", "job_a3", "job_a4"]
     monkeypatch.setattr(limits, "list_scan_rows_max", 2)
     jobs, last, more = queries.jobs_page(log.store, "t1", {"name_prefix": "none"}, 2, None)
     assert (jobs, last, more) == ([], "job_a2", True)   # stopped after two rows, may go on
+
+
+class CountingReader:
+    """A store that counts the job records and index rows a query reads."""
+
+    def __init__(self, store) -> None:
+        self.store, self.rows = store, 0
+
+    def get(self, table, key):
+        self.rows += table == JOBS
+        return self.store.get(table, key)
+
+    def scan(self, table, **kw):
+        rows = self.store.scan(table, **kw)
+        self.rows += len(rows)
+        return rows
+
+
+def test_a_jobs_listing_reads_the_callers_tenant_only():
+    log = Replica()
+    for i in range(300):
+        make_job(log, f"job_b{i:03d}", tenant="t2", name="bulk")
+    make_job(log, "job_c1", name="billing")
+    make_job(log, "job_c2", name="other")
+    reader = CountingReader(log.store)
+    jobs, last, more = queries.jobs_page(reader, "t1", {"name_prefix": "bill"}, 50, None)
+    assert ([j["id"] for j in jobs], last, more) == (["job_c1"], "job_c2", False)
+    assert reader.rows <= 2 * 2   # two index rows and two jobs, none of t2's 300
 
 
 def test_topics_and_groups():

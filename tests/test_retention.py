@@ -14,7 +14,7 @@ from raftsched.cli import build_parser
 from raftsched.core import codec, commands, jobspec, keys, retention
 from raftsched.core.apply import (ALERTS, IDEM, JOBS, RUNS, RUNS_BY_JOB, TOPIC_META, TOPICS,
                                   Transition)
-from raftsched.core.tx import RunsPurged
+from raftsched.core.tx import JOBS_BY_TENANT, RunsPurged
 from raftsched.errors import InvalidInput, StorageFull
 from raftsched.runtime.purger import Bounds, Purger
 from raftsched.storage.lmdb_store import LmdbStore
@@ -227,6 +227,7 @@ def test_a_deleted_job_goes_after_the_retention_with_its_runs(log):
                  jobs=["job_a1"])
     assert (done["runs"], done["jobs"]) == (2, 1)
     assert log.store.get(JOBS, b"job_a1") is None
+    assert log.store.scan(JOBS_BY_TENANT) == []   # gone from its tenant's listing too
     assert history(log) == []
     assert log.store.get(IDEM, keys.idem_key("default", "k")) is not None
 
@@ -380,6 +381,24 @@ def test_the_purger_fills_at_most_one_batch_and_resumes_at_the_same_job(log, mon
     purge(log, 20_000, runs=first.runs)
     second = purger.plan(purger.bounds(20_000))
     assert second.runs == [(r, "job_a1") for r in finished[4:8]]
+
+
+def test_the_purger_bounds_a_batch_of_dag_runs_by_the_task_runs_they_remove(log):
+    """A DAG run's purge removes its task runs too: the batch is filled by
+    cost (a unit per run removed), not by count alone."""
+    make_job(log, history={"max_runs": 1})
+    finished = run_history(log, 30)
+    job = log.store.get(JOBS, b"job_a1")
+    job["spec"] = dict(job["spec"], dag={"tasks": [
+        {"id": f"t{i}", "depends_on": [], "target": HTTP} for i in range(limits.dag_tasks_max)]})
+    log.index += 1
+    log.store.commit(Transition(writes=((JOBS, b"job_a1", job),), effects=(), result={}),
+                     log.index)
+    purger = purger_over(log)
+    plan = purger.plan(purger.bounds(20_000))
+    per_run = 1 + limits.dag_tasks_max
+    assert plan.runs == [(r, "job_a1") for r in finished[:limits.apply_entry_cost_max // per_run]]
+    assert plan.room() > 0   # far from purge_batch_max: the cost filled it
 
 
 def test_the_purger_visits_a_bounded_number_of_jobs_per_pass(log, monkeypatch):

@@ -18,6 +18,7 @@ from croniter import croniter
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from raftsched import limits
 from raftsched.core import schedule as sch
 from raftsched.core.timeutil import datetime_to_ms, ms_to_datetime
 from raftsched.errors import InvalidInput
@@ -224,6 +225,35 @@ def test_every_limits_are_named():
     with pytest.raises(InvalidInput) as exc:
         sch.parse_schedule({"every": "367d"}, None)
     assert exc.value.limit == "every_ms_max"
+
+
+def test_a_cron_expression_is_bounded_to_what_a_person_writes():
+    longest = "0 " + ",".join(["1"] * ((limits.cron_expression_bytes_max - 10) // 2)) + " * * *"
+    assert len(longest) <= limits.cron_expression_bytes_max
+    assert sch.parse_schedule({"cron": longest}, None)["cron"] == longest
+    too_long = "0 " + ",".join(["1"] * (limits.cron_expression_bytes_max // 2)) + " * * *"
+    with pytest.raises(InvalidInput) as exc:
+        sch.parse_schedule({"cron": too_long}, None)
+    assert (exc.value.status, exc.value.field) == (400, "schedule.cron")
+    assert exc.value.limit == "cron_expression_bytes_max"
+
+
+def test_an_expression_is_parsed_once_whatever_job_gives_it(monkeypatch):
+    parsed = []
+    real = sch.croniter
+
+    def counting(expr, *args, **kwargs):
+        parsed.append(expr)
+        return real(expr, *args, **kwargs)
+    sch._checked_cron.cache_clear()
+    monkeypatch.setattr(sch, "croniter", counting)
+    for _ in range(3):
+        assert sch.normalise_cron("5  4 * * 1-5", "schedule.cron") == "5 4 * * 1-5"
+        with pytest.raises(InvalidInput) as exc:   # a refusal is kept too
+            sch.normalise_cron("61 * * * *", "dag.schedule.cron")
+        assert exc.value.field == "dag.schedule.cron"
+    assert parsed == ["5 4 * * 1-5", "61 * * * *"]
+    assert sch._checked_cron.cache_info().maxsize == limits.cron_parse_cache_max
 
 
 # --- misfire coverage ---------------------------------------------------------------------

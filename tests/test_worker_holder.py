@@ -26,7 +26,7 @@ class _Reporter:
     def __init__(self, log: Replica) -> None:
         self.log = log
 
-    def send(self, update: dict, tenant: str = "") -> asyncio.Future:
+    def send(self, update: dict, tenant: str = "", cost: int = 1) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
         result = self.log.run(commands.run_updates(updates=[update]))
         future.set_result(result["accepted"][0])

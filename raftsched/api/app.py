@@ -5,8 +5,10 @@ the leader had committed when the request arrived)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import secrets
+import time
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +22,7 @@ from raftsched.api.common import (NODE_KEY, int_param, job_secrets, json_body,
                                   json_response, maybe_consistent, node_of, raise_refusal)
 from raftsched.api.problems import problem, problem_body
 from raftsched.api.views import format_in_job_zone, job_view, run_view
-from raftsched.core import commands, tenancy
+from raftsched.core import commands, cost, tenancy
 from raftsched.core.bounded import bounded_int
 from raftsched.core.jobspec import (JOB_ID_PATTERN, validate_create, validate_job_id,
                                     validate_patch)
@@ -151,26 +153,23 @@ async def _refuse_over_quota(node: "NodePort", tenant: str, quota: dict) -> None
 async def batch_create_jobs(request: web.Request) -> web.Response:
     """POST /v1/jobs:batchCreate {"jobs": [job bodies]}: one result per job, in
     order. An invalid job gets its problem in its place and does not hold back
-    the others. The valid ones are proposed as create_jobs entries of at most
-    batch_entry_jobs_max jobs, in order; an entry that is not committed gives
-    its jobs a 503 problem (the whole answer is a 503 when none is)."""
+    the others; a job whose body is larger than POST /v1/jobs takes is one.
+    The body is decoded off the event loop and the jobs are checked in slices
+    of loop_slice_s, so a maximal batch does not stall the node. The valid ones
+    are proposed as create_jobs entries of at most batch_entry_jobs_max jobs
+    and batch_entry_bytes_max bytes, in order; an entry that is not committed
+    gives its jobs a 503 problem (the whole answer is a 503 when none is)."""
     node = node_of(request)
     bodies = _batch_bodies(await json_body(request, limits.batch_request_body_bytes_max,
-                                           "batch_request_body_bytes_max"))
+                                           "batch_request_body_bytes_max", off_loop=True))
     now = node.now_ms()
     node.check_room()
-    results: list[dict] = [{} for _ in bodies]
-    items, positions = [], []
-    for position, body in enumerate(bodies):
-        try:
-            items.append(_batch_item(node, body, now))
-            positions.append(position)
-        except InvalidInput as exc:
-            results[position] = {"error": _problem_of(exc)}
+    results, checked = await _batch_items(node, bodies, now)
     tenant, actor = tenant_of(request), actor_of(request)
-    items, positions = await _drop_ungranted_commands(node, tenant, items, positions, results)
-    size = limits.batch_entry_jobs_max
-    parts = [(positions[i:i + size], items[i:i + size]) for i in range(0, len(items), size)]
+    _, kept = await _drop_ungranted_commands(node, tenant, [item for _, item, _ in checked],
+                                             [position for position, _, _ in checked], results)
+    kept_positions = set(kept)
+    parts = batch_entries([c for c in checked if c[0] in kept_positions])
     # Proposed together, in order: pysyncobj keeps that order, so a job sees
     # the jobs before it in the batch (an idempotency key used twice).
     quota = _create_quota(node, tenant)
@@ -233,7 +232,53 @@ def _batch_bodies(body: object) -> list:
     return jobs
 
 
-def _batch_item(node: "NodePort", body: object, now: int) -> dict:
+async def _batch_items(
+        node: "NodePort", bodies: list,
+        now: int) -> tuple[list[dict], list[tuple[int, commands.CreateJobItem, int]]]:
+    """Each job body checked as POST /v1/jobs checks it: (a result per job, a
+    problem where it was refused; (position, create_jobs item, body bytes) of
+    the others). The loop gets its turn every loop_slice_s."""
+    results: list[dict] = [{} for _ in bodies]
+    checked = []
+    slice_end = time.monotonic() + limits.loop_slice_s
+    for position, body in enumerate(bodies):
+        if time.monotonic() >= slice_end:
+            await asyncio.sleep(0)
+            slice_end = time.monotonic() + limits.loop_slice_s
+        try:
+            size = _job_body_bytes(body, position)
+            checked.append((position, _batch_item(node, body, now), size))
+        except InvalidInput as exc:
+            results[position] = {"error": _problem_of(exc)}
+    return results, checked
+
+
+def batch_entries(checked: list[tuple[int, commands.CreateJobItem, int]]
+                  ) -> list[tuple[list[int], list[commands.CreateJobItem]]]:
+    """The checked jobs, in order, as create_jobs entries of at most
+    batch_entry_jobs_max jobs and batch_entry_bytes_max bytes of job bodies
+    (a larger job alone): (positions in the batch, items) per entry."""
+    parts, start = [], 0
+    for count in cost.pack([size for _, _, size in checked], limits.batch_entry_bytes_max,
+                           limits.batch_entry_jobs_max):
+        part = checked[start:start + count]
+        parts.append(([position for position, _, _ in part], [item for _, item, _ in part]))
+        start += count
+    return parts
+
+
+def _job_body_bytes(body: object, position: int) -> int:
+    """The job body's size as compact JSON: a job of a batch is held to the
+    bound of POST /v1/jobs's body (413 naming request_body_bytes_max)."""
+    size = len(json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > limits.request_body_bytes_max:
+        raise InvalidInput(f"job {position} of the batch is {size} bytes of JSON; a job is at "
+                           f"most {limits.request_body_bytes_max}", field=f"jobs[{position}]",
+                           status=413, type_="too-large", limit="request_body_bytes_max")
+    return size
+
+
+def _batch_item(node: "NodePort", body: object, now: int) -> commands.CreateJobItem:
     """A job body, checked as POST /v1/jobs checks it, as a create_jobs item."""
     job_id = "job_" + secrets.token_hex(10)
     parsed = validate_create(body, job_id)

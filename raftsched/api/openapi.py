@@ -70,7 +70,9 @@ def _token(max_bytes: int) -> Schema:
 # --- request bodies ---------------------------------------------------------------------
 
 def _schedule() -> Schema:
-    cron = _obj({"cron": {"type": "string", "minLength": 1},
+    cron = _obj({"cron": {"type": "string", "minLength": 1,
+                          "maxLength": limits.cron_expression_bytes_max,
+                          "description": "at most cron_expression_bytes_max bytes"},
                  "timezone": {"type": "string", "minLength": 1,
                               "description": "an IANA zone name; default UTC"}}, ("cron",))
     every = _obj({"every": {"type": "string", "pattern":

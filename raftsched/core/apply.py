@@ -29,9 +29,9 @@ from typing import Callable
 from raftsched.core import (backfill, commands, keys, lifecycle, redrive, retention, runs,
                             tenancy, topics)
 from raftsched.core.firing import DEFAULT_MISFIRE, due_at_ms
-from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOBS, LEASES, NODES, READY,
-                               RECORD_VERSION, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS, TABLES,
-                               TALLY_MISFIRE, TENANTS, TOKENS,
+from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOBS, JOBS_BY_TENANT, LEASES,
+                               NODES, READY, RECORD_VERSION, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS,
+                               TABLES, TALLY_MISFIRE, TENANTS, TOKENS,
                                TOPIC_IDEM, TOPIC_META, TOPICS, AlertPending, DueArmed, NodeRenewed,
                                RunCancelled, RunQueued, ShardsAssigned, TopicAppended, Transition,
                                Tx, View, ViewFailed, WriteRefused, live_job, refuse)
@@ -140,6 +140,7 @@ def _create_one(tx: Tx, item: commands.CreateJob | commands.CreateJobItem, tenan
            "next_ms": item.next_ms, "created_ms": at_ms, "updated_ms": at_ms,
            "idempotency_key": idem, "last_run_id": None}
     tx.put(JOBS, keys.job_key(job["id"]), job)
+    tx.put(JOBS_BY_TENANT, keys.jobs_by_tenant_key(job["tenant"], job["id"]), 1)
     if idem is not None:
         tx.put(IDEM, keys.idem_key(tenant, idem), retention.idem_value(job["id"], at_ms))
     _arm(tx, job)

@@ -13,6 +13,7 @@ Pure: the caller passes the job record and now_ms.
 
 from __future__ import annotations
 
+from raftsched.core.cost import catchup_fitting
 from raftsched.core.schedule import covered_occurrences, fire_delay_ms
 
 # The misfire policy of a job stored before jobs had one.
@@ -33,7 +34,9 @@ def fire_item(job: dict, due_ms: int, now_ms: int) -> tuple | None:
     The occurrences covered are those whose fire time has surely come: at or
     before now minus the job's jitter (a later one fires from its own entry, at
     once if its delay has passed), and, with a catch-up window, none between
-    the due one and the window's start."""
+    the due one and the window's start. A job of a large DAG catches up
+    fewer than its catchup_max, so that its item fits one Raft entry
+    (core/cost.py catchup_fitting)."""
     occurrence = job["next_ms"]
     if occurrence is None or due_at_ms(job, occurrence) != due_ms:
         return None
@@ -41,6 +44,7 @@ def fire_item(job: dict, due_ms: int, now_ms: int) -> tuple | None:
     policy = spec.get("misfire") or DEFAULT_MISFIRE
     window_ms = policy.get("catchup_window_ms")
     occurrences, omitted, next_ms = covered_occurrences(
-        spec["schedule"], occurrence, now_ms - spec.get("jitter_ms", 0), policy["catchup_max"],
+        spec["schedule"], occurrence, now_ms - spec.get("jitter_ms", 0),
+        catchup_fitting(spec, policy["catchup_max"]),
         None if window_ms is None else now_ms - window_ms)
     return job["id"], occurrence, next_ms, occurrences, omitted

@@ -95,6 +95,15 @@ def runs_by_tenant_key(tenant: str, scheduled_ms: int, run: str) -> bytes:
     return runs_by_tenant_prefix(tenant) + _U64.pack(scheduled_ms) + run.encode()
 
 
+def jobs_by_tenant_prefix(tenant: str) -> bytes:
+    return tenant.encode() + b"\x00"
+
+
+def jobs_by_tenant_key(tenant: str, job_id: str) -> bytes:
+    """A tenant's jobs in id order: what GET /v1/jobs pages through."""
+    return jobs_by_tenant_prefix(tenant) + job_id.encode()
+
+
 def parse_runs_by_tenant_key(prefix: bytes, key: bytes) -> tuple[int, str]:
     return _U64.unpack_from(key, len(prefix))[0], key[len(prefix) + 8:].decode()
 

@@ -17,8 +17,8 @@ from typing import Any, Iterable, Protocol
 
 from raftsched import limits
 from raftsched.core import keys, topics
-from raftsched.core.tx import (AUDIT, BACKFILLS, GROUPS, JOBS, NODES, RUNS, RUNS_BY_JOB,
-                               RUNS_BY_TENANT, SHARDS, TENANTS, TOKENS, TOPICS)
+from raftsched.core.tx import (AUDIT, BACKFILLS, GROUPS, JOBS, JOBS_BY_TENANT, NODES, RUNS,
+                               RUNS_BY_JOB, RUNS_BY_TENANT, SHARDS, TENANTS, TOKENS, TOPICS)
 
 
 class Reader(Protocol):
@@ -169,20 +169,25 @@ def job_matches(record: dict, tenant: str, filters: dict) -> bool:
 def jobs_page(reader: Reader, tenant: str, filters: dict, limit: int,
               after: str | None) -> tuple[list[dict], str | None, bool]:
     """Up to `limit` of the tenant's jobs matching `filters` (job_matches), in
-    id order, after job id `after`. Jobs of every tenant share one table: a
-    page stops after list_scan_rows_max rows however few matched. Returns
-    (jobs, the last id read, whether rows may follow)."""
-    start = b"" if after is None else keys.job_key(after) + b"\x00"
+    id order, after job id `after`. It reads the tenant's own index
+    (jobs_by_tenant), never another tenant's jobs; a page stops after
+    list_scan_rows_max of them however few matched (a name_prefix or label
+    filter over many jobs). Returns (jobs, the last id read, whether rows
+    may follow)."""
+    prefix = keys.jobs_by_tenant_prefix(tenant)
+    start = prefix if after is None else keys.jobs_by_tenant_key(tenant, after) + b"\x00"
+    stop = keys.prefix_end(prefix)
     jobs: list[dict] = []
     last: str | None = None
     scanned, more = 0, False
     while len(jobs) < limit and scanned < limits.list_scan_rows_max:
-        rows = reader.scan(JOBS, start=start, limit=limit)
+        rows = reader.scan(JOBS_BY_TENANT, start=start, stop=stop, limit=limit)
         scanned += len(rows)
         more = len(rows) == limit
-        for key, record in rows:
-            start, last = key + b"\x00", key.decode()
-            if job_matches(record, tenant, filters):
+        for key, _ in rows:
+            start, last = key + b"\x00", key[len(prefix):].decode()
+            record = job(reader, last)
+            if record is not None and job_matches(record, tenant, filters):
                 jobs.append(record)
                 if len(jobs) >= limit:
                     break

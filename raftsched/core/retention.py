@@ -30,8 +30,8 @@ from typing import Any
 
 from raftsched.core import backfill, commands, dagrun, keys, tenancy
 from raftsched.core.lifecycle import TERMINAL
-from raftsched.core.tx import (ALERTS, IDEM, JOBS, RUNS, RUNS_BY_JOB, RUNS_BY_TENANT, RunsPurged,
-                               Tx)
+from raftsched.core.tx import (ALERTS, IDEM, JOBS, JOBS_BY_TENANT, RUNS, RUNS_BY_JOB,
+                               RUNS_BY_TENANT, RunsPurged, Tx)
 
 # Statuses of a job that will not fire again on its own: deleted, or completed
 # (a one-off that fired, or a schedule with no occurrence left).
@@ -137,6 +137,7 @@ def _purge_job(tx: Tx, cmd: commands.Command, job_id: str) -> bool:
     if job.get("runs_count", 0) > 0 or open_runs(job) or job["next_ms"] is not None:
         return False
     tx.delete(JOBS, keys.job_key(job_id))
+    tx.delete(JOBS_BY_TENANT, keys.jobs_by_tenant_key(job["tenant"], job_id))
     if job["status"] != "deleted":
         # A completed job counted towards its tenant's jobs_max until now.
         tenancy.release_job(tx, job["tenant"])

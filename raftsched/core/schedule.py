@@ -163,30 +163,44 @@ def parse_every(value: object, field: str) -> int:
 
 
 def normalise_cron(value: object, field: str) -> str:
-    """Return the expression with macros expanded and whitespace collapsed."""
+    """Return the expression with macros expanded and whitespace collapsed.
+    An expression is checked once (parsed by croniter): the answer, valid or
+    not, is kept for the next job that gives the same text."""
     if not isinstance(value, str) or not value.strip():
         raise InvalidInput("`cron` must be a cron expression such as \"0 2 * * *\"", field=field)
-    if len(value.encode("utf-8", "surrogatepass")) > limits.command_text_bytes_max:
-        raise InvalidInput(f"`cron` is longer than {limits.command_text_bytes_max} bytes",
-                           field=field, limit="command_text_bytes_max")
+    if len(value.encode("utf-8", "surrogatepass")) > limits.cron_expression_bytes_max:
+        raise InvalidInput(f"`cron` is longer than {limits.cron_expression_bytes_max} bytes; "
+                           f"use ranges (1-5) and steps (*/10) rather than long lists",
+                           field=field, limit="cron_expression_bytes_max")
+    text, problem = _checked_cron(value)
+    if problem is not None:
+        raise InvalidInput(problem, field=field)
+    return text
+
+
+@functools.lru_cache(maxsize=limits.cron_parse_cache_max)
+def _checked_cron(value: str) -> tuple[str, str | None]:
+    """(the normalised expression, None) or (value, why it is refused)."""
     text = " ".join(value.split())
     if text.startswith("@"):
         if text.lower() not in MACROS:
-            raise InvalidInput(f"unknown cron macro {text!r} (known: {', '.join(MACROS)})",
-                               field=field)
+            return value, f"unknown cron macro {text!r} (known: {', '.join(MACROS)})"
         text = MACROS[text.lower()]
     fields = text.split(" ")
     if len(fields) not in (5, 6):
-        raise InvalidInput(f"cron needs 5 fields (minute hour day month weekday) or 6 with "
-                           f"seconds first; got {len(fields)}", field=field)
+        return value, (f"cron needs 5 fields (minute hour day month weekday) or 6 with "
+                       f"seconds first; got {len(fields)}")
     # H is checked here and resolved with any key: whether the expression is
     # valid does not depend on the values the hash picks.
-    plain = resolve_hashed(text, "", field)
+    try:
+        plain = resolve_hashed(text, "", "")
+    except InvalidInput as exc:
+        return value, exc.detail
     try:
         croniter(plain, dt.datetime(2026, 1, 1), second_at_beginning=len(fields) == 6)
     except (CroniterError, ValueError, KeyError) as exc:
-        raise InvalidInput(f"invalid cron expression {value!r}: {exc}", field=field) from None
-    return text
+        return value, f"invalid cron expression {value!r}: {exc}"
+    return text, None
 
 
 # --- hashed spread (H) -----------------------------------------------------------------

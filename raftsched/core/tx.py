@@ -41,10 +41,14 @@ BACKFILLS_OPEN = "backfills_open"   # backfill_id -> 1 while it runs: what the b
 # tenant | scheduled_ms | run_id -> 1: a tenant's runs in time order (GET /v1/runs),
 # written with the run and removed with it, as runs_by_job is.
 RUNS_BY_TENANT = "runs_by_tenant"
+# tenant | job_id -> 1: a tenant's jobs in id order (GET /v1/jobs), written with
+# the job and removed when it is purged, so a listing reads its own tenant's
+# jobs only, however many another tenant has.
+JOBS_BY_TENANT = "jobs_by_tenant"
 # Every replicated table, in digest order.
 TABLES = (JOBS, DUE, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS, IDEM, NODES, LEASES, READY, ALERTS,
           TOPICS, TOPIC_META, TOPIC_IDEM, GROUPS, COUNTERS, TOKENS, TENANTS, AUDIT,
-          BACKFILLS, BACKFILLS_OPEN, RUNS_BY_TENANT, AUDIT_STREAMS)
+          BACKFILLS, BACKFILLS_OPEN, RUNS_BY_TENANT, AUDIT_STREAMS, JOBS_BY_TENANT)
 
 RECORD_VERSION = 1
 

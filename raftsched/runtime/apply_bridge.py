@@ -56,6 +56,9 @@ class ApplyBridge:
         self.checked_digests: collections.OrderedDict[int, str] = collections.OrderedDict()
         self._digests_lock = threading.Lock()
         self._digest_queue: queue.Queue = queue.Queue(maxsize=limits.digests_computing_max)
+        # The most CPU one entry's apply took here since start, and its tag.
+        self.apply_entry_s_max = 0.0
+        self.apply_entry_slowest: str | None = None
 
     def start_digest_thread(self) -> None:
         threading.Thread(target=self._digest_worker, name="raftsched-digest",
@@ -74,7 +77,9 @@ class ApplyBridge:
             store = self._node.store
             if index <= store.applied_index():
                 return {"ok": True, "replayed": True}   # persisted before a restart
+            started = time.thread_time()
             tag, transition = store.apply_commit(index, self._apply_noting(data, index))
+            self._note_apply_time(index, tag, time.thread_time() - started)
             if transition.tallies:   # what apply did, for GET /metrics (runtime/metrics.py)
                 self._node.applied_counts.add(transition.tallies)
             if tag in ("fire", "fire_many") and transition.result.get("node") == self._node.node_id:
@@ -100,6 +105,18 @@ class ApplyBridge:
                 self._note_digest(index, DIGEST_PENDING)
             return tag, transition
         return apply_one
+
+    def _note_apply_time(self, index: int, tag: str | None, cpu_s: float) -> None:
+        """Raft thread: the longest apply since start (CPU of this thread, so
+        a busy machine does not inflate it), for GET /v1/node; an entry over
+        apply_entry_slow_s is logged, as it delays every heartbeat behind it."""
+        if cpu_s > self.apply_entry_s_max:
+            self.apply_entry_s_max, self.apply_entry_slowest = cpu_s, tag or "malformed"
+        if cpu_s > limits.apply_entry_slow_s:
+            log.warning("raft entry %d (%s) took %.0f ms of CPU to apply, over "
+                        "apply_entry_slow_s (%.0f ms): every replica's Raft thread sent no "
+                        "heartbeat meanwhile", index, tag or "malformed", cpu_s * 1000,
+                        limits.apply_entry_slow_s * 1000)
 
     def _note_trigger_lateness(self, effects: tuple) -> None:
         """Raft thread, right after this node's own fire became durable here:

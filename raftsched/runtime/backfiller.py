@@ -4,7 +4,9 @@ Every `backfill_period_ms` the leader reads each running backfill (at most
 `backfills_open_max`, listed in BACKFILLS_OPEN) and the states of its open
 runs, and plans a step for it (core/backfill.py plan_step): the finished runs
 to count, and the next occurrences of its schedule that fit in its room. The
-steps of one pass go in one entry of at most `backfill_step_runs_max` new runs;
+steps of one pass go in one entry of at most `backfill_step_runs_max` new runs
+and `apply_entry_cost_max` cost units (a run of a DAG job costs a unit per task
+that starts at once: core/cost.py);
 the next pass starts once that entry is applied, so it sees the room the step
 used. All progress is in the replicated record: a new leader's first pass
 picks up where the old one stopped, and apply ignores an occurrence at or
@@ -19,7 +21,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from raftsched import limits
-from raftsched.core import backfill, commands, keys
+from raftsched.core import backfill, commands, cost, keys
 from raftsched.core.tx import BACKFILLS, BACKFILLS_OPEN, JOBS, RUNS
 from raftsched.errors import Unavailable
 
@@ -67,21 +69,27 @@ class Backfiller:
 
     def plan(self) -> list[dict]:
         """The items of one step, over every running backfill, within the
-        entry's budget of new runs."""
+        entry's budgets of new runs and of cost units (the first run planned
+        goes whatever it costs, so a backfill of a large DAG job advances)."""
         store = self._node.store
-        budget = limits.backfill_step_runs_max
+        runs_left = limits.backfill_step_runs_max
+        cost_left = limits.apply_entry_cost_max
         items = []
         for key, _ in store.scan(BACKFILLS_OPEN, limit=limits.backfills_open_max):
             record = store.get(BACKFILLS, key)
             if record is None or record["state"] != backfill.RUNNING:
                 continue
-            item = self._plan_one(record, budget)
-            if item is not None:
+            planned = self._plan_one(record, runs_left, cost_left,
+                                     first=runs_left == limits.backfill_step_runs_max)
+            if planned is not None:
+                item, unit_cost = planned
                 items.append(item)
-                budget -= len(item["occurrences"])
+                runs_left -= len(item["occurrences"])
+                cost_left -= len(item["occurrences"]) * unit_cost
         return items
 
-    def _plan_one(self, record: dict, budget: int) -> dict | None:
+    def _plan_one(self, record: dict, runs_left: int, cost_left: int,
+                  first: bool) -> tuple[dict, int] | None:
         """One backfill's item. A backfill whose planning raises is left out
         (and logged once) rather than failing every pass: the pass would fail
         again on every leader in turn, and the other backfills with it. It
@@ -90,6 +98,8 @@ class Backfiller:
         try:
             job = store.get(JOBS, keys.job_key(record["job_id"]))
             states = [self._state(run_id) for run_id, _ in record["open"]]
+            unit_cost = cost.occurrence_cost(job["spec"]) if job is not None else 1
+            budget = min(runs_left, max(cost_left // unit_cost, int(first)))
             item = backfill.plan_step(record, job, states, budget)
         except Exception:
             if record["id"] not in self._failing:
@@ -98,7 +108,7 @@ class Backfiller:
                               "it is cancelled", record["id"])
             return None
         self._failing.discard(record["id"])
-        return item
+        return None if item is None else (item, unit_cost)
 
     def _state(self, run_id: str) -> str | None:
         run = self._node.store.get(RUNS, run_id.encode())

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from raftsched import limits
-from raftsched.core import commands, dag, keys, retry, tenancy
+from raftsched.core import commands, cost, dag, keys, retry, tenancy
 from raftsched.core.apply import JOBS, RUNS, RUNS_OPEN, TENANTS
 from raftsched.core.redact import redact_output, redact_text, secret_values
 from raftsched.errors import Unavailable
@@ -60,6 +60,13 @@ def finish_update(node: "Node", run: dict, holder: str, outcome: Outcome,
         retry.draw_delay_ms(policy, run["attempt"], random.random),
         http_status=outcome.http_status, exit_code=outcome.exit_code, error=outcome.error,
         output_node=node.node_id if outcome.output else None)
+
+
+def report_cost(job: dict | None, run: dict, event: str = "finish") -> int:
+    """What apply may do for a report of this run, in cost units: the start or
+    finish of a DAG task run rewrites its DAG run, and a finish may release
+    every task downstream of it (core/cost.py)."""
+    return cost.run_update_cost(job["spec"] if job else None, run.get("task_id"), event)
 
 
 def masked_outcome(job: dict | None, outcome: Outcome) -> Outcome:
@@ -229,7 +236,7 @@ class Dispatcher:
         self._active.add(run["id"])
         policy = dag.retry_policy(job["spec"], run.get("task_id"))
         future = node.reporter.send(finish_update(node, run, node.node_id, outcome, policy),
-                                    run["tenant"])
+                                    run["tenant"], report_cost(job, run))
         future.add_done_callback(lambda _: self._active.discard(run["id"]))
 
     # --- one attempt ------------------------------------------------------------------
@@ -238,10 +245,13 @@ class Dispatcher:
         node = self._node
         settled_here = True
         try:
+            # A DAG task's start rewrites its DAG run: its job says how large.
+            dag_job = (node.store.get(JOBS, keys.job_key(run["job_id"]))
+                       if "dag_run" in run else None)
             started = await node.reporter.send(commands.run_start(
                 run_id=run["id"], holder=node.node_id, attempt=run["attempt"],
                 at_ms=node.now_ms(), lease_ms=node.now_ms() + node.config.run_lease_ms),
-                run["tenant"])
+                run["tenant"], report_cost(dag_job, run, "start"))
             if not started:
                 return   # cancelled, reassigned or already started: not ours to run
             task = asyncio.current_task()
@@ -343,7 +353,7 @@ class Dispatcher:
                              now_ms=node.now_ms(), tenant=run["tenant"])
         policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
         future = node.reporter.send(finish_update(node, run, node.node_id, outcome, policy),
-                                    run["tenant"])
+                                    run["tenant"], report_cost(job, run))
         future.add_done_callback(lambda _: self._active.discard(run["id"]))
 
     async def close(self) -> None:

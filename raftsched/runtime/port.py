@@ -159,6 +159,10 @@ class NodeAdapter(StoreQueries):
                 # (runtime/lateness.py).
                 "trigger_lateness": node.trigger_lateness.snapshot(),
                 "refused_fires_total": node.trigger.refused_fires_total,
+                # The most CPU one Raft entry's apply took on this node since
+                # start, and that entry's tag (runtime/apply_bridge.py).
+                "apply_entry_ms_max": round(node.bridge.apply_entry_s_max * 1000, 1),
+                "apply_entry_slowest": node.bridge.apply_entry_slowest,
                 # Durability (docs/operations.md): the --fsync mode, and how often the
                 # Raft journal was flushed to disk since start.
                 "fsync": node.replicator.fsync,

@@ -1,8 +1,10 @@
 """Leader-only retention: the purger proposes `purge` commands.
 
 Every `purge_period_ms` the leader reads a bounded slice of the state and
-proposes one `purge` command of at most `purge_batch_max` items (when a pass
-fills its batch and removes something, the next pass starts at once):
+proposes one `purge` command of at most `purge_batch_max` items and
+`apply_entry_cost_max` cost units (a DAG run's purge removes its task runs
+too: a unit each; core/cost.py). When a pass fills its batch and removes
+something, the next pass starts at once:
 
   - finished runs past their job's history bounds (more finished runs than
     max_runs: the oldest go first; or finished longer than max_age ago);
@@ -28,7 +30,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from raftsched import limits
-from raftsched.core import backfill, commands, keys, retention
+from raftsched.core import backfill, commands, cost, keys, retention
 from raftsched.core.apply import IDEM, JOBS, RUNS, RUNS_BY_JOB
 from raftsched.core.tx import BACKFILLS
 from raftsched.errors import Unavailable
@@ -46,10 +48,18 @@ class Plan:
     jobs: list[str] = dataclasses.field(default_factory=list)
     idem: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     backfills: list[str] = dataclasses.field(default_factory=list)
+    # What the items chosen cost apply, in cost units (core/cost.py).
+    cost: int = 0
 
     def room(self) -> int:
+        if self.cost >= limits.apply_entry_cost_max:
+            return 0
         return (limits.purge_batch_max - len(self.runs) - len(self.jobs) - len(self.idem)
                 - len(self.backfills))
+
+    def fits(self, cost: int) -> bool:
+        """Whether an item of this cost fits (the first always does)."""
+        return self.empty() or self.cost + cost <= limits.apply_entry_cost_max
 
     def empty(self) -> bool:
         return not (self.runs or self.jobs or self.idem or self.backfills)
@@ -157,6 +167,8 @@ class Purger:
         excess = retention.finished_runs(job) - max_runs
         age_cutoff_ms = bounds.now_ms - max_age_ms
         store = self._node.store
+        # A run and, for a DAG job, the task runs removed with it.
+        unit_cost = 1 + len(cost.dag_tasks(job["spec"]))
         prefix = keys.runs_by_job_prefix(job["id"])
         start, page, seen, chosen = prefix, limits.purge_page_runs_first, 0, 0
         while plan.room() > 0 and seen < limits.purge_scan_runs_per_job_max:
@@ -169,7 +181,10 @@ class Purger:
                 aged = run["finished_ms"] is not None and run["finished_ms"] <= age_cutoff_ms
                 if not (retired or excess > 0 or aged):
                     return
+                if not plan.fits(unit_cost):
+                    return   # the entry is full: the next pass goes on from here
                 plan.runs.append((run_id, job["id"]))
+                plan.cost += unit_cost
                 chosen += 1
                 excess -= 1
                 if plan.room() == 0:
@@ -181,6 +196,7 @@ class Purger:
             return   # the walk stopped at its bound: the job keeps runs not seen yet
         if retired and seen == chosen and not retention.open_runs(job) and plan.room() > 0:
             plan.jobs.append(job["id"])
+            plan.cost += 1
 
     def _plan_idem(self, plan: Plan, bounds: Bounds) -> None:
         if plan.room() == 0:
@@ -196,6 +212,7 @@ class Purger:
             if created_ms is None or created_ms <= cutoff_ms:
                 tenant, _, idem = key.partition(b"\x00")
                 plan.idem.append((tenant.decode(), idem.decode()))
+                plan.cost += 1
         full_page = len(rows) == limits.purge_scan_idem_max
         self._idem_cursor = rows[-1][0] + b"\x00" if full_page else b""
 
@@ -211,5 +228,6 @@ class Purger:
                 return
             if backfill.purgeable(record, cutoff_ms):
                 plan.backfills.append(record["id"])
+                plan.cost += 1
         full_page = len(rows) == limits.purge_scan_backfills_max
         self._backfill_cursor = rows[-1][0] + b"\x00" if full_page else b""

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from raftsched import limits
-from raftsched.core import commands, dag, keys, retry
+from raftsched.core import commands, cost, dag, keys, retry
 from raftsched.core.apply import ALERTS, JOBS, LEASES, NODES, RUNS, RUNS_OPEN, SHARDS
 from raftsched.core.redact import redact_text, secret_values
 from raftsched.core.timeutil import format_ms
@@ -87,12 +87,21 @@ class Reaper:
         now = node.now_ms()
         rows = node.store.scan(LEASES, stop=keys.u64(now), limit=limits.reaper_batch_max)
         items = []
+        total = 0
         for key, holder in rows:
             _, run_id = keys.parse_lease_key(key)
             run = node.store.get(RUNS, run_id.encode())
             if run is None or run["state"] != "running":
                 continue
             job = node.store.get(JOBS, keys.job_key(run["job_id"]))
+            # Ending a DAG task's attempt may release what is downstream of
+            # it: an entry holds at most apply_entry_cost_max (core/cost.py);
+            # the rest waits for the next pass.
+            item_cost = cost.run_update_cost(job["spec"] if job else None, run.get("task_id"),
+                                             "finish")
+            if items and total + item_cost > limits.apply_entry_cost_max:
+                break
+            total += item_cost
             policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
             items.append((run_id, run["attempt"],
                           retry.draw_delay_ms(policy, run["attempt"], random.random)))

@@ -1,7 +1,9 @@
 """Batch run reports (start, heartbeat, finish) into `run_updates` commands.
 
 Every `run_update_period_ms`, Raft entries of up to `run_update_batch_max`
-reports are proposed, up to `run_update_inflight_reports_max` of a tenant's
+reports and `apply_entry_cost_max` cost units are proposed (the finish of a
+DAG task run costs a unit per task it may release: core/cost.py), up to
+`run_update_inflight_reports_max` of a tenant's
 reports at once (`run_update_inflight_reports_solo_max` while it is the only
 tenant reporting), from this
 node's dispatcher and from the workers that talk to this node; while several
@@ -41,10 +43,15 @@ class Reporter:
         self._flush = asyncio.Event()
         self._inflight: set[asyncio.Task] = set()
         self._inflight_reports: collections.Counter[str] = collections.Counter()   # by tenant
+        # What a waiting report costs apply, where more than one unit (core/cost.py).
+        self._costs: dict[asyncio.Future, int] = {}
         self.dropped_total = 0
 
-    def send(self, update: commands.RunUpdate | dict, tenant: str = "") -> asyncio.Future:
-        """Queue one report; the future resolves to True (applied) or False (refused)."""
+    def send(self, update: commands.RunUpdate | dict, tenant: str = "",
+             cost: int = 1) -> asyncio.Future:
+        """Queue one report; the future resolves to True (applied) or False
+        (refused). `cost`: what apply may do for it, in cost units
+        (core/cost.run_update_cost)."""
         future = asyncio.get_running_loop().create_future()
         try:
             # A malformed report would make apply refuse the whole batch it
@@ -63,6 +70,9 @@ class Reporter:
             future.set_result(False)
             return future
         self._pending.setdefault(tenant, collections.deque()).append((update, future))
+        if cost > 1:
+            self._costs[future] = cost
+            future.add_done_callback(self._forget_cost)
         self._count += 1
         self._flush.set()
         return future
@@ -137,10 +147,15 @@ class Reporter:
             if not future.done():
                 future.set_result(False)
 
+    def _forget_cost(self, future: asyncio.Future) -> None:
+        self._costs.pop(future, None)
+
     def _take_batch(self) -> list[tuple[str, dict, asyncio.Future]]:
         """Up to run_update_batch_max reports of one tenant; when several wait,
         up to run_update_fair_batch_max, a quantum (by weight) of each in turn.
-        A tenant with run_update_inflight_reports_max reports in flight waits
+        Either way at most apply_entry_cost_max cost units (the first report
+        goes whatever it costs). A tenant with run_update_inflight_reports_max
+        reports in flight waits
         (run_update_inflight_reports_solo_max while no other tenant has
         reports waiting or in flight here)."""
         waiting = {t for t, q in self._pending.items() if q}
@@ -152,6 +167,7 @@ class Reporter:
         several = len(tenants) > 1
         size = limits.run_update_fair_batch_max if several else limits.run_update_batch_max
         batch: list[tuple[str, commands.RunUpdate, asyncio.Future]] = []
+        total = 0
         while tenants and len(batch) < size:
             for tenant in list(tenants):
                 queue = self._pending[tenant]
@@ -159,11 +175,15 @@ class Reporter:
                 share = min(share, room[tenant])
                 room[tenant] -= share
                 while queue and share > 0 and len(batch) < size:
+                    cost = self._costs.get(queue[0][1], 1)
+                    if batch and total + cost > limits.apply_entry_cost_max:
+                        return batch
                     update, future = queue.popleft()
                     self._count -= 1
                     if future.cancelled() and not isinstance(update, commands.RunFinish):
                         continue   # nobody waits for this start or heartbeat any more
                     batch.append((tenant, update, future))
+                    total += cost
                     share -= 1
                 if not queue:
                     tenants.remove(tenant)

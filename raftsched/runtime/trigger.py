@@ -5,7 +5,9 @@ LMDB when it gains a shard and after each fire; lowered by apply's DueArmed
 effects when a job is created or re-armed; resynced every
 `limits.due_resync_period_s` as a safety net). It sleeps until the earliest of them,
 then proposes one `fire` command per due shard, carrying the shard's fencing
-token: one Raft entry fires up to `fire_batch_max` runs. When a pass holds
+token: one Raft entry fires up to `fire_batch_max` runs and
+`apply_entry_cost_max` cost units (core/cost.py: a DAG job's fire costs a unit
+per task that starts at once), so no fire holds apply for long. When a pass holds
 items of more than one tenant or priority, it proposes them in fair order
 (deficit round robin by tenant weight, then priority and due time:
 runtime/fair.py). Either way at most `fire_inflight_items_max` of a tenant's
@@ -29,7 +31,7 @@ import time
 from typing import TYPE_CHECKING
 
 from raftsched import limits
-from raftsched.core import commands
+from raftsched.core import commands, cost
 from raftsched.core.apply import DUE, JOBS, RUNS, SHARDS
 from raftsched.core.firing import fire_item
 from raftsched.core.keys import KIND_RETRY, job_key, parse_due_key, shard_prefix
@@ -136,7 +138,8 @@ class TriggerLoop:
 
     def _propose_pass(self, shards: list[int], now: int) -> None:
         """Propose the due items of `shards` in `fire_many` entries of up to
-        fire_batch_max items (many shards in one entry), at most
+        fire_batch_max items and apply_entry_cost_max cost units (many shards
+        in one entry), at most
         fire_inflight_items_max of each tenant's in flight: the rest wait for
         the next pass, which reads what is due again. When the pass holds more
         than one tenant or priority, the items go in fair order
@@ -199,42 +202,51 @@ class TriggerLoop:
         return entries
 
     def _fire_item(self, kind: bytes, ident: str, due_ms: int,
-                   now: int) -> tuple[str, tuple] | None:
-        """What a fire carries for one due entry, or None if the job changed
-        since it was armed (apply would refuse it as stale anyway)."""
+                   now: int) -> tuple[str, tuple, int] | None:
+        """What a fire carries for one due entry and what it costs apply
+        (core/cost.py), or None if the job changed since it was armed (apply
+        would refuse it as stale anyway)."""
         if kind == KIND_RETRY:
-            return "retries", (ident, due_ms)
+            return "retries", (ident, due_ms), 1
         job = self._node.store.get(JOBS, job_key(ident))
         item = None if job is None else fire_item(job, due_ms, now)
-        return None if item is None else ("items", item)
+        if item is None:
+            return None
+        return "items", item, cost.fire_item_cost(job["spec"], len(item[3]))
 
     def _propose(self, chosen: list[tuple[int, tuple]], now: int) -> None:
         """`chosen` (shard, item entry) in order, as fire_many entries of up to
-        fire_batch_max items; within an entry, a part per shard in the order of
-        the shard's first item."""
-        for start in range(0, len(chosen), limits.fire_batch_max):
-            parts: dict[int, dict] = {}
-            tenants: collections.Counter[str] = collections.Counter()
-            for shard, ((kind, ident), tenant, _, due_ms) in \
-                    chosen[start:start + limits.fire_batch_max]:
-                item = self._fire_item(kind, ident, due_ms, now)
-                if item is None:
-                    continue
-                part = parts.setdefault(shard, {"shard": shard, "token": self._owned[shard],
-                                                "upto_ms": now, "items": [], "retries": []})
-                part[item[0]].append(item[1])
-                tenants[tenant] += 1
-            for shard, _ in chosen[start:start + limits.fire_batch_max]:
-                if shard not in parts and not self._inflight.get(shard):
+        fire_batch_max items and apply_entry_cost_max cost units (a fire of
+        DAG jobs creates a task run per starting task: core/cost.py); within
+        an entry, a part per shard in the order of the shard's first item."""
+        built = []
+        for shard, ((kind, ident), tenant, _, due_ms) in chosen:
+            item = self._fire_item(kind, ident, due_ms, now)
+            if item is None:
+                if not self._inflight.get(shard):
                     self._next_due[shard] = self._earliest(shard)   # all it had was stale
-            if not parts:
                 continue
-            cmd = commands.fire_many(node=self._node.node_id, at_ms=now,
-                                     parts=list(parts.values()))
-            for shard in parts:
-                self._inflight[shard] = self._inflight.get(shard, 0) + 1
-            self._inflight_items.update(tenants)
-            self._node.supervisor.spawn("trigger.send", self._send(cmd, tenants))
+            built.append((shard, tenant, item))
+        start = 0
+        for size in cost.pack([item[2] for _, _, item in built], limits.apply_entry_cost_max,
+                              limits.fire_batch_max):
+            self._propose_entry(built[start:start + size], now)
+            start += size
+
+    def _propose_entry(self, built: list[tuple[int, str, tuple]], now: int) -> None:
+        parts: dict[int, dict] = {}
+        tenants: collections.Counter[str] = collections.Counter()
+        for shard, tenant, (member, item, _) in built:
+            part = parts.setdefault(shard, {"shard": shard, "token": self._owned[shard],
+                                            "upto_ms": now, "items": [], "retries": []})
+            part[member].append(item)
+            tenants[tenant] += 1
+        cmd = commands.fire_many(node=self._node.node_id, at_ms=now,
+                                 parts=list(parts.values()))
+        for shard in parts:
+            self._inflight[shard] = self._inflight.get(shard, 0) + 1
+        self._inflight_items.update(tenants)
+        self._node.supervisor.spawn("trigger.send", self._send(cmd, tenants))
 
     async def _send(self, cmd: commands.FireMany,
                     tenants: collections.Counter | None = None) -> None:

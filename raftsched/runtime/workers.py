@@ -27,7 +27,7 @@ from raftsched.core.apply import JOBS, READY, RUNS, TENANTS
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import Conflict
 from raftsched.executors.base import Outcome
-from raftsched.runtime.dispatcher import finish_update, masked_outcome
+from raftsched.runtime.dispatcher import finish_update, masked_outcome, report_cost
 from raftsched.runtime.waiters import Waiters
 
 if TYPE_CHECKING:
@@ -96,7 +96,8 @@ class WorkerService:
         lease_ms = node.now_ms() + node.config.run_lease_ms
         futures = [node.reporter.send(commands.run_start(
                        run_id=r["id"], holder=holder_of(worker_id), attempt=r["attempt"],
-                       at_ms=node.now_ms(), lease_ms=lease_ms), r["tenant"])
+                       at_ms=node.now_ms(), lease_ms=lease_ms), r["tenant"],
+                       report_cost(self._dag_job(r), r, "start"))
                    for r in runs]
         granted = []
         for run, future in zip(runs, futures):
@@ -106,6 +107,11 @@ class WorkerService:
                     granted.append(assignment)
         self.claimed_total += len(granted)
         return granted
+
+    def _dag_job(self, run: dict) -> dict | None:
+        """The job of a DAG task run (its start's cost depends on it), else None."""
+        return (self._node.store.get(JOBS, keys.job_key(run["job_id"]))
+                if "dag_run" in run else None)
 
     def _assignment(self, run: dict, lease_ms: int, worker_id: str) -> dict | None:
         """What the worker is given for a run it was granted; None (and the
@@ -118,7 +124,7 @@ class WorkerService:
         if error is not None:
             failed = Outcome(ok=False, retryable=False, error=error)
             self._node.reporter.send(finish_update(self._node, run, holder_of(worker_id), failed,
-                                                   policy), run["tenant"])
+                                                   policy), run["tenant"], report_cost(job, run))
             return None
         return {"run_id": run["id"], "job_id": run["job_id"], "attempt": run["attempt"],
                 "execution_id": run["execution_id"], "scheduled_ms": run["scheduled_ms"],
@@ -193,7 +199,8 @@ class WorkerService:
             outcome = masked_outcome(job, outcome)
             future = node.reporter.send(finish_update(
                 node, run, holder, outcome,
-                dag.retry_policy(job["spec"] if job else None, run.get("task_id"))))
+                dag.retry_policy(job["spec"] if job else None, run.get("task_id"))),
+                cost=report_cost(job, run))
             reports.append((run, outcome, future))
         accepted = []
         for run, outcome, future in reports:
