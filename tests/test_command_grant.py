@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import msgspec
 from aiohttp.test_utils import TestClient, TestServer
 
 from raftsched.api.app import make_app
 from raftsched.core import codec, commands, jobspec, keys
 from raftsched.core.tx import AUDIT, JOBS
-from raftsched.runtime.port import StoreQueries
+from raftsched.testing.inprocess import ReplicaPort
 from raftsched.testing.replica import Replica
 
 NODE_COMMAND = {"type": "command", "argv": ["true"]}
@@ -110,45 +108,24 @@ def test_a_grant_that_is_not_a_boolean_does_not_decode():
 
 # --- the API --------------------------------------------------------------------------------
 
-class _Port(StoreQueries):
+class _Port(ReplicaPort):
     """A node port over a replica: proposals are applied at once, and counted.
     `stale_tenant`: what this node's (behind) copy of every tenant record says."""
 
     def __init__(self, log: Replica, stale_tenant: dict | None = None) -> None:
-        super().__init__(log.store)
-        self.log, self.proposed, self.catch_ups = log, [], 0
+        super().__init__(log, quota={"jobs_max": 1000, "creates_per_s": 1000,
+                                     "runs_concurrent_max": 10, "weight": 1},
+                         allow_commands=True, idempotency_ttl_s=60.0)
+        self.log, self.catch_ups = log, 0
         self.stale_tenant = stale_tenant
-        self.node_id, self.shard_count = "n1", 16
-        self.config = SimpleNamespace(insecure_no_auth=True, allow_target_cidrs=(),
-                                      allow_commands=True, idempotency_ttl_s=60.0)
 
     def tenant(self, name: str) -> dict | None:
         if self.stale_tenant is not None:
             return self.stale_tenant
         return super().tenant(name)
 
-    def now_ms(self) -> int:
-        return 1_796_000_000_000   # late 2026
-
-    def check_room(self) -> None:
-        return None
-
-    def shard_of(self, job_id: str) -> int:
-        return keys.shard_of(job_id, self.shard_count)
-
-    def quota_of(self, tenant: str) -> dict:
-        return {"jobs_max": 1000, "creates_per_s": 1000, "runs_concurrent_max": 10,
-                "weight": 1}
-
-    def forget_quota(self, tenant: str) -> None:
-        return None
-
     async def wait_caught_up(self, timeout_s: float = 0) -> None:
         self.catch_ups += 1
-
-    async def propose(self, command: dict) -> dict:
-        self.proposed.append(command)
-        return self.log.run(command)
 
 
 async def test_the_api_refuses_command_jobs_with_403_until_an_admin_grants_them():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-from types import SimpleNamespace
 
 import msgpack
 import pytest
@@ -14,44 +13,23 @@ from aiohttp.test_utils import TestClient, TestServer
 from raftsched.api import auth
 from raftsched.api.app import make_app
 from raftsched.api.history import encode_token, filters_digest
-from raftsched.core import commands, jobspec, keys
-from raftsched.runtime.port import StoreQueries
+from raftsched.core import commands, jobspec
+from raftsched.testing.inprocess import ReplicaPort
 from raftsched.testing.replica import Replica
 
 ADMIN_TEXT = "bootstrap-admin-token-" + "x" * 24
 NOW_MS = 1_796_000_000_000   # late 2026
 
 
-class _Port(StoreQueries):
+class _Port(ReplicaPort):
     """A node port over a replica, with authentication on: proposals are
     applied at once."""
 
     def __init__(self, log: Replica) -> None:
-        super().__init__(log.store)
+        super().__init__(log, quota={"jobs_max": 1000, "creates_per_s": 1000},
+                         insecure_no_auth=False,
+                         admin_token_sha256=auth.token_sha256(ADMIN_TEXT))
         self.log = log
-        self.node_id, self.shard_count = "n1", 16
-        self.config = SimpleNamespace(insecure_no_auth=False, allow_target_cidrs=(),
-                                      allow_commands=False,
-                                      admin_token_sha256=auth.token_sha256(ADMIN_TEXT),
-                                      node_credential_sha256=None)
-
-    def now_ms(self) -> int:
-        return NOW_MS
-
-    def check_room(self) -> None:
-        return None
-
-    def shard_of(self, job_id: str) -> int:
-        return keys.shard_of(job_id, self.shard_count)
-
-    def quota_of(self, tenant: str) -> dict:
-        return {"jobs_max": 1000, "creates_per_s": 1000}
-
-    async def wait_caught_up(self, timeout_s: float = 0) -> None:
-        return None
-
-    async def propose(self, command: dict) -> dict:
-        return self.log.run(command)
 
     def wall_us(self) -> int:
         return NOW_MS * 1000

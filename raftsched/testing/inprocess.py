@@ -30,7 +30,10 @@ class ReplicaPort(StoreQueries):
     """A node port over a replica, for the API's handlers: the one node of a
     cluster that is always caught up and never refuses for room."""
 
-    def __init__(self, replica: Replica | None = None, *, quota: dict | None = None) -> None:
+    def __init__(self, replica: Replica | None = None, *, quota: dict | None = None,
+                 **config: object) -> None:
+        """`config`: node settings in place of the defaults below (e.g.
+        insecure_no_auth=False with an admin_token_sha256)."""
         self.replica = replica or Replica()
         super().__init__(self.replica.store)
         self.proposed: list[dict] = []
@@ -39,10 +42,11 @@ class ReplicaPort(StoreQueries):
                                "creates_per_s": limits.tenant_creates_per_s_default,
                                "runs_concurrent_max": limits.tenant_runs_concurrent_max_default,
                                "weight": limits.tenant_weight_default}
-        self.config = SimpleNamespace(
-            insecure_no_auth=True, admin_token_sha256=None, allow_target_cidrs=(),
-            allow_commands=False, http_url="http://127.0.0.1:1",
-            idempotency_ttl_s=limits.idempotency_ttl_s_default, peer_headers=lambda: {})
+        self.config = SimpleNamespace(**{
+            "insecure_no_auth": True, "admin_token_sha256": None,
+            "node_credential_sha256": None, "allow_target_cidrs": (), "allow_commands": False,
+            "http_url": "http://127.0.0.1:1",
+            "idempotency_ttl_s": limits.idempotency_ttl_s_default, **config})
 
     def now_ms(self) -> int:
         return NOW_MS
