@@ -97,7 +97,9 @@ class _Node:
 
 async def test_worker_claims_on_many_queues_free_their_entries():
     workers = WorkerService(_Node())
-    claims = [asyncio.ensure_future(workers.claim("w", keys.scoped("t", f"q{i}"), 1, 0.05))
+    # Each claim waits long enough that all fifty are seen waiting at once even
+    # on a loaded machine; a shorter wait let the first time out before the last began.
+    claims = [asyncio.ensure_future(workers.claim("w", keys.scoped("t", f"q{i}"), 1, 2.0))
               for i in range(50)]
     await until(lambda: workers.waiting_queues() == 50)
     assert await asyncio.gather(*claims) == [[]] * 50
@@ -110,7 +112,7 @@ async def test_worker_claims_on_many_queues_free_their_entries():
 async def test_a_claim_on_a_new_queue_past_the_tenants_bound_is_refused(monkeypatch):
     monkeypatch.setattr(limits, "waited_names_per_tenant_max", 2)
     workers = WorkerService(_Node())
-    held = [asyncio.ensure_future(workers.claim("w", keys.scoped("a", f"q{i}"), 1, 0.5))
+    held = [asyncio.ensure_future(workers.claim("w", keys.scoped("a", f"q{i}"), 1, 2.0))
             for i in range(2)]
     await until(lambda: workers.waiting_queues() == 2)
     with pytest.raises(QuotaExceeded) as refused:
