@@ -14,7 +14,7 @@ from raftsched.testing.sink import Sink
 
 pytestmark = pytest.mark.integration
 
-A_JOBS = 3000
+A_JOBS = 6000
 B_JOBS = 10
 
 
