@@ -129,7 +129,7 @@ def _create_one(tx: Tx, item: commands.CreateJob | commands.CreateJobItem, tenan
             return _idempotent_answer(tx, idem, reserved)
     if tx.get(JOBS, keys.job_key(item.job_id)) is not None:
         return _refuse("conflict", f"job {item.job_id} exists")
-    refusal = tenancy.command_refusal(tenancy.tenant_record(tx, tenant), tenant, item.spec)
+    refusal = tenancy.command_refusal_in(tx, tenant, item.spec)
     if refusal is not None:
         return refusal
     refusal = counter.take()
@@ -193,8 +193,7 @@ def _update_job(tx: Tx, cmd: commands.Command) -> dict:
     if job["version"] != cmd.expected_version:
         return _refuse("conflict", f"job {job['id']} changed (version {job['version']}, "
                                    f"expected {cmd.expected_version}); read it and retry")
-    refusal = tenancy.command_refusal(tenancy.tenant_record(tx, job["tenant"]), job["tenant"],
-                                      cmd.spec)
+    refusal = tenancy.command_refusal_in(tx, job["tenant"], cmd.spec)
     if refusal is not None:
         return refusal
     _disarm(tx, job)

@@ -109,6 +109,14 @@ def command_refusal(record: dict | None, tenant: str, spec: dict) -> dict | None
                       f"PUT /v1/tenants/{tenant} {{\"commands\": true}}"}
 
 
+def command_refusal_in(tx: Tx, tenant: str, spec: dict) -> dict | None:
+    """command_refusal for apply: the tenant's record is read only for a spec
+    with a command target, so a create of any other job reads nothing more."""
+    if command_field(spec) is None:
+        return None
+    return command_refusal(tenant_record(tx, tenant), tenant, spec)
+
+
 def command_run_refusal(record: dict | None, tenant: str) -> str | None:
     """Why a run of a command target of `tenant` must not start (the grant was
     withdrawn after its job was made), or None."""
