@@ -21,7 +21,7 @@ from typing import Any
 
 from raftsched import limits
 from raftsched.api import auth, history
-from raftsched.core import backfill, dag, jobspec
+from raftsched.core import backfill, dag, jobspec, spec
 from raftsched.core.tenancy import ROLES
 
 Schema = dict[str, Any]
@@ -69,109 +69,6 @@ def _token(max_bytes: int) -> Schema:
 
 # --- request bodies ---------------------------------------------------------------------
 
-def _schedule() -> Schema:
-    cron = _obj({"cron": {"type": "string", "minLength": 1,
-                          "maxLength": limits.cron_expression_bytes_max,
-                          "description": "at most cron_expression_bytes_max bytes"},
-                 "timezone": {"type": "string", "minLength": 1,
-                              "description": "an IANA zone name; default UTC"}}, ("cron",))
-    every = _obj({"every": {"type": "string", "pattern":
-                            r"^\s*(\d{1,9}d)?(\d{1,9}h)?(\d{1,9}m)?(\d{1,9}s)?\s*$",
-                            "description": "d/h/m/s units, 1s to 366d"}}, ("every",))
-    return {"oneOf": [cron, every]}
-
-
-def _timeout() -> Schema:
-    return _nullable({"type": "number", "minimum": limits.target_timeout_s_min,
-                      "maximum": limits.target_timeout_s_max})
-
-
-def _http_target() -> Schema:
-    return _obj({
-        "type": {"const": "http"},
-        "url": {"type": "string", "maxLength": limits.target_url_bytes_max,
-                "description": "an http or https URL with a host, at most "
-                               f"{limits.target_url_bytes_max} bytes of UTF-8"},
-        "method": _nullable({"type": "string", "enum": list(jobspec.HTTP_METHODS)}),
-        "headers": _nullable({"type": "object", "maxProperties": limits.target_headers_max,
-                              "additionalProperties": {
-                                  "type": "string",
-                                  "maxLength": limits.target_header_value_chars_max}}),
-        "body": {"type": ["string", "object", "array", "null"],
-                 "description": f"at most {limits.target_body_bytes_max} bytes encoded"},
-        "timeout_s": _timeout(),
-    }, ("type", "url"))
-
-
-def _command_target() -> Schema:
-    return _obj({
-        "type": {"const": "command"},
-        "argv": {"type": "array", "minItems": 1, "maxItems": limits.command_argv_max,
-                 "items": {"type": "string", "minLength": 1}},
-        "env": _nullable({"type": "object", "additionalProperties": _STR}),
-        "cwd": _nullable({"type": "string", "pattern": "^/"}),
-        "timeout_s": _timeout(),
-        "queue": _nullable(_token(limits.queue_bytes_max)),
-        "shell": _BOOL,
-    }, ("type", "argv"))
-
-
-def _publish_target() -> Schema:
-    return _obj({
-        "type": {"const": "publish"},
-        "topic": _token(limits.topic_bytes_max),
-        "message": {"description": "any JSON value, at most "
-                                   f"{limits.target_body_bytes_max} bytes encoded"},
-        "key": _nullable({"type": "string", "maxLength": limits.topic_name_chars_max}),
-    }, ("type", "topic", "message"))
-
-
-def _retry() -> Schema:
-    delay = {"type": "number", "minimum": 0, "maximum": limits.retry_delay_s_max}
-    return _nullable(_obj({
-        "max_attempts": {"type": "integer", "minimum": 1,
-                         "maximum": limits.retry_max_attempts_max},
-        "backoff": {"enum": list(jobspec.BACKOFFS)},
-        "base_s": delay, "max_s": delay,
-        # Older names of base_s and max_s.
-        "initial_delay_s": delay, "max_delay_s": delay,
-        "non_retryable_exit_codes": {"type": "array", "maxItems": 64,
-                                     "items": {"type": "integer", "minimum": 0,
-                                               "maximum": 255}},
-    }))
-
-
-def _concurrency() -> Schema:
-    policy = {"type": "string", "enum": list(jobspec.CONCURRENCY_POLICIES)}
-    return {"anyOf": [{"type": "null"}, policy, _obj({
-        "policy": policy,
-        "queue_max": {"type": "integer", "minimum": 1,
-                      "maximum": limits.concurrency_queue_max_max}}, ("policy",))]}
-
-
-def _misfire() -> Schema:
-    policy = {"type": "string", "enum": list(jobspec.MISFIRE_POLICIES)}
-    return {"anyOf": [{"type": "null"}, policy, _obj({
-        "policy": policy,
-        "misfire_tolerance_s": {"type": "number", "minimum": 0,
-                                "maximum": limits.misfire_tolerance_s_max},
-        "catchup_max": {"type": "integer", "minimum": 1, "maximum": limits.catchup_max_max},
-        "catchup_window_s": _nullable({
-            "type": "number", "minimum": 1, "maximum": limits.catchup_window_s_max,
-            "description": "a late fire runs no occurrence older than this (they are "
-                           "recorded missed)"}),
-    })]}
-
-
-def _history() -> Schema:
-    return _nullable(_obj({
-        "max_runs": _nullable({"type": "integer", "minimum": 1,
-                               "maximum": limits.history_max_runs_max}),
-        "max_age_s": _nullable({"type": "number", "minimum": 1,
-                                "maximum": limits.history_max_age_s_max}),
-    }))
-
-
 JOB_EXAMPLES = [
     {"name": "nightly-settlement",
      "schedule": {"cron": "0 2 * * *", "timezone": "Asia/Kolkata"},
@@ -199,97 +96,19 @@ JOB_EXAMPLES = [
 ]
 
 
-def _dag() -> Schema:
-    task_id = _token(limits.dag_task_id_bytes_max)
-    task = _obj({
-        "id": task_id,
-        "target": _ref("Target"),
-        "depends_on": _nullable({"type": "array", "maxItems": limits.dag_tasks_max,
-                                 "items": task_id}),
-        "trigger_rule": _nullable({"type": "string", "enum": list(dag.RULES),
-                                   "description": f"default {dag.ALL_SUCCESS}"}),
-        "retry": _retry(),
-        "timeout_s": _timeout(),
-    }, ("id", "target"))
-    return _obj({"tasks": {"type": "array", "minItems": 1, "maxItems": limits.dag_tasks_max,
-                           "items": task}}, ("tasks",),
-                description="tasks released as their upstream tasks end, by trigger rule; "
-                            f"ids unique, dependencies known, no cycle, at most "
-                            f"{limits.dag_edges_max} dependencies (docs/workflows.md)")
+JOB_PATCH_EXAMPLES = [{"name": "renamed"}, {"schedule": {"every": "2h"}},
+                      {"concurrency": "skip_if_running", "retry": {"max_attempts": 5}}]
+# The request bodies declared as Structs (core/spec.py): their schemas, and
+# those of every shape they hold, are generated from the declarations.
+GENERATED = {"JobCreate": spec.JobCreate, "JobPatch": spec.JobPatch}
 
 
-def _job_members() -> dict[str, Schema]:
-    """The members of a job body, as both create and patch take them."""
-    return {
-        "name": {"type": "string", "minLength": 1, "maxLength": limits.job_name_chars_max},
-        "schedule": _nullable(_ref("Schedule")),
-        "run_at": _nullable(_TIME_IN),
-        "target": _ref("Target"),
-        "dag": _ref("Dag"),
-        "retry": _retry(),
-        "concurrency": _concurrency(),
-        "misfire": _misfire(),
-        "alert": _nullable(_obj({"webhook_url": _nullable(
-            {"type": "string", "maxLength": limits.target_url_bytes_max})})),
-        "history": _history(),
-        "idempotency_key": _nullable({"type": "string", "minLength": 1,
-                                      "description": "at most "
-                                      f"{limits.idempotency_key_bytes_max} bytes of UTF-8"}),
-        "metadata": _nullable({"type": "object", "description": "at most "
-                               f"{limits.metadata_bytes_max} bytes encoded"}),
-        "secret_keys": _secret_keys(),
-        "priority": _nullable({"type": "string", "enum": list(jobspec.PRIORITIES),
-                               "description": "the order of the tenant's own runs where a "
-                                              "backlog forms; null is normal"}),
-        "labels": _labels(),
-        "jitter_s": _nullable({"type": "number", "minimum": 0, "maximum": limits.jitter_s_max,
-                               "description": "each occurrence fires later by a stable delay "
-                                              "from 0 to this, hashed from the job id and the "
-                                              "occurrence"}),
-        "not_before": _nullable(dict(_TIME_IN, description="a recurring schedule's first "
-                                     "possible occurrence (included)")),
-        "not_after": _nullable(dict(_TIME_IN, description="a recurring schedule's last "
-                                    "possible occurrence (included)")),
-    }
-
-
-def _labels() -> Schema:
-    return _nullable({
-        "type": "object", "maxProperties": limits.job_labels_max,
-        "propertyNames": {"pattern": "^[A-Za-z0-9._/-]+$", "minLength": 1,
-                          "maxLength": limits.label_key_bytes_max},
-        "additionalProperties": {"type": "string", "description": "at most "
-                                 f"{limits.label_value_bytes_max} bytes of UTF-8, no control "
-                                 "characters"},
-        "description": "filter on them with GET /v1/jobs?label=key:value"})
-
-
-def _secret_keys() -> Schema:
-    return _nullable({
-        "type": "array", "maxItems": limits.secret_keys_max,
-        "items": {"type": "string", "minLength": 1, "pattern": "^[^=\\r\\n\\u0000]+$",
-                  "description": f"at most {limits.secret_key_bytes_max} bytes of UTF-8"},
-        "description": "header or URL query parameter names (any case) or env variable "
-                       'names (exact) whose values reads, logs and alerts show as "***"; '
-                       "Authorization, Cookie, Proxy-Authorization and a URL's password are "
-                       "always secret"})
-
-
-def job_create_schema() -> Schema:
-    members = {k: v for k, v in _job_members().items() if k in jobspec.CREATE_FIELDS}
-    # Left out or null, the name is made from the target.
-    members["name"] = _nullable(members["name"])
-    return _obj(members, oneOf=[{"required": ["target"]}, {"required": ["dag"]}],
-                description="exactly one of `target` and `dag`; exactly one of `schedule` "
-                            "and `run_at`, or neither for a DAG job run only when triggered",
-                examples=JOB_EXAMPLES)
-
-
-def job_patch_schema() -> Schema:
-    members = {k: v for k, v in _job_members().items() if k in jobspec.PATCH_FIELDS}
-    return _obj(members, minProperties=1,
-                examples=[{"name": "renamed"}, {"schedule": {"every": "2h"}},
-                          {"concurrency": "skip_if_running", "retry": {"max_attempts": 5}}])
+def generated_schemas() -> dict[str, Schema]:
+    """The components generated from core/spec.py's Structs, by class name."""
+    schemas = spec.json_schemas(list(GENERATED.values()), "#/components/schemas/{name}")
+    schemas["JobCreate"]["examples"] = JOB_EXAMPLES
+    schemas["JobPatch"].update(minProperties=1, examples=JOB_PATCH_EXAMPLES)
+    return schemas
 
 
 def _preview_request() -> Schema:
@@ -602,10 +421,7 @@ def _components() -> Schema:
         "description": "a token of POST /v1/tokens, or the nodes' bootstrap admin token"}},
         "schemas": {
         "Problem": _problem(), "Job": _job(), "Run": _run(),
-        "JobCreate": job_create_schema(), "JobPatch": job_patch_schema(),
-        "Schedule": _schedule(),
-        "Target": {"oneOf": [_http_target(), _command_target(), _publish_target()]},
-        "Dag": _dag(),
+        **generated_schemas(),
         "SchedulePreview": _preview_request(),
         "WorkerClaim": _claim_request(), "WorkerHeartbeat": _heartbeat_request(),
         "WorkerComplete": _complete_request(),
