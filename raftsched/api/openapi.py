@@ -100,44 +100,23 @@ JOB_PATCH_EXAMPLES = [{"name": "renamed"}, {"schedule": {"every": "2h"}},
                       {"concurrency": "skip_if_running", "retry": {"max_attempts": 5}}]
 # The request bodies declared as Structs (core/spec.py): their schemas, and
 # those of every shape they hold, are generated from the declarations.
-GENERATED = {"JobCreate": spec.JobCreate, "JobPatch": spec.JobPatch}
+GENERATED = {"JobCreate": spec.JobCreate, "JobPatch": spec.JobPatch,
+             "SchedulePreview": spec.SchedulePreview, "BackfillCreate": spec.BackfillCreate}
+EXAMPLES = {
+    "JobCreate": JOB_EXAMPLES, "JobPatch": JOB_PATCH_EXAMPLES,
+    "SchedulePreview": [{"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
+                         "after": "2026-03-28T00:00:00Z", "count": 3}],
+    "BackfillCreate": [{"start": "2026-01-01T00:00:00Z", "end": "2026-02-01T00:00:00Z",
+                        "max_concurrent": 4}]}
 
 
 def generated_schemas() -> dict[str, Schema]:
     """The components generated from core/spec.py's Structs, by class name."""
     schemas = spec.json_schemas(list(GENERATED.values()), "#/components/schemas/{name}")
-    schemas["JobCreate"]["examples"] = JOB_EXAMPLES
-    schemas["JobPatch"].update(minProperties=1, examples=JOB_PATCH_EXAMPLES)
+    for name, examples in EXAMPLES.items():
+        schemas[name]["examples"] = examples
+    schemas["JobPatch"]["minProperties"] = 1
     return schemas
-
-
-def _preview_request() -> Schema:
-    return _obj({"schedule": _nullable(_ref("Schedule")), "run_at": _nullable(_TIME_IN),
-                 "after": _nullable(_TIME_IN),
-                 "job_id": _nullable({"type": "string", "pattern": f"^{jobspec.JOB_ID_PATTERN}$",
-                                      "description": "the job `H` is hashed from (default: "
-                                                     "an empty id)"}),
-                 "count": {"type": "integer", "minimum": 1,
-                           "maximum": limits.preview_count_max}},
-                examples=[{"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
-                           "after": "2026-03-28T00:00:00Z", "count": 3}])
-
-
-def _backfill_request() -> Schema:
-    return _obj({
-        "start": dict(_TIME_IN, description="the first instant of the range (included)"),
-        "end": dict(_TIME_IN, description="the end of the range (excluded); not in the future"),
-        "overlap": {"type": "string", "enum": list(backfill.OVERLAPS), "description":
-                    "allow (default): the backfill's runs neither wait for nor hold back the "
-                    "job's own; job: each goes through the job's concurrency policy, one at a "
-                    "time unless that policy is allow"},
-        "max_concurrent": {"type": "integer", "minimum": 1,
-                           "maximum": limits.backfill_concurrent_max,
-                           "description": "the backfill's runs open at once; default "
-                                          f"{limits.backfill_concurrent_default}"},
-        "dry_run": {"type": "boolean", "description": "list the occurrences, run nothing"},
-    }, ("start", "end"), examples=[{"start": "2026-01-01T00:00:00Z",
-                                    "end": "2026-02-01T00:00:00Z", "max_concurrent": 4}])
 
 
 def _run_ref_item(extra: dict[str, Schema] | None = None) -> dict[str, Schema]:
@@ -422,12 +401,11 @@ def _components() -> Schema:
         "schemas": {
         "Problem": _problem(), "Job": _job(), "Run": _run(),
         **generated_schemas(),
-        "SchedulePreview": _preview_request(),
         "WorkerClaim": _claim_request(), "WorkerHeartbeat": _heartbeat_request(),
         "WorkerComplete": _complete_request(),
         "TokenCreate": _token_request(), "Token": _token_view(), "TokenCreated": _token_created(),
         "TenantQuota": _quota_request(), "Tenant": _tenant(), "AuditRecord": _audit_record(),
-        "BackfillCreate": _backfill_request(), "Backfill": _backfill(),
+        "Backfill": _backfill(),
     }}
 
 

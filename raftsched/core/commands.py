@@ -25,7 +25,8 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 from raftsched import limits
 from raftsched.core import codec, dag
 from raftsched.core.shape import ShapeError, json_value
-from raftsched.core.spec import Backoff, ConcurrencyPolicy, MisfirePolicy, Priority, TriggerRule
+from raftsched.core.spec import (BackfillOverlap, Backoff, ConcurrencyPolicy, MisfirePolicy,
+                                 Priority, TriggerRule)
 from raftsched.errors import CommandRefused, UnknownCommand
 
 VERSION = 1
@@ -110,12 +111,11 @@ CommandText = Text(limits.command_text_bytes_max)
 Tag16 = Text(16)
 
 # The closed sets of values commands carry: each defined once, here or where
-# the edge validates it (tenancy.ROLES and backfill.OVERLAPS are read from here).
+# the edge validates it (tenancy.ROLES is read from here).
 Role = Literal["admin", "writer", "reader", "worker", "operator"]
 AlertOutcome = Literal["sent", "undeliverable", "no_webhook"]
-BackfillOverlap = Literal["allow", "job"]
 # A job spec's closed sets (Backoff, ConcurrencyPolicy, MisfirePolicy, Priority,
-# TriggerRule) are the API's, imported from core/spec.py.
+# TriggerRule, BackfillOverlap) are the API's, imported from core/spec.py.
 
 
 class _Shape(Struct, kw_only=True, omit_defaults=True):

@@ -20,17 +20,14 @@ from raftsched.core import codec, dag, redact, spec as shapes
 from raftsched.core.retry import DEFAULT_POLICY
 from raftsched.core.schedule import bound_schedule, parse_instant, parse_schedule
 from raftsched.core.spec import (BACKOFFS, CONCURRENCY_POLICIES, HTTP_METHODS,  # noqa: F401
-                                 MISFIRE_POLICIES, PRIORITIES, TARGET_TYPES, check_shape)
+                                 JOB_ID_PATTERN, MISFIRE_POLICIES, PRIORITIES, RUN_ID_PATTERN,
+                                 TARGET_TYPES, check_shape)
 from raftsched.errors import InvalidInput
 
 CREATE_FIELDS = shapes.members(shapes.JobCreate)
 PATCH_FIELDS = shapes.members(shapes.JobPatch)
 # Names of queues and topics: they appear in URLs and keys.
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-# The shapes of the ids raftsched makes: what a URL, a cursor or a worker's
-# report may name. Anything else cannot exist, so it is refused unread.
-JOB_ID_PATTERN = "job_[0-9a-f]{20}"
-RUN_ID_PATTERN = "run_[0-9a-f]{24}"
 _JOB_ID_RE = re.compile(JOB_ID_PATTERN)
 _RUN_ID_RE = re.compile(RUN_ID_PATTERN)
 # Label keys: what a filter `label=key:value` can name before its colon.

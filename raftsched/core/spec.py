@@ -48,6 +48,13 @@ BACKOFFS: tuple[str, ...] = get_args(Backoff)
 TARGET_TYPES: tuple[str, ...] = get_args(TargetType)
 HTTP_METHODS: tuple[str, ...] = get_args(HttpMethod)
 
+# Whether a backfill's runs go through the job's concurrency policy.
+BackfillOverlap = Literal["allow", "job"]
+# The shapes of the ids raftsched makes: what a URL, a cursor or a worker's
+# report may name. Anything else cannot exist, so it is refused unread.
+JOB_ID_PATTERN = "job_[0-9a-f]{20}"
+RUN_ID_PATTERN = "run_[0-9a-f]{24}"
+
 # Names of queues, topics and DAG tasks: they appear in URLs and keys (ASCII,
 # so characters are bytes).
 NAME_TOKEN_PATTERN = "^[A-Za-z0-9._-]+$"
@@ -247,6 +254,33 @@ class JobCreate(JobPatch):
     idempotency_key: Union[Text(limits.idempotency_key_bytes_max,
                                 "idempotency_key_bytes_max", nonempty=True), None] = None
     metadata: Union[dict[str, Any], None] = None
+
+
+# --- other requests about jobs ----------------------------------------------------------
+
+class SchedulePreview(_Body):
+    """The next fire times of a schedule (or run_at) after `after` (default: now)."""
+    schedule: Union[Schedule, None] = None
+    run_at: Union[Time, None] = None
+    after: Union[Time, None] = None
+    job_id: Union[Text(24, description="the job `H` is hashed from (default: an empty id)",
+                       pattern=f"^{JOB_ID_PATTERN}$"), None] = None
+    count: Int(1, limits.preview_count_max, "preview_count_max") = limits.preview_count_default
+
+
+class BackfillCreate(_Body):
+    """Runs of a job's past occurrences in [start, end)."""
+    start: Text(64, description="RFC 3339: the first instant of the range (included)")
+    end: Text(64, description="RFC 3339: the end of the range (excluded); not in the future")
+    overlap: Annotated[BackfillOverlap, Meta(description=(
+        "allow: the backfill's runs neither wait for nor hold back the job's own; job: each "
+        "goes through the job's concurrency policy, one at a time unless that policy is allow"
+    ))] = "allow"
+    # The backfill's runs open at once.
+    max_concurrent: Int(1, limits.backfill_concurrent_max,
+                        "backfill_concurrent_max") = limits.backfill_concurrent_default
+    # List the occurrences, run nothing.
+    dry_run: bool = False
 
 
 def json_schemas(shapes: list[Any], ref_template: str) -> dict[str, dict]:
