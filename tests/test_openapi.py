@@ -110,11 +110,11 @@ def test_nested_members_are_what_the_validators_take(member, validate, valid):
 def test_other_request_bodies_are_the_handlers_field_sets():
     assert members(SCHEMAS["SchedulePreview"]) == api_app.PREVIEW_FIELDS
     assert members(SCHEMAS["WorkerClaim"]) == execution.CLAIM_FIELDS
-    heartbeat = SCHEMAS["WorkerHeartbeat"]["properties"]["runs"]["items"]
-    assert members(heartbeat) == execution.HEARTBEAT_FIELDS
-    result = SCHEMAS["WorkerComplete"]["properties"]["results"]["items"]
-    assert members(result) == execution.RESULT_FIELDS
-    assert members(result["properties"]["output"]) == execution.OUTPUT_FIELDS
+    assert members(SCHEMAS["WorkerHeartbeat"]["properties"]["runs"]["items"]) == \
+        execution.HEARTBEAT_FIELDS
+    assert members(SCHEMAS["WorkerComplete"]["properties"]["results"]["items"]) == \
+        execution.RESULT_FIELDS
+    assert members(SCHEMAS["RunResult"]["properties"]["output"]) == execution.OUTPUT_FIELDS
 
 
 def test_backfill_members_are_the_validators_field_sets():

@@ -101,13 +101,16 @@ JOB_PATCH_EXAMPLES = [{"name": "renamed"}, {"schedule": {"every": "2h"}},
 # The request bodies declared as Structs (core/spec.py): their schemas, and
 # those of every shape they hold, are generated from the declarations.
 GENERATED = {"JobCreate": spec.JobCreate, "JobPatch": spec.JobPatch,
-             "SchedulePreview": spec.SchedulePreview, "BackfillCreate": spec.BackfillCreate}
+             "SchedulePreview": spec.SchedulePreview, "BackfillCreate": spec.BackfillCreate,
+             "WorkerClaim": spec.WorkerClaim, "WorkerHeartbeat": spec.WorkerHeartbeat,
+             "WorkerComplete": spec.WorkerComplete}
 EXAMPLES = {
     "JobCreate": JOB_EXAMPLES, "JobPatch": JOB_PATCH_EXAMPLES,
     "SchedulePreview": [{"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
                          "after": "2026-03-28T00:00:00Z", "count": 3}],
     "BackfillCreate": [{"start": "2026-01-01T00:00:00Z", "end": "2026-02-01T00:00:00Z",
-                        "max_concurrent": 4}]}
+                        "max_concurrent": 4}],
+    "WorkerClaim": [{"queue": "backups", "max": 4, "wait_s": 0}]}
 
 
 def generated_schemas() -> dict[str, Schema]:
@@ -117,40 +120,6 @@ def generated_schemas() -> dict[str, Schema]:
         schemas[name]["examples"] = examples
     schemas["JobPatch"]["minProperties"] = 1
     return schemas
-
-
-def _run_ref_item(extra: dict[str, Schema] | None = None) -> dict[str, Schema]:
-    return {"run_id": {"type": "string", "pattern": f"^{jobspec.RUN_ID_PATTERN}$"},
-            "attempt": {"type": "integer", "minimum": 1,
-                        "maximum": limits.run_attempts_max}, **(extra or {})}
-
-
-def _claim_request() -> Schema:
-    return _obj({"queue": _token(limits.queue_bytes_max),
-                 "max": {"type": "integer", "minimum": 1, "maximum": limits.worker_claim_max},
-                 "wait_s": {"type": "number", "minimum": 0,
-                            "maximum": limits.worker_claim_wait_s_max}}, ("queue",),
-                examples=[{"queue": "backups", "max": 4, "wait_s": 0}])
-
-
-def _heartbeat_request() -> Schema:
-    return _obj({"runs": {"type": "array", "maxItems": limits.run_update_batch_max,
-                          "items": _obj(_run_ref_item(), ("run_id", "attempt"))}}, ("runs",))
-
-
-def _complete_request() -> Schema:
-    output = _nullable(_obj({"stdout": _STR, "stderr": _STR, "http_body": _STR,
-                             "published": _STR,
-                             "truncated": {"type": "object", "additionalProperties":
-                                           {"type": "integer", "minimum": 0}}}))
-    result = _obj(_run_ref_item({
-        "ok": _BOOL, "retryable": _BOOL,
-        "exit_code": _nullable({"type": "integer", "minimum": -(2 ** 31),
-                                "maximum": 2 ** 31 - 1}),
-        "error": _STR_OR_NULL, "output": output,
-        "duration_ms": {"type": "number", "minimum": 0}}), ("run_id", "attempt", "ok"))
-    return _obj({"results": {"type": "array", "maxItems": limits.worker_claim_max,
-                             "items": result}}, ("results",))
 
 
 def _tenant_name() -> Schema:
@@ -401,8 +370,6 @@ def _components() -> Schema:
         "schemas": {
         "Problem": _problem(), "Job": _job(), "Run": _run(),
         **generated_schemas(),
-        "WorkerClaim": _claim_request(), "WorkerHeartbeat": _heartbeat_request(),
-        "WorkerComplete": _complete_request(),
         "TokenCreate": _token_request(), "Token": _token_view(), "TokenCreated": _token_created(),
         "TenantQuota": _quota_request(), "Tenant": _tenant(), "AuditRecord": _audit_record(),
         "Backfill": _backfill(),

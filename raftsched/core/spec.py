@@ -283,6 +283,54 @@ class BackfillCreate(_Body):
     dry_run: bool = False
 
 
+# --- workers ----------------------------------------------------------------------------
+# What a remote worker sends (api/execution.py): its claim, its heartbeats and its results.
+
+RunId = Text(len("run_") + 24, description="a run id", pattern=f"^{RUN_ID_PATTERN}$")
+RunAttempt = Int(1, limits.run_attempts_max, "run_attempts_max")
+
+
+class WorkerClaim(_Body):
+    queue: Name(limits.queue_bytes_max, "queue_bytes_max")
+    max: Int(1, limits.worker_claim_max, "worker_claim_max") = 1
+    wait_s: Seconds(0, limits.worker_claim_wait_s_max, "worker_claim_wait_s_max") = 0.0
+
+
+class RunHeld(_Body):
+    """A run a worker holds, and the attempt it works on."""
+    run_id: RunId
+    attempt: RunAttempt
+
+
+class WorkerHeartbeat(_Body):
+    runs: Many(RunHeld, limits.run_update_batch_max, "run_update_batch_max")
+
+
+class RunOutput(_Body):
+    """What an attempt printed or answered; `truncated`: bytes dropped, by stream."""
+    stdout: Union[str, msgspec.UnsetType] = msgspec.UNSET
+    stderr: Union[str, msgspec.UnsetType] = msgspec.UNSET
+    http_body: Union[str, msgspec.UnsetType] = msgspec.UNSET
+    published: Union[str, msgspec.UnsetType] = msgspec.UNSET
+    truncated: Union[Map(Int(0, limits.command_int_max, "command_int_max"),
+                         limits.command_int_max), msgspec.UnsetType] = msgspec.UNSET
+
+
+class RunResult(RunHeld):
+    """An attempt's end. A long `error` is cut to run_error_chars_max."""
+    ok: bool
+    retryable: bool = True
+    exit_code: Union[Int(limits.exit_code_min, limits.exit_code_max, "exit_code_max"),
+                     None] = None
+    error: Union[str, None] = None
+    output: Union[RunOutput, None] = None
+    duration_ms: Annotated[float, Meta(ge=0)] = 0.0
+
+
+class WorkerComplete(_Body):
+    results: Many(RunResult, limits.worker_claim_max, "worker_claim_max")
+
+
 def json_schemas(shapes: list[Any], ref_template: str) -> dict[str, dict]:
     """The JSON Schemas of `shapes` and of every Struct they hold, by class name:
     what the OpenAPI document's components are generated from."""
