@@ -210,11 +210,9 @@ def test_priority_is_documented_with_the_validators_values():
 
 def test_admin_bodies_are_the_handlers_field_sets():
     assert members(SCHEMAS["TokenCreate"]) == admin.TOKEN_FIELDS
-    assert SCHEMAS["TokenCreate"]["properties"]["role"]["enum"] == list(tenancy.ROLES)
+    assert set(SCHEMAS["TokenCreate"]["properties"]["role"]["enum"]) == set(tenancy.ROLES)
     assert members(SCHEMAS["TenantQuota"]) == admin.TENANT_FIELDS
     assert admin.TENANT_FIELDS == {*tenancy.QUOTA_NAMES, "commands"}
-    assert openapi.QUOTA_MAXIMA == {name: bound for name, (bound, _) in
-                                    admin._QUOTA_BOUNDS.items()}
     assert "token" in SCHEMAS["TokenCreated"]["required"]
     assert "token" not in SCHEMAS["Token"]["properties"]
     assert "sha256" not in SCHEMAS["Token"]["properties"]

@@ -22,7 +22,7 @@ from typing import Any
 from raftsched import limits
 from raftsched.api import auth, history
 from raftsched.core import backfill, dag, jobspec, spec
-from raftsched.core.tenancy import ROLES
+from raftsched.core.tenancy import QUOTA_NAMES, ROLES
 
 Schema = dict[str, Any]
 
@@ -103,14 +103,17 @@ JOB_PATCH_EXAMPLES = [{"name": "renamed"}, {"schedule": {"every": "2h"}},
 GENERATED = {"JobCreate": spec.JobCreate, "JobPatch": spec.JobPatch,
              "SchedulePreview": spec.SchedulePreview, "BackfillCreate": spec.BackfillCreate,
              "WorkerClaim": spec.WorkerClaim, "WorkerHeartbeat": spec.WorkerHeartbeat,
-             "WorkerComplete": spec.WorkerComplete}
+             "WorkerComplete": spec.WorkerComplete, "TokenCreate": spec.TokenCreate,
+             "TenantQuota": spec.TenantQuota}
 EXAMPLES = {
     "JobCreate": JOB_EXAMPLES, "JobPatch": JOB_PATCH_EXAMPLES,
     "SchedulePreview": [{"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
                          "after": "2026-03-28T00:00:00Z", "count": 3}],
     "BackfillCreate": [{"start": "2026-01-01T00:00:00Z", "end": "2026-02-01T00:00:00Z",
                         "max_concurrent": 4}],
-    "WorkerClaim": [{"queue": "backups", "max": 4, "wait_s": 0}]}
+    "WorkerClaim": [{"queue": "backups", "max": 4, "wait_s": 0}],
+    "TokenCreate": [{"tenant": "t1", "role": "writer", "name": "ci"}],
+    "TenantQuota": [{"jobs_max": 1000, "creates_per_s": 50}]}
 
 
 def generated_schemas() -> dict[str, Schema]:
@@ -120,38 +123,6 @@ def generated_schemas() -> dict[str, Schema]:
         schemas[name]["examples"] = examples
     schemas["JobPatch"]["minProperties"] = 1
     return schemas
-
-
-def _tenant_name() -> Schema:
-    return {"type": "string", "pattern": f"^{limits.tenant_name_pattern}$"}
-
-
-def _token_request() -> Schema:
-    return _obj({
-        "tenant": dict(_tenant_name(), description="default: the tenant the admin acts for"),
-        "role": {"type": "string", "enum": list(ROLES)},
-        "name": {"type": "string", "description": "at most "
-                 f"{limits.token_name_bytes_max} bytes of UTF-8; default empty"},
-    }, ("role",), examples=[{"tenant": "t1", "role": "writer", "name": "ci"}])
-
-
-# The bound of each quota a PUT takes (1 to this; null: the node flags' default).
-QUOTA_MAXIMA = {"jobs_max": limits.quota_jobs_max_max,
-                "creates_per_s": limits.quota_creates_per_s_max,
-                "runs_concurrent_max": limits.quota_jobs_max_max,
-                "weight": limits.tenant_weight_max}
-
-
-def _quota_request() -> Schema:
-    members = {name: _nullable({"type": "integer", "minimum": 1, "maximum": maximum})
-               for name, maximum in QUOTA_MAXIMA.items()}
-    members["commands"] = _nullable(dict(
-        _BOOL, description="true grants the tenant command targets (on the nodes and on "
-                           "worker queues), false withdraws them; left out or null: unchanged"))
-    return _obj(members,
-                description="a quota left out or null follows the node flags' default "
-                            "(--tenant-jobs-max, ...)",
-                examples=[{"jobs_max": 1000, "creates_per_s": 50}])
 
 
 # --- responses ----------------------------------------------------------------------------
@@ -345,8 +316,8 @@ def _token_created() -> Schema:
 
 
 def _tenant() -> Schema:
-    quota = _obj({name: _INT_OR_NULL for name in QUOTA_MAXIMA}, closed=False)
-    in_force = _obj({name: _INT for name in QUOTA_MAXIMA}, closed=False)
+    quota = _obj({name: _INT_OR_NULL for name in QUOTA_NAMES}, closed=False)
+    in_force = _obj({name: _INT for name in QUOTA_NAMES}, closed=False)
     return _obj({"tenant": _STR, "quota": quota, "in_force": in_force,
                  "jobs": {"type": "integer", "description": "jobs counted against jobs_max"},
                  "commands": dict(_BOOL, description="whether an admin granted the tenant "
@@ -370,8 +341,8 @@ def _components() -> Schema:
         "schemas": {
         "Problem": _problem(), "Job": _job(), "Run": _run(),
         **generated_schemas(),
-        "TokenCreate": _token_request(), "Token": _token_view(), "TokenCreated": _token_created(),
-        "TenantQuota": _quota_request(), "Tenant": _tenant(), "AuditRecord": _audit_record(),
+        "Token": _token_view(), "TokenCreated": _token_created(),
+        "Tenant": _tenant(), "AuditRecord": _audit_record(),
         "Backfill": _backfill(),
     }}
 

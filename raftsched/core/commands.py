@@ -26,7 +26,7 @@ from raftsched import limits
 from raftsched.core import codec, dag
 from raftsched.core.shape import ShapeError, json_value
 from raftsched.core.spec import (BackfillOverlap, Backoff, ConcurrencyPolicy, MisfirePolicy,
-                                 Priority, TriggerRule)
+                                 Priority, Role, TriggerRule)
 from raftsched.errors import CommandRefused, UnknownCommand
 
 VERSION = 1
@@ -111,11 +111,10 @@ CommandText = Text(limits.command_text_bytes_max)
 Tag16 = Text(16)
 
 # The closed sets of values commands carry: each defined once, here or where
-# the edge validates it (tenancy.ROLES is read from here).
-Role = Literal["admin", "writer", "reader", "worker", "operator"]
+# the edge validates it.
 AlertOutcome = Literal["sent", "undeliverable", "no_webhook"]
 # A job spec's closed sets (Backoff, ConcurrencyPolicy, MisfirePolicy, Priority,
-# TriggerRule, BackfillOverlap) are the API's, imported from core/spec.py.
+# TriggerRule, BackfillOverlap) and token roles are the API's, imported from core/spec.py.
 
 
 class _Shape(Struct, kw_only=True, omit_defaults=True):

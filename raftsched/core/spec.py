@@ -48,6 +48,8 @@ BACKOFFS: tuple[str, ...] = get_args(Backoff)
 TARGET_TYPES: tuple[str, ...] = get_args(TargetType)
 HTTP_METHODS: tuple[str, ...] = get_args(HttpMethod)
 
+# What a token may do (core/tenancy.py GRANTS).
+Role = Literal["admin", "writer", "reader", "worker", "operator"]
 # Whether a backfill's runs go through the job's concurrency policy.
 BackfillOverlap = Literal["allow", "job"]
 # The shapes of the ids raftsched makes: what a URL, a cursor or a worker's
@@ -329,6 +331,33 @@ class RunResult(RunHeld):
 
 class WorkerComplete(_Body):
     results: Many(RunResult, limits.worker_claim_max, "worker_claim_max")
+
+
+# --- admin ------------------------------------------------------------------------------
+
+class TokenCreate(_Body):
+    role: Role
+    tenant: Union[Text(limits.tenant_bytes_max, "tenant_bytes_max",
+                       description="default: the tenant the admin acts for",
+                       pattern=f"^{limits.tenant_name_pattern}$"), None] = None
+    # At most token_name_bytes_max bytes of UTF-8 (a hook counts the bytes).
+    name: Text(limits.token_name_bytes_max, "token_name_bytes_max") = ""
+
+
+QuotaJobs = Union[Int(1, limits.quota_jobs_max_max, "quota_jobs_max_max"), None]
+
+
+class TenantQuota(_Body):
+    """A tenant's quotas: a quota left out or null follows the node flags'
+    default (--tenant-jobs-max, ...)."""
+    jobs_max: QuotaJobs = None
+    creates_per_s: Union[Int(1, limits.quota_creates_per_s_max, "quota_creates_per_s_max"),
+                         None] = None
+    runs_concurrent_max: QuotaJobs = None
+    weight: Union[Int(1, limits.tenant_weight_max, "tenant_weight_max"), None] = None
+    commands: Union[Annotated[bool, Meta(description=(
+        "true grants the tenant command targets (on the nodes and on worker queues), false "
+        "withdraws them; left out or null: unchanged"))], None] = None
 
 
 def json_schemas(shapes: list[Any], ref_template: str) -> dict[str, dict]:
