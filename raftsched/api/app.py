@@ -26,7 +26,7 @@ from raftsched.core import commands, cost, tenancy
 from raftsched.core.jobspec import (JOB_ID_PATTERN, validate_create,
                                     validate_patch)
 from raftsched.core.schedule import next_fire_ms, parse_instant, parse_schedule, preview_ms
-from raftsched.core.spec import SchedulePreview, check_shape, members
+from raftsched.core.spec import PauseNote, SchedulePreview, check_shape, members
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import (Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded,
                               Unauthorized, Unavailable)
@@ -382,11 +382,7 @@ async def pause_job(request: web.Request) -> web.Response:
 def _pause_note(body: object) -> str | None:
     if body is None:
         return None
-    if not isinstance(body, dict) or set(body) - {"note"}:
-        raise InvalidInput('the body is optional: {"note": "why"}', field="note")
-    note = body.get("note")
-    if note is not None and not isinstance(note, str):
-        raise InvalidInput("`note` must be a string", field="note")
+    note = check_shape(body, PauseNote).note
     if note is not None and len(note.encode("utf-8")) > limits.pause_note_bytes_max:
         raise InvalidInput(f"`note` is longer than {limits.pause_note_bytes_max} bytes of "
                            "UTF-8", field="note", limit="pause_note_bytes_max")

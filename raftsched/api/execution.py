@@ -17,7 +17,6 @@ from raftsched.api.common import (float_param, int_param, job_secrets, json_body
                                   raise_refusal)
 from raftsched.api.views import run_view
 from raftsched.core import commands, keys, spec
-from raftsched.core.bounded import bounded_int
 from raftsched.core.jobspec import RUN_ID_PATTERN, validate_name_token
 from raftsched.core.redact import redact_output, redact_text
 from raftsched.core.timeutil import format_ms
@@ -213,12 +212,7 @@ async def get_group(request: web.Request) -> web.Response:
 
 async def commit_group(request: web.Request) -> web.Response:
     node = node_of(request)
-    body = await json_body(request)
-    if not isinstance(body, dict):
-        raise InvalidInput("the body must be {\"offset\": N}, the last offset processed",
-                           field="offset")
-    offset = bounded_int(body.get("offset"), "offset", 0, limits.command_int_max,
-                         limit="command_int_max")
+    offset = spec.check_shape(await json_body(request), spec.GroupOffset).offset
     (name, topic), group = _topic(request), _group(request.match_info["group"])
     if node.group_offset(topic, group) is None:
         node.check_room()   # a new group adds state; moving an offset does not

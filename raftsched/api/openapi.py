@@ -104,7 +104,9 @@ GENERATED = {"JobCreate": spec.JobCreate, "JobPatch": spec.JobPatch,
              "SchedulePreview": spec.SchedulePreview, "BackfillCreate": spec.BackfillCreate,
              "WorkerClaim": spec.WorkerClaim, "WorkerHeartbeat": spec.WorkerHeartbeat,
              "WorkerComplete": spec.WorkerComplete, "TokenCreate": spec.TokenCreate,
-             "TenantQuota": spec.TenantQuota}
+             "TenantQuota": spec.TenantQuota, "PauseNote": spec.PauseNote,
+             "RunOverlap": spec.RunOverlap, "CancelReason": spec.CancelReason,
+             "GroupOffset": spec.GroupOffset}
 EXAMPLES = {
     "JobCreate": JOB_EXAMPLES, "JobPatch": JOB_PATCH_EXAMPLES,
     "SchedulePreview": [{"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
@@ -426,8 +428,6 @@ _CONSISTENT = _in_query("consistent", {"type": "string", "enum": ["true", "false
 _PAGE_TOKEN = _in_query("page_token", {"type": "string",
                                       "maxLength": limits.page_token_chars_max},
                         "next_page_token of the previous page, with the same filters")
-_OVERLAP = _obj({"overlap": {"type": "string", "enum": ["allow"], "description":
-                             "admit this one run whatever the job's concurrency policy"}})
 _JOB_ID = _in_path("job_id", {"type": "string", "pattern": f"^{jobspec.JOB_ID_PATTERN}$"})
 _RUN_ID = _in_path("run_id", {"type": "string", "pattern": f"^{jobspec.RUN_ID_PATTERN}$"})
 _TOPIC = _in_path("topic", _token(limits.topic_bytes_max))
@@ -485,16 +485,14 @@ def _job_paths() -> dict[str, Schema]:
         },
         "/v1/jobs/{job_id}:pause": {"post": _op(
             "Pause a job", {200: job}, params=[_JOB_ID], errors=WRITE_ERRORS,
-            body=_obj({"note": _nullable({"type": "string", "description": "why: kept and "
-                                          "shown until the job resumes; at most "
-                                          f"{limits.pause_note_bytes_max} bytes of UTF-8"})}),
-            body_required=False)},
+            body=_ref("PauseNote"), body_required=False)},
         "/v1/jobs/{job_id}:resume": {"post": _op("Resume a job from now", {200: job},
                                                  params=[_JOB_ID], errors=WRITE_ERRORS)},
         "/v1/jobs/{job_id}:trigger": {"post": _op(
             "Run a job now", {201: _json(_ref("Run"), "The new run"),
                               200: _json(_ref("Run"), "The run of this instant, made before")},
-            params=[_JOB_ID], errors=WRITE_ERRORS, body=_OVERLAP, body_required=False)},
+            params=[_JOB_ID], errors=WRITE_ERRORS, body=_ref("RunOverlap"),
+            body_required=False)},
         "/v1/jobs/{job_id}/runs": {"get": _op(
             "A job's runs, newest first", {200: _json(runs, "Runs")},
             params=[_JOB_ID, _limit(limits.list_limit_max), _CONSISTENT])},
@@ -518,10 +516,11 @@ def _job_paths() -> dict[str, Schema]:
                 _in_query("scheduled_before", _TIME_IN, "only runs scheduled before this")])},
         "/v1/runs/{run_id}:retry": {"post": _op(
             "Give a failed run a new attempt under the same execution id", {200: run},
-            params=[_RUN_ID], errors=WRITE_ERRORS, body=_OVERLAP, body_required=False)},
+            params=[_RUN_ID], errors=WRITE_ERRORS, body=_ref("RunOverlap"),
+            body_required=False)},
         "/v1/runs/{run_id}:cancel": {"post": _op(
             "Cancel a run", {200: run}, params=[_RUN_ID], errors=WRITE_ERRORS,
-            body=_obj({"reason": _STR}), body_required=False)},
+            body=_ref("CancelReason"), body_required=False)},
         "/v1/runs/{run_id}/logs": {"get": _op(
             "Each attempt's output", {200: _json(_logs(), "Output")},
             params=[_RUN_ID, _in_query("local", {"type": "string", "enum": ["true", "false"]},
@@ -563,7 +562,7 @@ def _backfill_paths() -> dict[str, Schema]:
             "A backfill's progress", {200: view}, params=[backfill_id, _CONSISTENT])},
         "/v1/backfills/{backfill_id}:cancel": {"post": _op(
             "Cancel a backfill and its runs not finished", {200: view}, params=[backfill_id],
-            errors=WRITE_ERRORS, body=_obj({"reason": _STR}), body_required=False)},
+            errors=WRITE_ERRORS, body=_ref("CancelReason"), body_required=False)},
     }
 
 
@@ -584,9 +583,7 @@ def _topic_paths() -> dict[str, Schema]:
                        params=[_TOPIC, _GROUP, _CONSISTENT]),
             "put": _op("Commit a consumer group's offset", {200: group},
                        params=[_TOPIC, _GROUP], errors=WRITE_ERRORS,
-                       body=_obj({"offset": {"type": "integer", "minimum": 0,
-                                             "maximum": limits.json_int_max}}, ("offset",),
-                                 closed=False)),
+                       body=_ref("GroupOffset")),
         },
     }
 

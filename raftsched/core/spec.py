@@ -360,6 +360,29 @@ class TenantQuota(_Body):
         "withdraws them; left out or null: unchanged"))], None] = None
 
 
+# --- small bodies of actions ----------------------------------------------------------
+
+class PauseNote(_Body):
+    """Why a job is paused: kept and shown until it resumes."""
+    note: Union[Text(limits.pause_note_bytes_max, "pause_note_bytes_max"), None] = None
+
+
+class RunOverlap(_Body):
+    """A trigger's or retry's one run: "allow" admits it whatever the job's
+    concurrency policy (left out: the policy decides)."""
+    overlap: Union[Literal["allow"], None] = None
+
+
+class CancelReason(_Body):
+    """Why: kept in the record, cut to run_error_chars_max characters."""
+    reason: Union[str, None] = None
+
+
+class GroupOffset(_Body):
+    """The last offset a consumer group processed."""
+    offset: Int(0, limits.command_int_max, "command_int_max")
+
+
 def json_schemas(shapes: list[Any], ref_template: str) -> dict[str, dict]:
     """The JSON Schemas of `shapes` and of every Struct they hold, by class name:
     what the OpenAPI document's components are generated from."""
