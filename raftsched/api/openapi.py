@@ -1,14 +1,16 @@
 """The OpenAPI 3.1 description of the HTTP API, served at GET /v1/openapi.json.
 
-Written here by hand, from the same constants the validators use: enums come
-from core/jobspec.py's tuples and bounds from raftsched.limits, so they cannot
-drift. tests/test_openapi.py keeps the rest equal to the code: the members of
-every request object against the validators' field sets, and the paths and
-methods against the aiohttp router. Who may call an operation comes from
-api/auth.py's PERMISSIONS: every operation but the public ones takes a bearer
-token and may answer 401 and 403.
+The schemas are generated (msgspec.json.schema_components) from the Structs
+that declare the bodies: the requests' in core/spec.py, which the handlers
+check bodies against, and the answers' in api/answers.py, which the views'
+output is tested against. What is written here is the route table: each
+path and method, its parameters, which Struct is its request and its
+answers, and its error statuses (problem+json). tests/test_openapi.py keeps
+the paths and methods equal to the aiohttp router. Who may call an operation
+comes from api/auth.py's PERMISSIONS: every operation but the public ones
+takes a bearer token and may answer 401 and 403.
 
-Request schemas describe the shape; the validators also check what a schema
+Request schemas describe the shape; the hooks also check what a schema
 cannot say (a cron expression's syntax, a time zone's existence, a byte length
 of UTF-8), and answer 400 naming the field when it is wrong.
 """
@@ -20,9 +22,9 @@ import functools
 from typing import Any
 
 from raftsched import limits
-from raftsched.api import auth, history
-from raftsched.core import backfill, dag, jobspec, spec
-from raftsched.core.tenancy import QUOTA_NAMES, ROLES
+from raftsched.api import answers, auth, history
+from raftsched.core import backfill, jobspec, spec
+from raftsched.core.tenancy import ROLES
 
 Schema = dict[str, Any]
 
@@ -31,10 +33,6 @@ NAME_TOKEN_PATTERN = "^[A-Za-z0-9._-]+$"
 
 def _ref(name: str) -> Schema:
     return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _nullable(schema: Schema) -> Schema:
-    return {"anyOf": [schema, {"type": "null"}]}
 
 
 def _obj(properties: dict[str, Schema], required: tuple[str, ...] = (), *,
@@ -119,8 +117,10 @@ EXAMPLES = {
 
 
 def generated_schemas() -> dict[str, Schema]:
-    """The components generated from core/spec.py's Structs, by class name."""
-    schemas = spec.json_schemas(list(GENERATED.values()), "#/components/schemas/{name}")
+    """The components generated from the request Structs (core/spec.py) and the
+    answers' (api/answers.py), by class name."""
+    schemas = spec.json_schemas([*GENERATED.values(), *answers.ANSWERS],
+                                "#/components/schemas/{name}")
     for name, examples in EXAMPLES.items():
         schemas[name]["examples"] = examples
     schemas["JobPatch"]["minProperties"] = 1
@@ -128,86 +128,8 @@ def generated_schemas() -> dict[str, Schema]:
 
 
 # --- responses ----------------------------------------------------------------------------
-
-def _job() -> Schema:
-    return _obj({
-        "job_id": _STR, "name": _STR, "status": _STR,
-        "schedule": _nullable(_obj({"cron": _STR, "timezone": _STR, "every": _STR},
-                                   closed=False)),
-        "run_at": _TIME, "next_run_at": _TIME_OR_NULL,
-        "target": {"type": ["object", "null"], "description": "null for a DAG job. Secret "
-                   'header and env values (see `secret_keys`) show as "***"; a PATCH that '
-                   'sends "***" keeps the value for the same origin (or queue) and place '
-                   "only"},
-        "dag": {"type": "object", "description": "a DAG job's tasks, their targets' secrets "
-                                                 'shown as "***"'},
-        "retry": {"type": "object"},
-        "alert": {"type": "object"}, "concurrency": {"type": "object"},
-        "misfire": {"type": "object"}, "misfires_omitted": _INT,
-        "metadata": {"type": "object"}, "history": {"type": "object"},
-        "secret_keys": {"type": "array", "items": _STR},
-        "priority": {"type": "string", "enum": list(jobspec.PRIORITIES)},
-        "labels": {"type": "object", "additionalProperties": _STR},
-        "jitter_s": {"type": "number"}, "not_before": _TIME_OR_NULL, "not_after": _TIME_OR_NULL,
-        "pause_note": _STR_OR_NULL, "paused_at": _TIME_OR_NULL,
-        "idempotency_key": _STR_OR_NULL, "shard": _INT, "version": _INT,
-        "last_run_id": _STR_OR_NULL, "created_at": _TIME, "updated_at": _TIME,
-    }, ("job_id", "name", "status", "next_run_at", "target", "retry", "concurrency",
-        "misfire", "metadata", "priority", "idempotency_key", "shard", "version",
-        "last_run_id", "created_at", "updated_at"), closed=False)
-
-
-def _run() -> Schema:
-    attempt = _obj({"attempt": _INT, "holder": _STR_OR_NULL, "started_at": _TIME_OR_NULL,
-                    "finished_at": _TIME_OR_NULL, "http_status": _INT_OR_NULL,
-                    "exit_code": _INT_OR_NULL, "error": _STR_OR_NULL,
-                    "retry_delay_ms": _INT_OR_NULL}, ("attempt",), closed=False)
-    task = _obj({"id": _STR, "state": {"type": "string", "enum": list(dag.TASK_STATES)},
-                 "attempt": _INT, "started_at": _TIME_OR_NULL, "finished_at": _TIME_OR_NULL,
-                 "error": _STR_OR_NULL, "run_id": _STR_OR_NULL,
-                 "depends_on": {"type": "array", "items": _STR}, "trigger_rule": _STR},
-                ("id", "state", "attempt", "started_at", "finished_at", "error"), closed=False)
-    return _obj({
-        "run_id": _STR, "job_id": _STR, "scheduled_for": _TIME, "attempt": _INT,
-        "state": _STR, "trigger": {"type": "string", "enum": list(history.RUN_TRIGGERS),
-                                   "description": "how the run started; retry once re-driven"},
-        "first_trigger": {"type": "string", "enum": list(history.RUN_TRIGGERS[:3]),
-                          "description": "how the run first started"},
-        "redrives": _INT, "jitter_ms": _INT,
-        "execution_id": _STR, "node": _STR_OR_NULL,
-        "queue": _STR_OR_NULL, "holder": _STR_OR_NULL, "lease_expires_at": _TIME_OR_NULL,
-        "next_attempt_at": _TIME_OR_NULL, "created_at": _TIME_OR_NULL,
-        "started_at": _TIME_OR_NULL, "finished_at": _TIME_OR_NULL,
-        "http_status": _INT_OR_NULL, "exit_code": _INT_OR_NULL, "error": _STR_OR_NULL,
-        "reason": _STR_OR_NULL, "fencing_token": _INT,
-        "attempts": {"type": "array", "items": attempt}, "alert": _STR_OR_NULL,
-        "tasks": {"type": "array", "items": task,
-                  "description": "a DAG run's tasks, in the DAG's order"},
-        "dag_run_id": {"type": "string", "description": "a task run's DAG run"},
-        "task_id": {"type": "string", "description": "the task a task run executes"},
-    }, ("run_id", "job_id", "scheduled_for", "attempt", "state", "execution_id"),
-        closed=False)
-
-
-def _backfill() -> Schema:
-    return _obj({
-        "backfill_id": _STR, "job_id": _STR, "state": {"enum": list(backfill.STATES)},
-        "reason": _STR_OR_NULL,
-        "total": {"type": "integer", "description": "occurrences in the range"},
-        "done": {"type": "integer", "description": "succeeded + failed + skipped"},
-        "succeeded": _INT, "failed": _INT,
-        "skipped": {"type": "integer", "description": "ended without running: skipped, "
-                    "missed or cancelled"},
-        "running": {"type": "integer", "description": "its runs open now"},
-        "existing": {"type": "integer", "description": "occurrences that had a run already "
-                     "(not run again; counted by how that run ended)"},
-        "launched": {"type": "integer", "description": "occurrences taken so far"},
-        "start": _TIME, "end": _TIME, "overlap": {"enum": list(backfill.OVERLAPS)},
-        "max_concurrent": _INT, "created_at": _TIME, "updated_at": _TIME,
-        "finished_at": _TIME_OR_NULL,
-    }, ("backfill_id", "job_id", "state", "total", "done", "succeeded", "failed", "running"),
-        closed=False)
-
+# The answers are declared in api/answers.py; only these two variants of one
+# answer (a backfill started, or its occurrences listed) are written here.
 
 def _backfill_started() -> Schema:
     started = _obj({"backfill_id": _STR, "occurrences": _INT, "dry_run": {"const": False},
@@ -221,132 +143,11 @@ def _backfill_started() -> Schema:
     return {"started": started, "listed": listed}
 
 
-def _problem() -> Schema:
-    return _obj({
-        "type": _STR, "title": _STR, "status": _INT, "detail": _STR,
-        "field": {"type": "string", "description": "the offending member, dotted path"},
-        "limit": {"type": "string", "description": "the bound exceeded, by its name in "
-                                                    "raftsched.limits"},
-        "reason": {"type": "string", "description": "503: why the cluster cannot commit"},
-        "retry_after_s": {"type": "integer", "minimum": 1, "description":
-                          "429 in a batchCreate result: when to try that job again (a "
-                          "whole answer's 429 says it in Retry-After)"},
-    }, ("type", "title", "status", "detail"), closed=False)
-
-
-def _node_status() -> Schema:
-    number_or_null = {"type": ["number", "null"]}
-    clock = _obj({"synced": _BOOL, "median_node": _STR_OR_NULL, "offset_ms": number_or_null,
-                  "error_ms": number_or_null, "in_bound": {"type": ["boolean", "null"]},
-                  "max_clock_skew_ms": _INT, "probes_failed_total": _INT},
-                 ("synced", "offset_ms", "in_bound", "max_clock_skew_ms"), closed=False)
-    return _obj({"id": _STR, "http": _STR, "raft": _STR, "role": _STR, "term": _INT,
-                 "commit_index": _INT, "applied_index": _INT, "leader_raft": _STR_OR_NULL,
-                 "has_quorum": _BOOL, "shards_owned": _INT, "clock": clock},
-                ("id", "role"), closed=False)
-
-
-def _node_clock() -> Schema:
-    return _obj({"node": _STR, "wall_us": {
-        "type": "integer", "description": "this node's wall clock, microseconds since the epoch"}},
-        ("node", "wall_us"), closed=False)
-
-
-def _cluster() -> Schema:
-    member = _obj({"http": _STR_OR_NULL, "raft": _STR_OR_NULL, "role": _STR_OR_NULL,
-                   "term": _INT_OR_NULL, "commit_index": _INT_OR_NULL,
-                   "applied_index": _INT_OR_NULL, "shards_owned": _INT_OR_NULL,
-                   "clock_offset_ms": {**_INT_OR_NULL, "description": (
-                       "that node's wall clock minus the cluster's time (the median of the "
-                       "nodes' clocks), as the answering node last measured it; null: not "
-                       "measured yet")}},
-                  closed=False)
-    return _obj({"leader": _STR_OR_NULL, "self": _STR, "shard_count": _INT,
-                 "nodes": {"type": "object", "additionalProperties": member},
-                 "stale_fires_total": _INT},
-                ("leader", "self", "shard_count", "nodes"), closed=False)
-
-
-def _shards() -> Schema:
-    shard = _obj({"shard": _INT, "owner": _STR_OR_NULL, "token": _INT,
-                  "checkpoint": _TIME_OR_NULL, "stale_fires": _INT},
-                 ("shard", "owner", "token"), closed=False)
-    return _obj({"shards": {"type": "array", "items": shard}}, ("shards",), closed=False)
-
-
-def _logs() -> Schema:
-    merged = _obj({"run_id": _STR, "attempts": {"type": "array", "items": {"type": "object"}},
-                   "unavailable": {"type": "array", "items": {"type": "object"}}},
-                  ("run_id", "attempts", "unavailable"), closed=False)
-    local = _obj({"node": _STR, "attempts": {"type": "array", "items": {"type": "object"}}},
-                 ("node", "attempts"), closed=False)
-    return {"anyOf": [merged, local]}
-
-
-def _messages() -> Schema:
-    message = _obj({"offset": _INT, "key": _STR_OR_NULL, "message": _ANY,
-                    "execution_id": _STR_OR_NULL, "job_id": _STR_OR_NULL,
-                    "published_at": _TIME_OR_NULL}, ("offset", "message"), closed=False)
-    return _obj({"topic": _STR, "messages": {"type": "array", "items": message},
-                 "next_after": _INT, "first_offset": _INT, "last_offset": _INT},
-                ("topic", "messages", "next_after"), closed=False)
-
-
-def _group() -> Schema:
-    return _obj({"topic": _STR, "group": _STR, "offset": _INT,
-                 "committed_at": _TIME_OR_NULL}, ("topic", "group", "offset"), closed=False)
-
-
-def _digest() -> Schema:
-    return _obj({"node": _STR, "applied_index": _INT, "index": _INT, "digest": _STR},
-                ("node", "digest"), closed=False)
-
-
-def _token_view() -> Schema:
-    return _obj({"token_id": _STR, "tenant": _STR, "role": {"enum": list(ROLES)},
-                 "name": _STR, "created_at": _TIME, "created_by": _STR_OR_NULL},
-                ("token_id", "tenant", "role", "name", "created_at"), closed=False)
-
-
-def _token_created() -> Schema:
-    created = _token_view()
-    created["properties"]["token"] = {
-        "type": "string", "description": "the bearer token: shown here only, the cluster "
-                                         "keeps its SHA-256"}
-    created["required"].append("token")
-    return created
-
-
-def _tenant() -> Schema:
-    quota = _obj({name: _INT_OR_NULL for name in QUOTA_NAMES}, closed=False)
-    in_force = _obj({name: _INT for name in QUOTA_NAMES}, closed=False)
-    return _obj({"tenant": _STR, "quota": quota, "in_force": in_force,
-                 "jobs": {"type": "integer", "description": "jobs counted against jobs_max"},
-                 "commands": dict(_BOOL, description="whether an admin granted the tenant "
-                                                     "command targets")},
-                ("tenant", "quota", "in_force", "jobs", "commands"), closed=False)
-
-
-def _audit_record() -> Schema:
-    return _obj({"seq": _INT, "at": _TIME, "actor": _STR_OR_NULL,
-                 "action": {"type": "string", "description": "token.create, token.revoke, "
-                            "tenant.put, job.create, job.update, job.delete, job.pause, "
-                            "job.resume, job.trigger, backfill.create, backfill.cancel"},
-                 "tenant": _STR_OR_NULL, "subject": _STR, "detail": {"type": "object"}},
-                ("seq", "at", "actor", "action", "subject"), closed=False)
-
-
 def _components() -> Schema:
     return {"securitySchemes": {"bearer": {
         "type": "http", "scheme": "bearer",
         "description": "a token of POST /v1/tokens, or the nodes' bootstrap admin token"}},
-        "schemas": {
-        "Problem": _problem(), "Job": _job(), "Run": _run(),
-        **generated_schemas(),
-        "Token": _token_view(), "TokenCreated": _token_created(),
-        "Tenant": _tenant(), "AuditRecord": _audit_record(),
-        "Backfill": _backfill(),
-    }}
+        "schemas": generated_schemas()}
 
 
 # --- operations ---------------------------------------------------------------------------
@@ -522,7 +323,7 @@ def _job_paths() -> dict[str, Schema]:
             "Cancel a run", {200: run}, params=[_RUN_ID], errors=WRITE_ERRORS,
             body=_ref("CancelReason"), body_required=False)},
         "/v1/runs/{run_id}/logs": {"get": _op(
-            "Each attempt's output", {200: _json(_logs(), "Output")},
+            "Each attempt's output", {200: _json({"anyOf": [_ref("RunLogs"), _ref("NodeRunLogs")]}, "Output")},
             params=[_RUN_ID, _in_query("local", {"type": "string", "enum": ["true", "false"]},
                                        "true: this node's own store only")])},
         "/v1/schedules:preview": {"post": _op(
@@ -567,10 +368,10 @@ def _backfill_paths() -> dict[str, Schema]:
 
 
 def _topic_paths() -> dict[str, Schema]:
-    group = _json(_group(), "The group's committed offset")
+    group = _json(_ref("Group"), "The group's committed offset")
     return {
         "/v1/topics/{topic}/messages": {"get": _op(
-            "Read a topic", {200: _json(_messages(), "Messages after `after`")}, params=[
+            "Read a topic", {200: _json(_ref("Messages"), "Messages after `after`")}, params=[
                 _TOPIC, _CONSISTENT, _limit(limits.topic_read_limit_max),
                 _in_query("after", {"type": "integer", "minimum": 0,
                                     "maximum": limits.json_int_max - 1}, "an offset"),
@@ -608,7 +409,7 @@ def _worker_paths() -> dict[str, Schema]:
 
 
 def _cluster_paths() -> dict[str, Schema]:
-    digest = _json(_digest(), "A digest of the replicated state")
+    digest = _json(_ref("Digest"), "A digest of the replicated state")
     return {
         "/": {"get": _op("The web UI (docs/ui.md)", {200: {"description": "HTML", "content": {
             "text/html": {"schema": _STR}}}}, errors=(500,))},
@@ -622,14 +423,14 @@ def _cluster_paths() -> dict[str, Schema]:
         "/v1/healthz": {"get": _healthz()},
         "/v1/openapi.json": {"get": _op("This document", {200: _json(
             {"type": "object"}, "OpenAPI 3.1")}, errors=(500,))},
-        "/v1/cluster": {"get": _op("Leader and members", {200: _json(_cluster(), "Cluster")},
+        "/v1/cluster": {"get": _op("Leader and members", {200: _json(_ref("Cluster"), "Cluster")},
                                    errors=(500, 503))},
         "/v1/cluster/shards": {"get": _op("Shard owners and tokens", {200: _json(
-            _shards(), "Shards")}, params=[_CONSISTENT])},
-        "/v1/node": {"get": _op("This node's status", {200: _json(_node_status(), "Node")},
+            _ref("Shards"), "Shards")}, params=[_CONSISTENT])},
+        "/v1/node": {"get": _op("This node's status", {200: _json(_ref("NodeStatus"), "Node")},
                                 errors=(500,))},
         "/v1/node/clock": {"get": _op("This node's wall clock (its peers measure it)", {
-            200: _json(_node_clock(), "Clock")}, errors=(500,))},
+            200: _json(_ref("NodeClock"), "Clock")}, errors=(500,))},
         # 400: a `tenant` parameter that is not a tenant name (api/auth.py reads
         # it on every route of the read permission).
         "/metrics": {"get": _op("This node's metrics (docs/metrics.md)", {200: {
