@@ -41,9 +41,11 @@ RESERVED_HEADERS = ("idempotency-key", "x-raftsched-job-id", "x-raftsched-schedu
 _S = TypeVar("_S")
 
 
-def _shaped(value: object, shape: Any, field: str) -> Any:
-    """`value` (null allowed) as `shape`: what a hook called alone checks first."""
-    return check_shape(value, Union[shape, None], field)
+def _shaped(value: Any, shape: Any, field: str) -> Any:
+    """`value` itself, once checked to be null or of `shape`: what a hook
+    called alone (not through validate_create) checks first."""
+    check_shape(value, Union[shape, None], field)
+    return value
 
 
 def validate_create(body: object, job_id: str = "") -> dict:
@@ -263,7 +265,7 @@ def validate_target(value: object, field: str = "target") -> dict:
     """A target body ({type: http|command|publish, ...}) as stored."""
     if value is None:
         raise InvalidInput(f"`{field}` is required: {{type: \"http\", url, ...}}", field=field)
-    return _target(_shaped(value, shapes.Target, field) and value, field)
+    return _target(_shaped(value, shapes.Target, field), field)
 
 
 def _target(value: dict, field: str) -> dict:
@@ -370,7 +372,7 @@ def _packed(value: object, field: str, max_bytes: int = limits.target_body_bytes
 def validate_retry(value: object) -> dict:
     """{max_attempts, backoff: exponential|fixed, base_s, max_s,
     non_retryable_exit_codes}; missing members take retry.DEFAULT_POLICY's."""
-    return _retry(_shaped(value, shapes.Retry, "retry") and value)
+    return _retry(_shaped(value, shapes.Retry, "retry"))
 
 
 def _retry(value: dict | None, field: str = "retry") -> dict:
@@ -398,7 +400,7 @@ def _retry(value: dict | None, field: str = "retry") -> dict:
 def validate_concurrency(value: object) -> dict:
     """Accepts "skip_if_running" or {"policy": "queue", "queue_max": 10}."""
     return _concurrency(_shaped(value, Union[shapes.ConcurrencyPolicy, shapes.Concurrency],
-                                "concurrency") and value)
+                                "concurrency"))
 
 
 def _concurrency(value: str | dict | None) -> dict:
@@ -420,7 +422,7 @@ def _concurrency(value: str | dict | None) -> dict:
 def validate_alert(value: object) -> dict:
     """{webhook_url}: where a run that failed for good is reported (else the
     cluster default, `--alert-webhook-url`)."""
-    return _alert(_shaped(value, shapes.Alert, "alert") and value)
+    return _alert(_shaped(value, shapes.Alert, "alert"))
 
 
 def _alert(value: dict | None) -> dict:
@@ -438,8 +440,7 @@ def validate_misfire(value: object) -> dict:
     "catchup_window_s": 3600}. Stored as {"policy", "tolerance_ms", "catchup_max"}
     and, when given, "catchup_window_ms".
     """
-    return _misfire(_shaped(value, Union[shapes.MisfirePolicy, shapes.Misfire], "misfire")
-                    and value)
+    return _misfire(_shaped(value, Union[shapes.MisfirePolicy, shapes.Misfire], "misfire"))
 
 
 def _misfire(value: str | dict | None) -> dict:
@@ -465,7 +466,7 @@ def validate_history(value: object) -> dict:
     """{max_runs, max_age_s}: the finished runs kept (the newest max_runs, none
     older than max_age_s); a member left out takes the cluster's default
     (--history-max-runs, --history-max-age-s). Stored as {max_runs, max_age_ms}."""
-    return _history(_shaped(value, shapes.History, "history") and value)
+    return _history(_shaped(value, shapes.History, "history"))
 
 
 def _history(value: dict | None) -> dict:
