@@ -17,6 +17,10 @@ RESULT = {"run_id": "run_" + "0a" * 12, "attempt": 1, "ok": True}
     (spec.WorkerClaim, {}, "queue", None, "missing required field"),
     (spec.WorkerClaim, dict(CLAIM, colour=1), "colour", None, "unknown field"),
     (spec.WorkerClaim, {"queue": "no spaces"}, "queue", None, "letters, digits"),
+    # Python's `$` matches before a final newline: a name must end where its pattern does.
+    (spec.WorkerClaim, {"queue": "backups\n"}, "queue", None, "letters, digits"),
+    (spec.JobPatch, {"dag": {"tasks": [{"id": "a\n", "target": {"type": "http", "url": "u"}}]}},
+     "dag.tasks[0].id", None, "letters, digits"),
     (spec.WorkerClaim, dict(CLAIM, max=0), "max", "worker_claim_max",
      f"an integer from 1 to {limits.worker_claim_max}"),
     (spec.WorkerClaim, dict(CLAIM, max=True), "max", "worker_claim_max", "an integer"),
@@ -49,6 +53,11 @@ def test_a_prefix_names_a_member_checked_alone():
     with pytest.raises(InvalidInput) as refused:
         spec.check_shape({"max_attempts": 0}, spec.Retry, "dag.tasks[2].retry")
     assert refused.value.field == "dag.tasks[2].retry.max_attempts"
+
+
+def test_the_document_gives_patterns_in_json_schema_form():
+    schemas = spec.json_schemas([spec.WorkerClaim], "#/{name}")
+    assert schemas["WorkerClaim"]["properties"]["queue"]["pattern"] == spec.NAME_TOKEN_PATTERN
 
 
 def test_a_body_of_its_shape_is_converted_with_its_defaults():

@@ -66,9 +66,14 @@ NAME_TOKEN_PATTERN = "^[A-Za-z0-9._-]+$"
 # `limit` names the bound in raftsched.limits: a refusal names it, and the
 # OpenAPI document shows it as x-limit.
 
-def _meta(limit: str | None, description: str | None, **bounds: Any) -> Meta:
+def _meta(limit: str | None, description: str | None, pattern: str | None = None,
+          **bounds: Any) -> Meta:
     extra = {"x-limit": limit} if limit else None
-    return Meta(description=description, extra_json_schema=extra, **bounds)
+    if pattern is not None and pattern.endswith("$"):
+        # Python's `$` also matches before a final newline ("queue\n"): the
+        # check ends the match with \Z (json_schemas writes `$` back for JSON Schema).
+        pattern = pattern[:-1] + r"\Z"
+    return Meta(description=description, extra_json_schema=extra, pattern=pattern, **bounds)
 
 
 def Text(max_chars: int, limit: str | None = None, *, description: str | None = None,
@@ -386,7 +391,20 @@ class GroupOffset(_Body):
 def json_schemas(shapes: list[Any], ref_template: str) -> dict[str, dict]:
     """The JSON Schemas of `shapes` and of every Struct they hold, by class name:
     what the OpenAPI document's components are generated from."""
-    return msgspec.json.schema_components(shapes, ref_template=ref_template)[1]
+    return _json_patterns(msgspec.json.schema_components(shapes, ref_template=ref_template)[1])
+
+
+def _json_patterns(schema: Any) -> Any:
+    """`schema` with each pattern's \\Z (Python's end of text) written as JSON
+    Schema's `$`."""
+    if isinstance(schema, list):
+        return [_json_patterns(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {name: _json_patterns(value) for name, value in schema.items()}
+    if isinstance(out.get("pattern"), str) and out["pattern"].endswith(r"\Z"):
+        out["pattern"] = out["pattern"][:-2] + "$"
+    return out
 
 
 def members(shape: type[Struct]) -> frozenset[str]:
@@ -444,7 +462,7 @@ def _sentence(why: str, leaf: Any, limit: str | None) -> tuple[str, str | None]:
         return f"is over {bound} {unit} long: at most {bound}", limit
     if "length >=" in why:
         return "must be non-empty", None
-    if "matching regex" in why and leaf.pattern == NAME_TOKEN_PATTERN:
+    if "matching regex" in why and leaf.pattern == NAME_TOKEN_PATTERN[:-1] + r"\Z":
         return "must be letters, digits, '.', '_' or '-'", None
     return f"must be {why[:1].lower()}{why[1:]}".replace("must be expected ", "must be "), None
 
