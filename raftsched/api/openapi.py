@@ -323,7 +323,8 @@ def _job_paths() -> dict[str, Schema]:
             "Cancel a run", {200: run}, params=[_RUN_ID], errors=WRITE_ERRORS,
             body=_ref("CancelReason"), body_required=False)},
         "/v1/runs/{run_id}/logs": {"get": _op(
-            "Each attempt's output", {200: _json({"anyOf": [_ref("RunLogs"), _ref("NodeRunLogs")]}, "Output")},
+            "Each attempt's output",
+            {200: _json({"anyOf": [_ref("RunLogs"), _ref("NodeRunLogs")]}, "Output")},
             params=[_RUN_ID, _in_query("local", {"type": "string", "enum": ["true", "false"]},
                                        "true: this node's own store only")])},
         "/v1/schedules:preview": {"post": _op(

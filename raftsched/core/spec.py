@@ -1,11 +1,15 @@
-"""The shapes of job bodies as the API takes them, declared once as msgspec Structs.
+"""The shapes of the API's request bodies, declared once as msgspec Structs:
+a job (create, PATCH), a schedule preview, a backfill, a worker's claim,
+heartbeat and completion, a token, a tenant's quotas, and the small bodies of
+actions.
 
 One declaration gives the API's shape check (`check_shape`: types, unknown
 members, bounds named from raftsched.limits, in one C call) and the OpenAPI
 schemas of the request bodies (api/openapi.py generates them from these
 classes). What msgspec cannot say (a cron expression parses, a zone exists, a
 URL's host and byte length, secrets, a DAG is acyclic) is checked after the
-shape, by core/jobspec.py's hooks, which turn a body into the stored spec.
+shape, by hooks: core/jobspec.py's for a job, which turn a body into the
+stored spec.
 Strict JSON (no NaN, no lone surrogates, no NUL, 64-bit integers) is judged
 when a request body is parsed (api/strictjson.py), before any shape.
 
@@ -78,8 +82,8 @@ def _meta(limit: str | None, description: str | None, pattern: str | None = None
 
 def Text(max_chars: int, limit: str | None = None, *, description: str | None = None,
          nonempty: bool = False, pattern: str | None = None) -> Any:
-    """A string of at most max_chars characters (at least one if `nonempty`) (a byte bound, where there
-    is one, is a hook's: msgspec counts characters)."""
+    """A string of at most max_chars characters, at least one if `nonempty`
+    (a byte bound, where there is one, is a hook's: msgspec counts characters)."""
     return Annotated[str, _meta(limit, description, min_length=1 if nonempty else None,
                                 max_length=max_chars, pattern=pattern)]
 
@@ -147,7 +151,9 @@ class CommandTarget(_Body, tag="command", tag_field="type"):
     """No shell unless `shell: true`; then argv is one script for /bin/sh -c."""
     argv: Many(Text(limits.target_body_bytes_max, "target_body_bytes_max", nonempty=True),
                limits.command_argv_max, "command_argv_max", nonempty=True)
-    env: Union[Map(str, limits.target_body_bytes_max), None] = None
+    # The target's encoded size (target_body_bytes_max) bounds the variables;
+    # this bound only keeps the map finite before that check.
+    env: Union[Map(str, limits.target_body_bytes_max, "target_body_bytes_max"), None] = None
     cwd: Union[Text(limits.command_text_bytes_max, "command_text_bytes_max",
                     pattern="^/"), None] = None
     timeout_s: Union[TimeoutS, None] = None
