@@ -97,6 +97,21 @@ async def test_list_pages_through_every_job_once():
     assert refused["field"] == "limit"
 
 
+async def test_a_bad_schedule_preview_is_refused_naming_the_member():
+    async with api_client(ReplicaPort()) as client:
+        for body, field, limit in (
+                ({"schedule": {"every": "1h"}, "count": 0}, "count", "preview_count_max"),
+                ({"schedule": {"every": "1h"}, "count": limits.preview_count_max + 1}, "count",
+                 "preview_count_max"),
+                ({"schedule": {"every": "1h"}, "job_id": "job_x"}, "job_id", None),
+                ({"schedule": {"every": "1h"}, "colour": "blue"}, "colour", None),
+                ({"schedule": {"cron": "0 1 * * *", "zone": "UTC"}}, "schedule.zone", None)):
+            response = await client.post("/v1/schedules:preview", json=body)
+            assert response.status == 400, body
+            problem = await response.json()
+            assert (problem["field"], problem.get("limit")) == (field, limit), body
+
+
 async def test_schedule_preview_crosses_dst():
     async with api_client(ReplicaPort()) as client:
         response = await client.post("/v1/schedules:preview", json={

@@ -167,7 +167,7 @@ DELETE = object()
     ("alert", {"webhook_url": "ftp://a/"}, "alert.webhook_url"),
     ("alert", {"email": "x@y"}, "alert.email"),
     ("target", {"type": "command", "argv": []}, "target.argv"),
-    ("target", {"type": "command", "argv": ["a", 1]}, "target.argv"),
+    ("target", {"type": "command", "argv": ["a", 1]}, "target.argv[1]"),
     ("target", {"type": "command", "argv": ["a", "b"], "shell": True}, "target.argv"),
     ("target", {"type": "command", "argv": ["a"], "shell": "yes"}, "target.shell"),
     ("target", {"type": "command", "argv": ["a"], "env": {"RAFTSCHED_ATTEMPT": "9"}},

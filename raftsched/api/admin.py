@@ -10,9 +10,8 @@ from raftsched import limits
 from raftsched.api.auth import actor_of, new_token, principal, token_sha256, validate_tenant
 from raftsched.api.common import (int_param, json_body, json_response, maybe_consistent,
                                   node_of, raise_refusal)
-from raftsched.core import commands, tenancy
-from raftsched.core.bounded import bounded_int
-from raftsched.core.tenancy import CLUSTER_ROLES, CLUSTER_TENANT, QUOTA_NAMES, ROLES
+from raftsched.core import commands, spec, tenancy
+from raftsched.core.tenancy import CLUSTER_ROLES, CLUSTER_TENANT, QUOTA_NAMES
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import InvalidInput
 
@@ -21,22 +20,9 @@ if TYPE_CHECKING:
 
 TOKEN_ID = "{token_id:tok_[0-9a-f]{16}}"
 TENANT = "{tenant:[^/]+}"
-TOKEN_FIELDS = {"tenant", "role", "name"}
+TOKEN_FIELDS = spec.members(spec.TokenCreate)
 # PUT /v1/tenants/{tenant}: the quotas, and the command grant.
-TENANT_FIELDS = {*QUOTA_NAMES, "commands"}
-_QUOTA_BOUNDS = {"jobs_max": (limits.quota_jobs_max_max, "quota_jobs_max_max"),
-                 "creates_per_s": (limits.quota_creates_per_s_max, "quota_creates_per_s_max"),
-                 "runs_concurrent_max": (limits.quota_jobs_max_max, "quota_jobs_max_max"),
-                 "weight": (limits.tenant_weight_max, "tenant_weight_max")}
-
-
-def _object(body: object, allowed: set[str]) -> dict:
-    if not isinstance(body, dict):
-        raise InvalidInput("the request body must be a JSON object", field="body")
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise InvalidInput(f"unknown field {unknown[0]!r}", field=unknown[0])
-    return body
+TENANT_FIELDS = spec.members(spec.TenantQuota)
 
 
 def token_view(record: dict) -> dict:
@@ -49,17 +35,15 @@ def token_view(record: dict) -> dict:
 
 async def create_token(request: web.Request) -> web.Response:
     node = node_of(request)
-    body = _object(await json_body(request), TOKEN_FIELDS)
-    tenant = validate_tenant(body.get("tenant", principal(request).tenant))
-    role = body.get("role")
-    if role not in ROLES:
-        raise InvalidInput(f"`role` must be one of {', '.join(ROLES)}", field="role")
+    body = spec.check_shape(await json_body(request), spec.TokenCreate)
+    tenant = validate_tenant(body.tenant or principal(request).tenant)
+    role = body.role
     if role in CLUSTER_ROLES and tenant != CLUSTER_TENANT:
         raise InvalidInput(f"an {role} token is the cluster's, not a tenant's: make it for "
                            f"tenant {CLUSTER_TENANT!r}; a tenant's own tokens are writer, "
                            "reader and worker", field="role")
-    name = body.get("name", "")
-    if not isinstance(name, str) or len(name.encode()) > limits.token_name_bytes_max:
+    name = body.name
+    if len(name.encode("utf-8", "surrogatepass")) > limits.token_name_bytes_max:
         raise InvalidInput(f"`name` is a string of at most {limits.token_name_bytes_max} bytes",
                            field="name", limit="token_name_bytes_max")
     token_id, text = new_token()
@@ -101,21 +85,12 @@ def tenant_view(node: "NodePort", name: str, record: dict | None) -> dict:
 async def put_tenant(request: web.Request) -> web.Response:
     node = node_of(request)
     tenant = validate_tenant(request.match_info["tenant"])
-    body = _object(await json_body(request), TENANT_FIELDS)
-    grant = body.get("commands")
-    if grant is not None and not isinstance(grant, bool):
-        raise InvalidInput("`commands` must be true (the tenant may run command targets), "
-                           "false, or null (left as it is)", field="commands")
-    quota: dict[str, int | None] = {}
-    for name in QUOTA_NAMES:
-        value = body.get(name)
-        maximum, limit = _QUOTA_BOUNDS[name]
-        # null: the node's default for this quota.
-        quota[name] = None if value is None else bounded_int(value, name, 1, maximum,
-                                                             limit=limit)
+    body = spec.check_shape(await json_body(request), spec.TenantQuota)
+    # null: the node's default for this quota.
+    quota = {name: getattr(body, name) for name in QUOTA_NAMES}
     result = await node.propose(commands.put_tenant(tenant=tenant, quota=quota,
                                                     actor=actor_of(request),
-                                                    at_ms=node.now_ms(), commands=grant))
+                                                    at_ms=node.now_ms(), commands=body.commands))
     raise_refusal(result, field="tenant")
     node.forget_quota(tenant)
     return json_response(tenant_view(node, tenant, result["tenant"]))

@@ -23,10 +23,10 @@ from raftsched.api.common import (NODE_KEY, int_param, job_secrets, json_body,
 from raftsched.api.problems import problem, problem_body
 from raftsched.api.views import format_in_job_zone, job_view, run_view
 from raftsched.core import commands, cost, tenancy
-from raftsched.core.bounded import bounded_int
-from raftsched.core.jobspec import (JOB_ID_PATTERN, validate_create, validate_job_id,
+from raftsched.core.jobspec import (JOB_ID_PATTERN, validate_create,
                                     validate_patch)
 from raftsched.core.schedule import next_fire_ms, parse_instant, parse_schedule, preview_ms
+from raftsched.core.spec import PauseNote, SchedulePreview, check_shape, members
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import (Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded,
                               Unauthorized, Unavailable)
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("raftsched.api")
 JOB_ID = "{job_id:%s}" % JOB_ID_PATTERN
-PREVIEW_FIELDS = {"schedule", "run_at", "after", "count", "job_id"}
+PREVIEW_FIELDS = members(SchedulePreview)
 
 
 @web.middleware
@@ -382,11 +382,7 @@ async def pause_job(request: web.Request) -> web.Response:
 def _pause_note(body: object) -> str | None:
     if body is None:
         return None
-    if not isinstance(body, dict) or set(body) - {"note"}:
-        raise InvalidInput('the body is optional: {"note": "why"}', field="note")
-    note = body.get("note")
-    if note is not None and not isinstance(note, str):
-        raise InvalidInput("`note` must be a string", field="note")
+    note = check_shape(body, PauseNote).note
     if note is not None and len(note.encode("utf-8")) > limits.pause_note_bytes_max:
         raise InvalidInput(f"`note` is longer than {limits.pause_note_bytes_max} bytes of "
                            "UTF-8", field="note", limit="pause_note_bytes_max")
@@ -460,23 +456,15 @@ async def job_preview(request: web.Request) -> web.Response:
 
 async def schedules_preview(request: web.Request) -> web.Response:
     body = await json_body(request)
-    if not isinstance(body, dict):
-        raise InvalidInput("the request body must be a JSON object", field="body")
-    unknown = sorted(set(body) - PREVIEW_FIELDS)
-    if unknown:
-        raise InvalidInput(f"unknown field {unknown[0]!r}", field=unknown[0])
+    preview = check_shape(body, SchedulePreview)
     # `H` is hashed from `job_id` when one is given, as it would be for that job.
-    job_id = body.get("job_id")
-    if job_id is not None:
-        validate_job_id(job_id)
-    schedule = parse_schedule(body.get("schedule"), body.get("run_at"), hash_key=job_id or "")
+    schedule = parse_schedule(body.get("schedule"), preview.run_at,
+                              hash_key=preview.job_id or "")
     after = node_of(request).now_ms()
-    if body.get("after") is not None:
-        after = parse_instant(body["after"], "after")[0]
-    count = bounded_int(body.get("count", limits.preview_count_default), "count", 1,
-                        limits.preview_count_max, limit="preview_count_max")
+    if preview.after is not None:
+        after = parse_instant(preview.after, "after")[0]
     spec = {"schedule": schedule}
-    times = preview_ms(schedule, after, count)
+    times = preview_ms(schedule, after, preview.count)
     answer = {"fire_times": [format_in_job_zone(spec, t) for t in times]}
     if schedule["kind"] == "cron" and "text" in schedule:
         answer["resolved"] = schedule["cron"]

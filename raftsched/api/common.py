@@ -11,6 +11,7 @@ from aiohttp import hdrs, web
 from raftsched import limits
 from raftsched.api import strictjson
 from raftsched.core.bounded import bounded_float, bounded_int
+from raftsched.core import spec
 from raftsched.core.redact import secret_values
 from raftsched.errors import Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded
 from raftsched.nodeport import NodePort
@@ -137,8 +138,5 @@ async def optional_reason(request: web.Request, default: str | None) -> str | No
     parsed = await json_body(request, empty_ok=True)
     if parsed is None:
         return default
-    if not isinstance(parsed, dict) or not isinstance(parsed.get("reason", ""), str) \
-            or set(parsed) - {"reason"}:
-        raise InvalidInput("the body is optional: {\"reason\": \"...\"}", field="reason")
-    reason = parsed.get("reason") or default
+    reason = spec.check_shape(parsed, spec.CancelReason).reason or default
     return reason[:limits.run_error_chars_max] if reason else reason

@@ -4,7 +4,6 @@ groups, and the remote-worker protocol (claim, heartbeat, complete)."""
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -17,9 +16,8 @@ from raftsched.api.common import (float_param, int_param, job_secrets, json_body
                                   json_response, maybe_consistent, node_of, optional_reason,
                                   raise_refusal)
 from raftsched.api.views import run_view
-from raftsched.core import commands, keys
-from raftsched.core.bounded import bounded_float, bounded_int
-from raftsched.core.jobspec import RUN_ID_PATTERN, validate_name_token, validate_run_id
+from raftsched.core import commands, keys, spec
+from raftsched.core.jobspec import RUN_ID_PATTERN, validate_name_token
 from raftsched.core.redact import redact_output, redact_text
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import Forbidden, InvalidInput, NotFound
@@ -214,12 +212,7 @@ async def get_group(request: web.Request) -> web.Response:
 
 async def commit_group(request: web.Request) -> web.Response:
     node = node_of(request)
-    body = await json_body(request)
-    if not isinstance(body, dict):
-        raise InvalidInput("the body must be {\"offset\": N}, the last offset processed",
-                           field="offset")
-    offset = bounded_int(body.get("offset"), "offset", 0, limits.command_int_max,
-                         limit="command_int_max")
+    offset = spec.check_shape(await json_body(request), spec.GroupOffset).offset
     (name, topic), group = _topic(request), _group(request.match_info["group"])
     if node.group_offset(topic, group) is None:
         node.check_room()   # a new group adds state; moving an offset does not
@@ -236,99 +229,31 @@ async def commit_group(request: web.Request) -> web.Response:
 # --- workers ---------------------------------------------------------------------------
 
 # Members of a worker's claim, heartbeat item and completion result.
-CLAIM_FIELDS = {"queue", "max", "wait_s"}
-HEARTBEAT_FIELDS = {"run_id", "attempt"}
-RESULT_FIELDS = {"run_id", "attempt", "ok", "exit_code", "error", "retryable", "output",
-                 "duration_ms"}
-OUTPUT_FIELDS = {"stdout", "stderr", "http_body", "published", "truncated"}
-
-
-def _list_member(body: Any, name: str, maximum: int, limit: str,
-                 allowed: set[str]) -> list[dict]:
-    """`body[name]`: a list of at most `maximum` objects, each naming a run
-    (run_id of a run id's shape) and one of its attempts."""
-    if not isinstance(body, dict) or not isinstance(body.get(name), list) \
-            or not all(isinstance(item, dict) for item in body[name]):
-        raise InvalidInput(f"the body must be {{\"{name}\": [...]}}", field=name)
-    unknown = sorted(set(body) - {name})
-    if unknown:
-        raise InvalidInput(f"unknown field {unknown[0]!r}", field=unknown[0])
-    if len(body[name]) > maximum:
-        raise InvalidInput(f"at most {maximum} {name} per request", field=name, limit=limit)
-    for i, item in enumerate(body[name]):
-        unknown = sorted(set(item) - allowed)
-        if unknown:
-            raise InvalidInput(f"unknown field {unknown[0]!r}", field=f"{name}[{i}].{unknown[0]}")
-        validate_run_id(item.get("run_id"), f"{name}[{i}].run_id")
-        bounded_int(item.get("attempt"), f"{name}[{i}].attempt", 1, limits.run_attempts_max,
-                    limit="run_attempts_max")
-    return body[name]
-
-
-def _check_result(result: dict, field: str) -> None:
-    """A completion's members other than run_id and attempt. A long `error` is
-    cut to run_error_chars_max: it goes into the replicated run record."""
-    if not isinstance(result.get("ok"), bool):
-        raise InvalidInput("each result needs ok (true or false)", field=f"{field}.ok")
-    if not isinstance(result.get("retryable", True), bool):
-        raise InvalidInput("`retryable` is true or false", field=f"{field}.retryable")
-    if result.get("exit_code") is not None:
-        bounded_int(result["exit_code"], f"{field}.exit_code", limits.exit_code_min,
-                    limits.exit_code_max, limit="exit_code_max")
-    if not isinstance(result.get("error", ""), (str, type(None))):
-        raise InvalidInput("`error` is null or a string", field=f"{field}.error")
-    if result.get("error"):
-        result["error"] = result["error"][:limits.run_error_chars_max]
-    bounded_float(result.get("duration_ms", 0), f"{field}.duration_ms", 0, math.inf)
-    _check_output(result.get("output"), f"{field}.output")
-
-
-def _check_output(output: Any, field: str) -> None:
-    if output is None:
-        return
-    if not isinstance(output, dict) or set(output) - OUTPUT_FIELDS:
-        raise InvalidInput(f"`output` is null or an object of {', '.join(sorted(OUTPUT_FIELDS))}",
-                           field=field)
-    for name, value in output.items():
-        if name == "truncated":
-            if not isinstance(value, dict):
-                raise InvalidInput("`truncated` maps a stream to the bytes dropped",
-                                   field=f"{field}.truncated")
-            for stream, dropped in value.items():
-                bounded_int(dropped, f"{field}.truncated.{stream}", 0, limits.command_int_max,
-                            limit="command_int_max")
-        elif not isinstance(value, str):
-            raise InvalidInput(f"`{name}` is a string", field=f"{field}.{name}")
+CLAIM_FIELDS = spec.members(spec.WorkerClaim)
+HEARTBEAT_FIELDS = spec.members(spec.RunHeld)
+RESULT_FIELDS = spec.members(spec.RunResult)
+OUTPUT_FIELDS = spec.members(spec.RunOutput)
 
 
 async def worker_claim(request: web.Request) -> web.Response:
     node = node_of(request)
-    body = await json_body(request)
-    if not isinstance(body, dict):
-        raise InvalidInput("the body must be {\"queue\", \"max\", \"wait_s\"}", field="body")
-    unknown = sorted(set(body) - CLAIM_FIELDS)
-    if unknown:
-        raise InvalidInput(f"unknown field {unknown[0]!r}", field=unknown[0])
-    queue = validate_name_token(body.get("queue"), "queue", max_bytes=limits.queue_bytes_max,
-                                limit="queue_bytes_max")
+    claim = spec.check_shape(await json_body(request), spec.WorkerClaim)
+    queue = claim.queue
     if queue == "default":
         raise InvalidInput("the default queue is served by the nodes' embedded workers; give "
                            "command targets a queue name and run workers for that",
                            field="queue")
-    max_runs = bounded_int(body.get("max", 1), "max", 1, limits.worker_claim_max,
-                           limit="worker_claim_max")
-    wait_s = bounded_float(body.get("wait_s", 0), "wait_s", 0, limits.worker_claim_wait_s_max,
-                           limit="worker_claim_wait_s_max", unit="seconds")
     runs = await node.claim_runs(_worker(request), keys.scoped(tenant_of(request), queue),
-                                    max_runs, wait_s)
+                                 claim.max, claim.wait_s)
     return json_response({"runs": runs, "node": node.node_id})
 
 
 async def worker_heartbeat(request: web.Request) -> web.Response:
     node = node_of(request)
     worker = _worker(request)
-    beats = _list_member(await json_body(request), "runs", limits.run_update_batch_max,
-                         "run_update_batch_max", HEARTBEAT_FIELDS)
+    body = await json_body(request)
+    spec.check_shape(body, spec.WorkerHeartbeat)
+    beats = body["runs"]
     lost = await node.heartbeat_runs(worker, beats, tenant_of(request))
     return json_response({"lost": lost})
 
@@ -338,10 +263,12 @@ async def worker_complete(request: web.Request) -> web.Response:
     worker = _worker(request)
     body = await json_body(request, limits.worker_complete_body_bytes_max,
                            "worker_complete_body_bytes_max")
-    results = _list_member(body, "results", limits.worker_claim_max, "worker_claim_max",
-                           RESULT_FIELDS)
-    for i, result in enumerate(results):
-        _check_result(result, f"results[{i}]")
+    spec.check_shape(body, spec.WorkerComplete)
+    results = body["results"]
+    for result in results:
+        # It goes into the replicated run record.
+        if result.get("error"):
+            result["error"] = result["error"][:limits.run_error_chars_max]
     accepted = await node.complete_runs(worker, results, tenant_of(request))
     return json_response({"accepted": accepted})
 

@@ -31,7 +31,7 @@ from raftsched.api.auth import actor_of, tenant_of
 from raftsched.api.common import (int_param, job_secrets, json_body, json_response,
                                   maybe_consistent, node_of, raise_refusal)
 from raftsched.api.views import job_view, run_view
-from raftsched.core import backfill, commands, lifecycle, redrive
+from raftsched.core import backfill, commands, lifecycle, redrive, spec
 from raftsched.core.jobspec import RUN_ID_PATTERN, validate_job_id
 from raftsched.core.schedule import parse_instant
 from raftsched.errors import InvalidInput
@@ -204,16 +204,7 @@ def parse_overlap(body: object) -> str | None:
     is admitted as the allow policy would, whatever the job's policy."""
     if body is None:
         return None
-    if not isinstance(body, dict) or set(body) - {"overlap"}:
-        unknown = sorted(set(body) - {"overlap"}) if isinstance(body, dict) else []
-        raise InvalidInput(f"unknown field {unknown[0]!r}" if unknown else
-                           'the body is optional: {"overlap": "allow"}',
-                           field=unknown[0] if unknown else "body")
-    overlap = body.get("overlap")
-    if overlap not in (None, "allow"):
-        raise InvalidInput('`overlap` is "allow" (or left out, for the job\'s concurrency '
-                           "policy)", field="overlap")
-    return overlap
+    return spec.check_shape(body, spec.RunOverlap).overlap
 
 
 async def retry_run(request: web.Request) -> web.Response:

@@ -1,14 +1,16 @@
 """The OpenAPI 3.1 description of the HTTP API, served at GET /v1/openapi.json.
 
-Written here by hand, from the same constants the validators use: enums come
-from core/jobspec.py's tuples and bounds from raftsched.limits, so they cannot
-drift. tests/test_openapi.py keeps the rest equal to the code: the members of
-every request object against the validators' field sets, and the paths and
-methods against the aiohttp router. Who may call an operation comes from
-api/auth.py's PERMISSIONS: every operation but the public ones takes a bearer
-token and may answer 401 and 403.
+The schemas are generated (msgspec.json.schema_components) from the Structs
+that declare the bodies: the requests' in core/spec.py, which the handlers
+check bodies against, and the answers' in api/answers.py, which the views'
+output is tested against. What is written here is the route table: each
+path and method, its parameters, which Struct is its request and its
+answers, and its error statuses (problem+json). tests/test_openapi.py keeps
+the paths and methods equal to the aiohttp router. Who may call an operation
+comes from api/auth.py's PERMISSIONS: every operation but the public ones
+takes a bearer token and may answer 401 and 403.
 
-Request schemas describe the shape; the validators also check what a schema
+Request schemas describe the shape; the hooks also check what a schema
 cannot say (a cron expression's syntax, a time zone's existence, a byte length
 of UTF-8), and answer 400 naming the field when it is wrong.
 """
@@ -20,8 +22,8 @@ import functools
 from typing import Any
 
 from raftsched import limits
-from raftsched.api import auth, history
-from raftsched.core import backfill, dag, jobspec
+from raftsched.api import answers, auth, history
+from raftsched.core import backfill, jobspec, spec
 from raftsched.core.tenancy import ROLES
 
 Schema = dict[str, Any]
@@ -31,10 +33,6 @@ NAME_TOKEN_PATTERN = "^[A-Za-z0-9._-]+$"
 
 def _ref(name: str) -> Schema:
     return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _nullable(schema: Schema) -> Schema:
-    return {"anyOf": [schema, {"type": "null"}]}
 
 
 def _obj(properties: dict[str, Schema], required: tuple[str, ...] = (), *,
@@ -69,109 +67,6 @@ def _token(max_bytes: int) -> Schema:
 
 # --- request bodies ---------------------------------------------------------------------
 
-def _schedule() -> Schema:
-    cron = _obj({"cron": {"type": "string", "minLength": 1,
-                          "maxLength": limits.cron_expression_bytes_max,
-                          "description": "at most cron_expression_bytes_max bytes"},
-                 "timezone": {"type": "string", "minLength": 1,
-                              "description": "an IANA zone name; default UTC"}}, ("cron",))
-    every = _obj({"every": {"type": "string", "pattern":
-                            r"^\s*(\d{1,9}d)?(\d{1,9}h)?(\d{1,9}m)?(\d{1,9}s)?\s*$",
-                            "description": "d/h/m/s units, 1s to 366d"}}, ("every",))
-    return {"oneOf": [cron, every]}
-
-
-def _timeout() -> Schema:
-    return _nullable({"type": "number", "minimum": limits.target_timeout_s_min,
-                      "maximum": limits.target_timeout_s_max})
-
-
-def _http_target() -> Schema:
-    return _obj({
-        "type": {"const": "http"},
-        "url": {"type": "string", "maxLength": limits.target_url_bytes_max,
-                "description": "an http or https URL with a host, at most "
-                               f"{limits.target_url_bytes_max} bytes of UTF-8"},
-        "method": _nullable({"type": "string", "enum": list(jobspec.HTTP_METHODS)}),
-        "headers": _nullable({"type": "object", "maxProperties": limits.target_headers_max,
-                              "additionalProperties": {
-                                  "type": "string",
-                                  "maxLength": limits.target_header_value_chars_max}}),
-        "body": {"type": ["string", "object", "array", "null"],
-                 "description": f"at most {limits.target_body_bytes_max} bytes encoded"},
-        "timeout_s": _timeout(),
-    }, ("type", "url"))
-
-
-def _command_target() -> Schema:
-    return _obj({
-        "type": {"const": "command"},
-        "argv": {"type": "array", "minItems": 1, "maxItems": limits.command_argv_max,
-                 "items": {"type": "string", "minLength": 1}},
-        "env": _nullable({"type": "object", "additionalProperties": _STR}),
-        "cwd": _nullable({"type": "string", "pattern": "^/"}),
-        "timeout_s": _timeout(),
-        "queue": _nullable(_token(limits.queue_bytes_max)),
-        "shell": _BOOL,
-    }, ("type", "argv"))
-
-
-def _publish_target() -> Schema:
-    return _obj({
-        "type": {"const": "publish"},
-        "topic": _token(limits.topic_bytes_max),
-        "message": {"description": "any JSON value, at most "
-                                   f"{limits.target_body_bytes_max} bytes encoded"},
-        "key": _nullable({"type": "string", "maxLength": limits.topic_name_chars_max}),
-    }, ("type", "topic", "message"))
-
-
-def _retry() -> Schema:
-    delay = {"type": "number", "minimum": 0, "maximum": limits.retry_delay_s_max}
-    return _nullable(_obj({
-        "max_attempts": {"type": "integer", "minimum": 1,
-                         "maximum": limits.retry_max_attempts_max},
-        "backoff": {"enum": list(jobspec.BACKOFFS)},
-        "base_s": delay, "max_s": delay,
-        # Older names of base_s and max_s.
-        "initial_delay_s": delay, "max_delay_s": delay,
-        "non_retryable_exit_codes": {"type": "array", "maxItems": 64,
-                                     "items": {"type": "integer", "minimum": 0,
-                                               "maximum": 255}},
-    }))
-
-
-def _concurrency() -> Schema:
-    policy = {"type": "string", "enum": list(jobspec.CONCURRENCY_POLICIES)}
-    return {"anyOf": [{"type": "null"}, policy, _obj({
-        "policy": policy,
-        "queue_max": {"type": "integer", "minimum": 1,
-                      "maximum": limits.concurrency_queue_max_max}}, ("policy",))]}
-
-
-def _misfire() -> Schema:
-    policy = {"type": "string", "enum": list(jobspec.MISFIRE_POLICIES)}
-    return {"anyOf": [{"type": "null"}, policy, _obj({
-        "policy": policy,
-        "misfire_tolerance_s": {"type": "number", "minimum": 0,
-                                "maximum": limits.misfire_tolerance_s_max},
-        "catchup_max": {"type": "integer", "minimum": 1, "maximum": limits.catchup_max_max},
-        "catchup_window_s": _nullable({
-            "type": "number", "minimum": 1, "maximum": limits.catchup_window_s_max,
-            "description": "a late fire runs no occurrence older than this (they are "
-                           "recorded missed)"}),
-    })]}
-
-
-def _history() -> Schema:
-    return _nullable(_obj({
-        "max_runs": _nullable({"type": "integer", "minimum": 1,
-                               "maximum": limits.history_max_runs_max}),
-        "max_age_s": _nullable({"type": "number", "minimum": 1,
-                                "maximum": limits.history_max_age_s_max}),
-    }))
-
-
 JOB_EXAMPLES = [
     {"name": "nightly-settlement",
      "schedule": {"cron": "0 2 * * *", "timezone": "Asia/Kolkata"},
@@ -199,275 +94,42 @@ JOB_EXAMPLES = [
 ]
 
 
-def _dag() -> Schema:
-    task_id = _token(limits.dag_task_id_bytes_max)
-    task = _obj({
-        "id": task_id,
-        "target": _ref("Target"),
-        "depends_on": _nullable({"type": "array", "maxItems": limits.dag_tasks_max,
-                                 "items": task_id}),
-        "trigger_rule": _nullable({"type": "string", "enum": list(dag.RULES),
-                                   "description": f"default {dag.ALL_SUCCESS}"}),
-        "retry": _retry(),
-        "timeout_s": _timeout(),
-    }, ("id", "target"))
-    return _obj({"tasks": {"type": "array", "minItems": 1, "maxItems": limits.dag_tasks_max,
-                           "items": task}}, ("tasks",),
-                description="tasks released as their upstream tasks end, by trigger rule; "
-                            f"ids unique, dependencies known, no cycle, at most "
-                            f"{limits.dag_edges_max} dependencies (docs/workflows.md)")
+JOB_PATCH_EXAMPLES = [{"name": "renamed"}, {"schedule": {"every": "2h"}},
+                      {"concurrency": "skip_if_running", "retry": {"max_attempts": 5}}]
+# The request bodies declared as Structs (core/spec.py): their schemas, and
+# those of every shape they hold, are generated from the declarations.
+GENERATED = {"JobCreate": spec.JobCreate, "JobPatch": spec.JobPatch,
+             "SchedulePreview": spec.SchedulePreview, "BackfillCreate": spec.BackfillCreate,
+             "WorkerClaim": spec.WorkerClaim, "WorkerHeartbeat": spec.WorkerHeartbeat,
+             "WorkerComplete": spec.WorkerComplete, "TokenCreate": spec.TokenCreate,
+             "TenantQuota": spec.TenantQuota, "PauseNote": spec.PauseNote,
+             "RunOverlap": spec.RunOverlap, "CancelReason": spec.CancelReason,
+             "GroupOffset": spec.GroupOffset}
+EXAMPLES = {
+    "JobCreate": JOB_EXAMPLES, "JobPatch": JOB_PATCH_EXAMPLES,
+    "SchedulePreview": [{"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
+                         "after": "2026-03-28T00:00:00Z", "count": 3}],
+    "BackfillCreate": [{"start": "2026-01-01T00:00:00Z", "end": "2026-02-01T00:00:00Z",
+                        "max_concurrent": 4}],
+    "WorkerClaim": [{"queue": "backups", "max": 4, "wait_s": 0}],
+    "TokenCreate": [{"tenant": "t1", "role": "writer", "name": "ci"}],
+    "TenantQuota": [{"jobs_max": 1000, "creates_per_s": 50}]}
 
 
-def _job_members() -> dict[str, Schema]:
-    """The members of a job body, as both create and patch take them."""
-    return {
-        "name": {"type": "string", "minLength": 1, "maxLength": limits.job_name_chars_max},
-        "schedule": _nullable(_ref("Schedule")),
-        "run_at": _nullable(_TIME_IN),
-        "target": _ref("Target"),
-        "dag": _ref("Dag"),
-        "retry": _retry(),
-        "concurrency": _concurrency(),
-        "misfire": _misfire(),
-        "alert": _nullable(_obj({"webhook_url": _nullable(
-            {"type": "string", "maxLength": limits.target_url_bytes_max})})),
-        "history": _history(),
-        "idempotency_key": _nullable({"type": "string", "minLength": 1,
-                                      "description": "at most "
-                                      f"{limits.idempotency_key_bytes_max} bytes of UTF-8"}),
-        "metadata": _nullable({"type": "object", "description": "at most "
-                               f"{limits.metadata_bytes_max} bytes encoded"}),
-        "secret_keys": _secret_keys(),
-        "priority": _nullable({"type": "string", "enum": list(jobspec.PRIORITIES),
-                               "description": "the order of the tenant's own runs where a "
-                                              "backlog forms; null is normal"}),
-        "labels": _labels(),
-        "jitter_s": _nullable({"type": "number", "minimum": 0, "maximum": limits.jitter_s_max,
-                               "description": "each occurrence fires later by a stable delay "
-                                              "from 0 to this, hashed from the job id and the "
-                                              "occurrence"}),
-        "not_before": _nullable(dict(_TIME_IN, description="a recurring schedule's first "
-                                     "possible occurrence (included)")),
-        "not_after": _nullable(dict(_TIME_IN, description="a recurring schedule's last "
-                                    "possible occurrence (included)")),
-    }
-
-
-def _labels() -> Schema:
-    return _nullable({
-        "type": "object", "maxProperties": limits.job_labels_max,
-        "propertyNames": {"pattern": "^[A-Za-z0-9._/-]+$", "minLength": 1,
-                          "maxLength": limits.label_key_bytes_max},
-        "additionalProperties": {"type": "string", "description": "at most "
-                                 f"{limits.label_value_bytes_max} bytes of UTF-8, no control "
-                                 "characters"},
-        "description": "filter on them with GET /v1/jobs?label=key:value"})
-
-
-def _secret_keys() -> Schema:
-    return _nullable({
-        "type": "array", "maxItems": limits.secret_keys_max,
-        "items": {"type": "string", "minLength": 1, "pattern": "^[^=\\r\\n\\u0000]+$",
-                  "description": f"at most {limits.secret_key_bytes_max} bytes of UTF-8"},
-        "description": "header or URL query parameter names (any case) or env variable "
-                       'names (exact) whose values reads, logs and alerts show as "***"; '
-                       "Authorization, Cookie, Proxy-Authorization and a URL's password are "
-                       "always secret"})
-
-
-def job_create_schema() -> Schema:
-    members = {k: v for k, v in _job_members().items() if k in jobspec.CREATE_FIELDS}
-    # Left out or null, the name is made from the target.
-    members["name"] = _nullable(members["name"])
-    return _obj(members, oneOf=[{"required": ["target"]}, {"required": ["dag"]}],
-                description="exactly one of `target` and `dag`; exactly one of `schedule` "
-                            "and `run_at`, or neither for a DAG job run only when triggered",
-                examples=JOB_EXAMPLES)
-
-
-def job_patch_schema() -> Schema:
-    members = {k: v for k, v in _job_members().items() if k in jobspec.PATCH_FIELDS}
-    return _obj(members, minProperties=1,
-                examples=[{"name": "renamed"}, {"schedule": {"every": "2h"}},
-                          {"concurrency": "skip_if_running", "retry": {"max_attempts": 5}}])
-
-
-def _preview_request() -> Schema:
-    return _obj({"schedule": _nullable(_ref("Schedule")), "run_at": _nullable(_TIME_IN),
-                 "after": _nullable(_TIME_IN),
-                 "job_id": _nullable({"type": "string", "pattern": f"^{jobspec.JOB_ID_PATTERN}$",
-                                      "description": "the job `H` is hashed from (default: "
-                                                     "an empty id)"}),
-                 "count": {"type": "integer", "minimum": 1,
-                           "maximum": limits.preview_count_max}},
-                examples=[{"schedule": {"cron": "30 2 * * *", "timezone": "Europe/Berlin"},
-                           "after": "2026-03-28T00:00:00Z", "count": 3}])
-
-
-def _backfill_request() -> Schema:
-    return _obj({
-        "start": dict(_TIME_IN, description="the first instant of the range (included)"),
-        "end": dict(_TIME_IN, description="the end of the range (excluded); not in the future"),
-        "overlap": {"type": "string", "enum": list(backfill.OVERLAPS), "description":
-                    "allow (default): the backfill's runs neither wait for nor hold back the "
-                    "job's own; job: each goes through the job's concurrency policy, one at a "
-                    "time unless that policy is allow"},
-        "max_concurrent": {"type": "integer", "minimum": 1,
-                           "maximum": limits.backfill_concurrent_max,
-                           "description": "the backfill's runs open at once; default "
-                                          f"{limits.backfill_concurrent_default}"},
-        "dry_run": {"type": "boolean", "description": "list the occurrences, run nothing"},
-    }, ("start", "end"), examples=[{"start": "2026-01-01T00:00:00Z",
-                                    "end": "2026-02-01T00:00:00Z", "max_concurrent": 4}])
-
-
-def _run_ref_item(extra: dict[str, Schema] | None = None) -> dict[str, Schema]:
-    return {"run_id": {"type": "string", "pattern": f"^{jobspec.RUN_ID_PATTERN}$"},
-            "attempt": {"type": "integer", "minimum": 1,
-                        "maximum": limits.run_attempts_max}, **(extra or {})}
-
-
-def _claim_request() -> Schema:
-    return _obj({"queue": _token(limits.queue_bytes_max),
-                 "max": {"type": "integer", "minimum": 1, "maximum": limits.worker_claim_max},
-                 "wait_s": {"type": "number", "minimum": 0,
-                            "maximum": limits.worker_claim_wait_s_max}}, ("queue",),
-                examples=[{"queue": "backups", "max": 4, "wait_s": 0}])
-
-
-def _heartbeat_request() -> Schema:
-    return _obj({"runs": {"type": "array", "maxItems": limits.run_update_batch_max,
-                          "items": _obj(_run_ref_item(), ("run_id", "attempt"))}}, ("runs",))
-
-
-def _complete_request() -> Schema:
-    output = _nullable(_obj({"stdout": _STR, "stderr": _STR, "http_body": _STR,
-                             "published": _STR,
-                             "truncated": {"type": "object", "additionalProperties":
-                                           {"type": "integer", "minimum": 0}}}))
-    result = _obj(_run_ref_item({
-        "ok": _BOOL, "retryable": _BOOL,
-        "exit_code": _nullable({"type": "integer", "minimum": -(2 ** 31),
-                                "maximum": 2 ** 31 - 1}),
-        "error": _STR_OR_NULL, "output": output,
-        "duration_ms": {"type": "number", "minimum": 0}}), ("run_id", "attempt", "ok"))
-    return _obj({"results": {"type": "array", "maxItems": limits.worker_claim_max,
-                             "items": result}}, ("results",))
-
-
-def _tenant_name() -> Schema:
-    return {"type": "string", "pattern": f"^{limits.tenant_name_pattern}$"}
-
-
-def _token_request() -> Schema:
-    return _obj({
-        "tenant": dict(_tenant_name(), description="default: the tenant the admin acts for"),
-        "role": {"type": "string", "enum": list(ROLES)},
-        "name": {"type": "string", "description": "at most "
-                 f"{limits.token_name_bytes_max} bytes of UTF-8; default empty"},
-    }, ("role",), examples=[{"tenant": "t1", "role": "writer", "name": "ci"}])
-
-
-# The bound of each quota a PUT takes (1 to this; null: the node flags' default).
-QUOTA_MAXIMA = {"jobs_max": limits.quota_jobs_max_max,
-                "creates_per_s": limits.quota_creates_per_s_max,
-                "runs_concurrent_max": limits.quota_jobs_max_max,
-                "weight": limits.tenant_weight_max}
-
-
-def _quota_request() -> Schema:
-    members = {name: _nullable({"type": "integer", "minimum": 1, "maximum": maximum})
-               for name, maximum in QUOTA_MAXIMA.items()}
-    members["commands"] = _nullable(dict(
-        _BOOL, description="true grants the tenant command targets (on the nodes and on "
-                           "worker queues), false withdraws them; left out or null: unchanged"))
-    return _obj(members,
-                description="a quota left out or null follows the node flags' default "
-                            "(--tenant-jobs-max, ...)",
-                examples=[{"jobs_max": 1000, "creates_per_s": 50}])
+def generated_schemas() -> dict[str, Schema]:
+    """The components generated from the request Structs (core/spec.py) and the
+    answers' (api/answers.py), by class name."""
+    schemas = spec.json_schemas([*GENERATED.values(), *answers.ANSWERS],
+                                "#/components/schemas/{name}")
+    for name, examples in EXAMPLES.items():
+        schemas[name]["examples"] = examples
+    schemas["JobPatch"]["minProperties"] = 1
+    return schemas
 
 
 # --- responses ----------------------------------------------------------------------------
-
-def _job() -> Schema:
-    return _obj({
-        "job_id": _STR, "name": _STR, "status": _STR,
-        "schedule": _nullable(_obj({"cron": _STR, "timezone": _STR, "every": _STR},
-                                   closed=False)),
-        "run_at": _TIME, "next_run_at": _TIME_OR_NULL,
-        "target": {"type": ["object", "null"], "description": "null for a DAG job. Secret "
-                   'header and env values (see `secret_keys`) show as "***"; a PATCH that '
-                   'sends "***" keeps the value for the same origin (or queue) and place '
-                   "only"},
-        "dag": {"type": "object", "description": "a DAG job's tasks, their targets' secrets "
-                                                 'shown as "***"'},
-        "retry": {"type": "object"},
-        "alert": {"type": "object"}, "concurrency": {"type": "object"},
-        "misfire": {"type": "object"}, "misfires_omitted": _INT,
-        "metadata": {"type": "object"}, "history": {"type": "object"},
-        "secret_keys": {"type": "array", "items": _STR},
-        "priority": {"type": "string", "enum": list(jobspec.PRIORITIES)},
-        "labels": {"type": "object", "additionalProperties": _STR},
-        "jitter_s": {"type": "number"}, "not_before": _TIME_OR_NULL, "not_after": _TIME_OR_NULL,
-        "pause_note": _STR_OR_NULL, "paused_at": _TIME_OR_NULL,
-        "idempotency_key": _STR_OR_NULL, "shard": _INT, "version": _INT,
-        "last_run_id": _STR_OR_NULL, "created_at": _TIME, "updated_at": _TIME,
-    }, ("job_id", "name", "status", "next_run_at", "target", "retry", "concurrency",
-        "misfire", "metadata", "priority", "idempotency_key", "shard", "version",
-        "last_run_id", "created_at", "updated_at"), closed=False)
-
-
-def _run() -> Schema:
-    attempt = _obj({"attempt": _INT, "holder": _STR_OR_NULL, "started_at": _TIME_OR_NULL,
-                    "finished_at": _TIME_OR_NULL, "http_status": _INT_OR_NULL,
-                    "exit_code": _INT_OR_NULL, "error": _STR_OR_NULL,
-                    "retry_delay_ms": _INT_OR_NULL}, ("attempt",), closed=False)
-    task = _obj({"id": _STR, "state": {"type": "string", "enum": list(dag.TASK_STATES)},
-                 "attempt": _INT, "started_at": _TIME_OR_NULL, "finished_at": _TIME_OR_NULL,
-                 "error": _STR_OR_NULL, "run_id": _STR_OR_NULL,
-                 "depends_on": {"type": "array", "items": _STR}, "trigger_rule": _STR},
-                ("id", "state", "attempt", "started_at", "finished_at", "error"), closed=False)
-    return _obj({
-        "run_id": _STR, "job_id": _STR, "scheduled_for": _TIME, "attempt": _INT,
-        "state": _STR, "trigger": {"type": "string", "enum": list(history.RUN_TRIGGERS),
-                                   "description": "how the run started; retry once re-driven"},
-        "first_trigger": {"type": "string", "enum": list(history.RUN_TRIGGERS[:3]),
-                          "description": "how the run first started"},
-        "redrives": _INT, "jitter_ms": _INT,
-        "execution_id": _STR, "node": _STR_OR_NULL,
-        "queue": _STR_OR_NULL, "holder": _STR_OR_NULL, "lease_expires_at": _TIME_OR_NULL,
-        "next_attempt_at": _TIME_OR_NULL, "created_at": _TIME_OR_NULL,
-        "started_at": _TIME_OR_NULL, "finished_at": _TIME_OR_NULL,
-        "http_status": _INT_OR_NULL, "exit_code": _INT_OR_NULL, "error": _STR_OR_NULL,
-        "reason": _STR_OR_NULL, "fencing_token": _INT,
-        "attempts": {"type": "array", "items": attempt}, "alert": _STR_OR_NULL,
-        "tasks": {"type": "array", "items": task,
-                  "description": "a DAG run's tasks, in the DAG's order"},
-        "dag_run_id": {"type": "string", "description": "a task run's DAG run"},
-        "task_id": {"type": "string", "description": "the task a task run executes"},
-    }, ("run_id", "job_id", "scheduled_for", "attempt", "state", "execution_id"),
-        closed=False)
-
-
-def _backfill() -> Schema:
-    return _obj({
-        "backfill_id": _STR, "job_id": _STR, "state": {"enum": list(backfill.STATES)},
-        "reason": _STR_OR_NULL,
-        "total": {"type": "integer", "description": "occurrences in the range"},
-        "done": {"type": "integer", "description": "succeeded + failed + skipped"},
-        "succeeded": _INT, "failed": _INT,
-        "skipped": {"type": "integer", "description": "ended without running: skipped, "
-                    "missed or cancelled"},
-        "running": {"type": "integer", "description": "its runs open now"},
-        "existing": {"type": "integer", "description": "occurrences that had a run already "
-                     "(not run again; counted by how that run ended)"},
-        "launched": {"type": "integer", "description": "occurrences taken so far"},
-        "start": _TIME, "end": _TIME, "overlap": {"enum": list(backfill.OVERLAPS)},
-        "max_concurrent": _INT, "created_at": _TIME, "updated_at": _TIME,
-        "finished_at": _TIME_OR_NULL,
-    }, ("backfill_id", "job_id", "state", "total", "done", "succeeded", "failed", "running"),
-        closed=False)
-
+# The answers are declared in api/answers.py; only these two variants of one
+# answer (a backfill started, or its occurrences listed) are written here.
 
 def _backfill_started() -> Schema:
     started = _obj({"backfill_id": _STR, "occurrences": _INT, "dry_run": {"const": False},
@@ -481,138 +143,11 @@ def _backfill_started() -> Schema:
     return {"started": started, "listed": listed}
 
 
-def _problem() -> Schema:
-    return _obj({
-        "type": _STR, "title": _STR, "status": _INT, "detail": _STR,
-        "field": {"type": "string", "description": "the offending member, dotted path"},
-        "limit": {"type": "string", "description": "the bound exceeded, by its name in "
-                                                    "raftsched.limits"},
-        "reason": {"type": "string", "description": "503: why the cluster cannot commit"},
-        "retry_after_s": {"type": "integer", "minimum": 1, "description":
-                          "429 in a batchCreate result: when to try that job again (a "
-                          "whole answer's 429 says it in Retry-After)"},
-    }, ("type", "title", "status", "detail"), closed=False)
-
-
-def _node_status() -> Schema:
-    number_or_null = {"type": ["number", "null"]}
-    clock = _obj({"synced": _BOOL, "median_node": _STR_OR_NULL, "offset_ms": number_or_null,
-                  "error_ms": number_or_null, "in_bound": {"type": ["boolean", "null"]},
-                  "max_clock_skew_ms": _INT, "probes_failed_total": _INT},
-                 ("synced", "offset_ms", "in_bound", "max_clock_skew_ms"), closed=False)
-    return _obj({"id": _STR, "http": _STR, "raft": _STR, "role": _STR, "term": _INT,
-                 "commit_index": _INT, "applied_index": _INT, "leader_raft": _STR_OR_NULL,
-                 "has_quorum": _BOOL, "shards_owned": _INT, "clock": clock},
-                ("id", "role"), closed=False)
-
-
-def _node_clock() -> Schema:
-    return _obj({"node": _STR, "wall_us": {
-        "type": "integer", "description": "this node's wall clock, microseconds since the epoch"}},
-        ("node", "wall_us"), closed=False)
-
-
-def _cluster() -> Schema:
-    member = _obj({"http": _STR_OR_NULL, "raft": _STR_OR_NULL, "role": _STR_OR_NULL,
-                   "term": _INT_OR_NULL, "commit_index": _INT_OR_NULL,
-                   "applied_index": _INT_OR_NULL, "shards_owned": _INT_OR_NULL,
-                   "clock_offset_ms": {**_INT_OR_NULL, "description": (
-                       "that node's wall clock minus the cluster's time (the median of the "
-                       "nodes' clocks), as the answering node last measured it; null: not "
-                       "measured yet")}},
-                  closed=False)
-    return _obj({"leader": _STR_OR_NULL, "self": _STR, "shard_count": _INT,
-                 "nodes": {"type": "object", "additionalProperties": member},
-                 "stale_fires_total": _INT},
-                ("leader", "self", "shard_count", "nodes"), closed=False)
-
-
-def _shards() -> Schema:
-    shard = _obj({"shard": _INT, "owner": _STR_OR_NULL, "token": _INT,
-                  "checkpoint": _TIME_OR_NULL, "stale_fires": _INT},
-                 ("shard", "owner", "token"), closed=False)
-    return _obj({"shards": {"type": "array", "items": shard}}, ("shards",), closed=False)
-
-
-def _logs() -> Schema:
-    merged = _obj({"run_id": _STR, "attempts": {"type": "array", "items": {"type": "object"}},
-                   "unavailable": {"type": "array", "items": {"type": "object"}}},
-                  ("run_id", "attempts", "unavailable"), closed=False)
-    local = _obj({"node": _STR, "attempts": {"type": "array", "items": {"type": "object"}}},
-                 ("node", "attempts"), closed=False)
-    return {"anyOf": [merged, local]}
-
-
-def _messages() -> Schema:
-    message = _obj({"offset": _INT, "key": _STR_OR_NULL, "message": _ANY,
-                    "execution_id": _STR_OR_NULL, "job_id": _STR_OR_NULL,
-                    "published_at": _TIME_OR_NULL}, ("offset", "message"), closed=False)
-    return _obj({"topic": _STR, "messages": {"type": "array", "items": message},
-                 "next_after": _INT, "first_offset": _INT, "last_offset": _INT},
-                ("topic", "messages", "next_after"), closed=False)
-
-
-def _group() -> Schema:
-    return _obj({"topic": _STR, "group": _STR, "offset": _INT,
-                 "committed_at": _TIME_OR_NULL}, ("topic", "group", "offset"), closed=False)
-
-
-def _digest() -> Schema:
-    return _obj({"node": _STR, "applied_index": _INT, "index": _INT, "digest": _STR},
-                ("node", "digest"), closed=False)
-
-
-def _token_view() -> Schema:
-    return _obj({"token_id": _STR, "tenant": _STR, "role": {"enum": list(ROLES)},
-                 "name": _STR, "created_at": _TIME, "created_by": _STR_OR_NULL},
-                ("token_id", "tenant", "role", "name", "created_at"), closed=False)
-
-
-def _token_created() -> Schema:
-    created = _token_view()
-    created["properties"]["token"] = {
-        "type": "string", "description": "the bearer token: shown here only, the cluster "
-                                         "keeps its SHA-256"}
-    created["required"].append("token")
-    return created
-
-
-def _tenant() -> Schema:
-    quota = _obj({name: _INT_OR_NULL for name in QUOTA_MAXIMA}, closed=False)
-    in_force = _obj({name: _INT for name in QUOTA_MAXIMA}, closed=False)
-    return _obj({"tenant": _STR, "quota": quota, "in_force": in_force,
-                 "jobs": {"type": "integer", "description": "jobs counted against jobs_max"},
-                 "commands": dict(_BOOL, description="whether an admin granted the tenant "
-                                                     "command targets")},
-                ("tenant", "quota", "in_force", "jobs", "commands"), closed=False)
-
-
-def _audit_record() -> Schema:
-    return _obj({"seq": _INT, "at": _TIME, "actor": _STR_OR_NULL,
-                 "action": {"type": "string", "description": "token.create, token.revoke, "
-                            "tenant.put, job.create, job.update, job.delete, job.pause, "
-                            "job.resume, job.trigger, backfill.create, backfill.cancel"},
-                 "tenant": _STR_OR_NULL, "subject": _STR, "detail": {"type": "object"}},
-                ("seq", "at", "actor", "action", "subject"), closed=False)
-
-
 def _components() -> Schema:
     return {"securitySchemes": {"bearer": {
         "type": "http", "scheme": "bearer",
         "description": "a token of POST /v1/tokens, or the nodes' bootstrap admin token"}},
-        "schemas": {
-        "Problem": _problem(), "Job": _job(), "Run": _run(),
-        "JobCreate": job_create_schema(), "JobPatch": job_patch_schema(),
-        "Schedule": _schedule(),
-        "Target": {"oneOf": [_http_target(), _command_target(), _publish_target()]},
-        "Dag": _dag(),
-        "SchedulePreview": _preview_request(),
-        "WorkerClaim": _claim_request(), "WorkerHeartbeat": _heartbeat_request(),
-        "WorkerComplete": _complete_request(),
-        "TokenCreate": _token_request(), "Token": _token_view(), "TokenCreated": _token_created(),
-        "TenantQuota": _quota_request(), "Tenant": _tenant(), "AuditRecord": _audit_record(),
-        "BackfillCreate": _backfill_request(), "Backfill": _backfill(),
-    }}
+        "schemas": generated_schemas()}
 
 
 # --- operations ---------------------------------------------------------------------------
@@ -694,8 +229,6 @@ _CONSISTENT = _in_query("consistent", {"type": "string", "enum": ["true", "false
 _PAGE_TOKEN = _in_query("page_token", {"type": "string",
                                       "maxLength": limits.page_token_chars_max},
                         "next_page_token of the previous page, with the same filters")
-_OVERLAP = _obj({"overlap": {"type": "string", "enum": ["allow"], "description":
-                             "admit this one run whatever the job's concurrency policy"}})
 _JOB_ID = _in_path("job_id", {"type": "string", "pattern": f"^{jobspec.JOB_ID_PATTERN}$"})
 _RUN_ID = _in_path("run_id", {"type": "string", "pattern": f"^{jobspec.RUN_ID_PATTERN}$"})
 _TOPIC = _in_path("topic", _token(limits.topic_bytes_max))
@@ -753,16 +286,14 @@ def _job_paths() -> dict[str, Schema]:
         },
         "/v1/jobs/{job_id}:pause": {"post": _op(
             "Pause a job", {200: job}, params=[_JOB_ID], errors=WRITE_ERRORS,
-            body=_obj({"note": _nullable({"type": "string", "description": "why: kept and "
-                                          "shown until the job resumes; at most "
-                                          f"{limits.pause_note_bytes_max} bytes of UTF-8"})}),
-            body_required=False)},
+            body=_ref("PauseNote"), body_required=False)},
         "/v1/jobs/{job_id}:resume": {"post": _op("Resume a job from now", {200: job},
                                                  params=[_JOB_ID], errors=WRITE_ERRORS)},
         "/v1/jobs/{job_id}:trigger": {"post": _op(
             "Run a job now", {201: _json(_ref("Run"), "The new run"),
                               200: _json(_ref("Run"), "The run of this instant, made before")},
-            params=[_JOB_ID], errors=WRITE_ERRORS, body=_OVERLAP, body_required=False)},
+            params=[_JOB_ID], errors=WRITE_ERRORS, body=_ref("RunOverlap"),
+            body_required=False)},
         "/v1/jobs/{job_id}/runs": {"get": _op(
             "A job's runs, newest first", {200: _json(runs, "Runs")},
             params=[_JOB_ID, _limit(limits.list_limit_max), _CONSISTENT])},
@@ -786,12 +317,14 @@ def _job_paths() -> dict[str, Schema]:
                 _in_query("scheduled_before", _TIME_IN, "only runs scheduled before this")])},
         "/v1/runs/{run_id}:retry": {"post": _op(
             "Give a failed run a new attempt under the same execution id", {200: run},
-            params=[_RUN_ID], errors=WRITE_ERRORS, body=_OVERLAP, body_required=False)},
+            params=[_RUN_ID], errors=WRITE_ERRORS, body=_ref("RunOverlap"),
+            body_required=False)},
         "/v1/runs/{run_id}:cancel": {"post": _op(
             "Cancel a run", {200: run}, params=[_RUN_ID], errors=WRITE_ERRORS,
-            body=_obj({"reason": _STR}), body_required=False)},
+            body=_ref("CancelReason"), body_required=False)},
         "/v1/runs/{run_id}/logs": {"get": _op(
-            "Each attempt's output", {200: _json(_logs(), "Output")},
+            "Each attempt's output",
+            {200: _json({"anyOf": [_ref("RunLogs"), _ref("NodeRunLogs")]}, "Output")},
             params=[_RUN_ID, _in_query("local", {"type": "string", "enum": ["true", "false"]},
                                        "true: this node's own store only")])},
         "/v1/schedules:preview": {"post": _op(
@@ -831,15 +364,15 @@ def _backfill_paths() -> dict[str, Schema]:
             "A backfill's progress", {200: view}, params=[backfill_id, _CONSISTENT])},
         "/v1/backfills/{backfill_id}:cancel": {"post": _op(
             "Cancel a backfill and its runs not finished", {200: view}, params=[backfill_id],
-            errors=WRITE_ERRORS, body=_obj({"reason": _STR}), body_required=False)},
+            errors=WRITE_ERRORS, body=_ref("CancelReason"), body_required=False)},
     }
 
 
 def _topic_paths() -> dict[str, Schema]:
-    group = _json(_group(), "The group's committed offset")
+    group = _json(_ref("Group"), "The group's committed offset")
     return {
         "/v1/topics/{topic}/messages": {"get": _op(
-            "Read a topic", {200: _json(_messages(), "Messages after `after`")}, params=[
+            "Read a topic", {200: _json(_ref("Messages"), "Messages after `after`")}, params=[
                 _TOPIC, _CONSISTENT, _limit(limits.topic_read_limit_max),
                 _in_query("after", {"type": "integer", "minimum": 0,
                                     "maximum": limits.json_int_max - 1}, "an offset"),
@@ -852,9 +385,7 @@ def _topic_paths() -> dict[str, Schema]:
                        params=[_TOPIC, _GROUP, _CONSISTENT]),
             "put": _op("Commit a consumer group's offset", {200: group},
                        params=[_TOPIC, _GROUP], errors=WRITE_ERRORS,
-                       body=_obj({"offset": {"type": "integer", "minimum": 0,
-                                             "maximum": limits.json_int_max}}, ("offset",),
-                                 closed=False)),
+                       body=_ref("GroupOffset")),
         },
     }
 
@@ -879,7 +410,7 @@ def _worker_paths() -> dict[str, Schema]:
 
 
 def _cluster_paths() -> dict[str, Schema]:
-    digest = _json(_digest(), "A digest of the replicated state")
+    digest = _json(_ref("Digest"), "A digest of the replicated state")
     return {
         "/": {"get": _op("The web UI (docs/ui.md)", {200: {"description": "HTML", "content": {
             "text/html": {"schema": _STR}}}}, errors=(500,))},
@@ -893,14 +424,14 @@ def _cluster_paths() -> dict[str, Schema]:
         "/v1/healthz": {"get": _healthz()},
         "/v1/openapi.json": {"get": _op("This document", {200: _json(
             {"type": "object"}, "OpenAPI 3.1")}, errors=(500,))},
-        "/v1/cluster": {"get": _op("Leader and members", {200: _json(_cluster(), "Cluster")},
+        "/v1/cluster": {"get": _op("Leader and members", {200: _json(_ref("Cluster"), "Cluster")},
                                    errors=(500, 503))},
         "/v1/cluster/shards": {"get": _op("Shard owners and tokens", {200: _json(
-            _shards(), "Shards")}, params=[_CONSISTENT])},
-        "/v1/node": {"get": _op("This node's status", {200: _json(_node_status(), "Node")},
+            _ref("Shards"), "Shards")}, params=[_CONSISTENT])},
+        "/v1/node": {"get": _op("This node's status", {200: _json(_ref("NodeStatus"), "Node")},
                                 errors=(500,))},
         "/v1/node/clock": {"get": _op("This node's wall clock (its peers measure it)", {
-            200: _json(_node_clock(), "Clock")}, errors=(500,))},
+            200: _json(_ref("NodeClock"), "Clock")}, errors=(500,))},
         # 400: a `tenant` parameter that is not a tenant name (api/auth.py reads
         # it on every route of the read permission).
         "/metrics": {"get": _op("This node's metrics (docs/metrics.md)", {200: {

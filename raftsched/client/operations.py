@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Literal, ParamSpec, TypeVar
 
 from raftsched.client.types import (JSON, Backfill, BackfillStarted, Cluster, FireTimes, Job,
+                                    JobBody, JobPatchBody,
                                     JobPage, Run, RunLogs, RunPage, Token)
 
 T = TypeVar("T")
@@ -123,7 +124,7 @@ def rfc3339(when: dt.datetime) -> str:
 # --- jobs ---------------------------------------------------------------------------------
 
 @operation("POST", "/v1/jobs")
-def create_job(spec: Mapping[str, Any]) -> Call[Job]:
+def create_job(spec: JobBody | Mapping[str, Any]) -> Call[Job]:
     """Create a job (docs/api.md); with an idempotency_key, a repeat answers the same job."""
     return _call(body=spec)
 
@@ -149,7 +150,7 @@ def get_job(job_id: str, *, consistent: bool = False) -> Call[Job]:
 
 
 @operation("PATCH", "/v1/jobs/{job_id}")
-def update_job(job_id: str, patch: Mapping[str, Any]) -> Call[Job]:
+def update_job(job_id: str, patch: JobPatchBody | Mapping[str, Any]) -> Call[Job]:
     """Change the members given; the rest stay."""
     return _call(body=patch)
 

@@ -1,6 +1,9 @@
-"""The shapes of the main answers (docs/api.md has every member). Members are
-optional here (total=False) because a node may add members and older nodes
-may lack newer ones; the API's own schemas are in GET /v1/openapi.json."""
+"""The shapes of job bodies and of the main answers (docs/api.md has every
+member). Members are optional here (total=False) because a node may add
+members and older nodes may lack newer ones; the API's own schemas are in GET
+/v1/openapi.json. tests/test_client_types.py keeps these members equal to the
+server's: the job bodies to their Structs (raftsched/core/spec.py), the
+answers to the document's schemas."""
 
 from __future__ import annotations
 
@@ -20,6 +23,32 @@ class Problem(TypedDict, total=False):
     retry_after_s: int
 
 
+class JobPatchBody(TypedDict, total=False):
+    """What PATCH /v1/jobs/{job_id} may change."""
+    name: str | None
+    schedule: dict[str, str] | None
+    run_at: str | None
+    target: JSON | None
+    dag: JSON | None
+    retry: JSON | None
+    concurrency: str | JSON | None
+    misfire: str | JSON | None
+    alert: JSON | None
+    history: JSON | None
+    secret_keys: list[str] | None
+    priority: str | None
+    labels: dict[str, str] | None
+    jitter_s: float | None
+    not_before: str | None
+    not_after: str | None
+
+
+class JobBody(JobPatchBody, total=False):
+    """A job to create (POST /v1/jobs)."""
+    idempotency_key: str | None
+    metadata: JSON | None
+
+
 class Job(TypedDict, total=False):
     job_id: str
     name: str
@@ -35,6 +64,14 @@ class Job(TypedDict, total=False):
     metadata: JSON
     labels: dict[str, str]
     priority: str
+    alert: JSON
+    history: JSON
+    secret_keys: list[str]
+    jitter_s: float
+    not_before: str | None
+    not_after: str | None
+    misfires_omitted: int
+    paused_at: str | None
     pause_note: str | None
     idempotency_key: str | None
     shard: int
@@ -80,6 +117,16 @@ class Run(TypedDict, total=False):
     reason: str | None
     attempts: list[Attempt]
     tasks: list[JSON]
+    task_id: str
+    dag_run_id: str
+    alert: str | None
+    queue: str | None
+    holder: str | None
+    fencing_token: int
+    jitter_ms: int
+    lease_expires_at: str | None
+    next_attempt_at: str | None
+    created_at: str | None
 
 
 class RunPage(TypedDict, total=False):
@@ -123,6 +170,10 @@ class Backfill(TypedDict, total=False):
     launched: int
     start: str
     end: str
+    overlap: str
+    max_concurrent: int
+    created_at: str
+    updated_at: str
     finished_at: str | None
 
 
@@ -151,4 +202,5 @@ class Token(TypedDict, total=False):
     role: str
     name: str
     created_at: str
+    created_by: str | None
     token: str   # only in the answer to a create

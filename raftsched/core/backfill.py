@@ -42,16 +42,14 @@ from __future__ import annotations
 import typing
 
 from raftsched import limits
-from raftsched.core import commands, keys, lifecycle, runs, tenancy
-from raftsched.core.bounded import bounded_int
+from raftsched.core import commands, keys, lifecycle, runs, spec, tenancy
 from raftsched.core.schedule import next_fire_ms, parse_instant
 from raftsched.core.tx import (BACKFILLS, BACKFILLS_OPEN, COUNTERS, JOBS, SHARDS, Tx, live_job,
                                refuse)
 from raftsched.errors import InvalidInput
 
 TRIGGER = "backfill"
-OVERLAPS = typing.get_args(commands.BackfillOverlap)
-OVERLAP_DEFAULT = "allow"
+OVERLAPS = typing.get_args(spec.BackfillOverlap)
 RUNNING, SUCCEEDED, FAILED, CANCELLED = "running", "succeeded", "failed", "cancelled"
 STATES = (RUNNING, SUCCEEDED, FAILED, CANCELLED)
 # Schedules a backfill can enumerate; any other kind has no occurrences to run.
@@ -62,7 +60,7 @@ ID_PATTERN = "bf_[0-9a-f]{20}"
 _RECORDS_COUNTER = b"backfills"
 _OPEN_COUNTER = b"backfills_open"
 # The members of POST /v1/jobs/{id}:backfill.
-REQUEST_FIELDS = frozenset({"start", "end", "overlap", "max_concurrent", "dry_run"})
+REQUEST_FIELDS = spec.members(spec.BackfillCreate)
 
 
 # --- the request --------------------------------------------------------------------------
@@ -72,33 +70,17 @@ def parse_request(body: object, now_ms: int) -> dict:
     request, or InvalidInput naming the member. The range is of the past:
     `end` may not be after `now_ms` (a backfill would otherwise run future
     occurrences early, ahead of the schedule)."""
-    if not isinstance(body, dict):
-        raise InvalidInput("the request body must be a JSON object", field="body")
-    unknown = sorted(set(body) - REQUEST_FIELDS)
-    if unknown:
-        raise InvalidInput(f"unknown field {unknown[0]!r}", field=unknown[0])
-    for name in ("start", "end"):
-        if body.get(name) is None:
-            raise InvalidInput(f"`{name}` is required: an RFC 3339 timestamp", field=name)
-    start_ms = parse_instant(body["start"], "start")[0]
-    end_ms = parse_instant(body["end"], "end")[0]
+    request = spec.check_shape(body, spec.BackfillCreate)
+    start_ms = parse_instant(request.start, "start")[0]
+    end_ms = parse_instant(request.end, "end")[0]
     if start_ms >= end_ms:
         raise InvalidInput("`end` must be after `start` (the range is [start, end))",
                            field="end")
     if end_ms > now_ms:
         raise InvalidInput("`end` is in the future; a backfill runs past occurrences only",
                            field="end")
-    overlap = body.get("overlap", OVERLAP_DEFAULT)
-    if overlap not in OVERLAPS:
-        raise InvalidInput(f"`overlap` must be one of {', '.join(OVERLAPS)}", field="overlap")
-    concurrent = bounded_int(body.get("max_concurrent", limits.backfill_concurrent_default),
-                             "max_concurrent", 1, limits.backfill_concurrent_max,
-                             limit="backfill_concurrent_max")
-    dry_run = body.get("dry_run", False)
-    if not isinstance(dry_run, bool):
-        raise InvalidInput("`dry_run` must be true or false", field="dry_run")
-    return {"start_ms": start_ms, "end_ms": end_ms, "overlap": overlap,
-            "max_concurrent": concurrent, "dry_run": dry_run}
+    return {"start_ms": start_ms, "end_ms": end_ms, "overlap": request.overlap,
+            "max_concurrent": request.max_concurrent, "dry_run": request.dry_run}
 
 
 # --- pure: occurrences, room, progress, the next step ------------------------------------

@@ -23,8 +23,10 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from raftsched import limits
-from raftsched.core import codec, dag, jobspec
+from raftsched.core import codec, dag
 from raftsched.core.shape import ShapeError, json_value
+from raftsched.core.spec import (BackfillOverlap, Backoff, ConcurrencyPolicy, MisfirePolicy,
+                                 Priority, Role, TriggerRule)
 from raftsched.errors import CommandRefused, UnknownCommand
 
 VERSION = 1
@@ -109,15 +111,10 @@ CommandText = Text(limits.command_text_bytes_max)
 Tag16 = Text(16)
 
 # The closed sets of values commands carry: each defined once, here or where
-# the edge validates it (tenancy.ROLES and backfill.OVERLAPS are read from here).
-Role = Literal["admin", "writer", "reader", "worker", "operator"]
+# the edge validates it.
 AlertOutcome = Literal["sent", "undeliverable", "no_webhook"]
-BackfillOverlap = Literal["allow", "job"]
-TriggerRule = Literal[dag.RULES]   # type: ignore[valid-type]
-Priority = Literal[jobspec.PRIORITIES]   # type: ignore[valid-type]
-ConcurrencyPolicy = Literal[jobspec.CONCURRENCY_POLICIES]   # type: ignore[valid-type]
-MisfirePolicy = Literal[jobspec.MISFIRE_POLICIES]   # type: ignore[valid-type]
-Backoff = Literal[jobspec.BACKOFFS]   # type: ignore[valid-type]
+# A job spec's closed sets (Backoff, ConcurrencyPolicy, MisfirePolicy, Priority,
+# TriggerRule, BackfillOverlap) and token roles are the API's, imported from core/spec.py.
 
 
 class _Shape(Struct, kw_only=True, omit_defaults=True):

@@ -38,10 +38,10 @@ from __future__ import annotations
 import typing
 
 from raftsched import limits
-from raftsched.core import commands, dag, keys
+from raftsched.core import commands, dag, keys, spec
 from raftsched.core.tx import AUDIT, AUDIT_STREAMS, COUNTERS, TENANTS, TOKENS, Tx
 
-ROLES = typing.get_args(commands.Role)
+ROLES = typing.get_args(spec.Role)
 # Roles that see or act on the whole cluster, not one tenant: a token of one
 # is made for the default tenant only (a tenant's admin would be every tenant's).
 CLUSTER_ROLES = ("admin", "operator")

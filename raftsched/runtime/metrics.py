@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 
 from raftsched.core import lifecycle
 from raftsched.core.apply import NODES, SHARDS
-from raftsched.core.jobspec import MISFIRE_POLICIES
+from raftsched.core.spec import MISFIRE_POLICIES
 from raftsched.core.tx import TALLY_DEAD_LETTER, TALLY_MISFIRE, TALLY_RETRY, TALLY_RUN_ENDED
 from raftsched.runtime.lateness import BOUNDS_MS
 
