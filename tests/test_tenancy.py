@@ -157,6 +157,9 @@ class _Port(StoreQueries):
         self.proposed.append(command)
         return self.log.run(command)
 
+    async def propose_create(self, command: dict, body_bytes: int) -> dict:
+        return await self.propose(command)
+
 
 async def test_a_single_create_over_jobs_max_answers_429_without_a_proposal():
     port = _Port(Replica())

@@ -34,6 +34,7 @@ from raftsched.executors.command import CommandExecutor, RunAs
 from raftsched.executors.http import HttpExecutor
 from raftsched.executors.netguard import policy_for
 from raftsched.replication.raft import Replicator
+from raftsched.runtime.admission import ClientProposals
 from raftsched.runtime.apply_bridge import EXIT_INVARIANT, ApplyBridge
 from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.clock import ClusterClock
@@ -208,6 +209,9 @@ class Node:
         # which reads these and the rest of the node at each scrape.
         self.applied_counts = AppliedCounts()
         self._metrics = make_registry(self)
+        # What clients propose: admitted against the node's bounds, single
+        # creates group-committed (runtime/admission.py).
+        self.client_proposals = ClientProposals(self.propose)
         # Committed entries reach the store and this node through it.
         self.bridge = ApplyBridge(self)
         self.bridge.start_digest_thread()
