@@ -381,8 +381,16 @@ def batch_burst(urls: list[str], clients: int = BURST_CLIENTS, jobs: int = BATCH
         tally[_burst_kind(answer)] += 1
         if answer.status < 300:
             job_ids += [r["job_id"] for r in answer.body["results"] if "job_id" in r]
-    return {**tally, "job_ids": job_ids,
+    unknown = [_unknown_detail(a) for a in answers if _burst_kind(a) == "outcome_unknown"]
+    return {**tally, "job_ids": job_ids, "unknown_details": unknown[:3],
             "others": [a for a in answers if _burst_kind(a) == "other"][:3]}
+
+
+def _unknown_detail(answer: Any) -> str:
+    if answer.status < 300:
+        errors = [r["error"] for r in answer.body["results"] if "job_id" not in r]
+        return f"2xx with {len(errors)} jobs not created, the first: {errors[0]}"
+    return f"{answer.status}: {answer.body}"
 
 
 def _burst_kind(answer: Any) -> str:
@@ -587,7 +595,8 @@ def _render_creates(figures: dict) -> str:
             f"{BURST_CLIENTS} batchCreates of {BATCH} one-offs at once: "
             f"{figures['burst']['committed']} committed, {figures['burst']['busy']} refused busy, "
             f"{figures['burst']['outcome_unknown']} outcome unknown, "
-            f"{figures['burst']['other']} other")
+            f"{figures['burst']['other']} other"
+            + "".join(f"\n  outcome unknown: {d}" for d in figures["burst"]["unknown_details"]))
 
 
 def _render_footprint(figures: dict) -> str:
