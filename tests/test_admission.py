@@ -235,16 +235,20 @@ async def test_a_timeout_without_a_quorum_says_so():
     assert "no quorum" in caught.value.detail
 
 
-async def test_a_queued_command_is_waited_for_while_the_cluster_commits(monkeypatch):
+async def test_a_queued_client_command_is_waited_for_while_the_cluster_commits():
     obj = _FakeSyncObj()
     obj.progress = True
     replicator = _replicator(obj)
-    waiting = asyncio.ensure_future(replicator.propose_wait(b"x", timeout_s=0.05))
+    waiting = asyncio.ensure_future(replicator.propose_wait(b"x", timeout_s=0.05,
+                                                            wait_max_s=30))
     await asyncio.sleep(0.2)   # four timeouts' worth: committed later, not lost
     assert not waiting.done()
     obj.callbacks[0]({"ok": True}, raft.FAIL_REASON.SUCCESS)
     assert await asyncio.wait_for(waiting, 5) == {"ok": True}
-    monkeypatch.setattr(limits, "propose_wait_max_s", 0.2)
     with pytest.raises(Unavailable) as caught:
-        await replicator.propose_wait(b"y", timeout_s=0.05)
+        await replicator.propose_wait(b"y", timeout_s=0.05, wait_max_s=0.2)
+    assert "overloaded" in caught.value.detail
+    # Without wait_max_s (the node's own loops), timeout_s is the whole wait.
+    with pytest.raises(Unavailable) as caught:
+        await replicator.propose_wait(b"z", timeout_s=0.05)
     assert "overloaded" in caught.value.detail

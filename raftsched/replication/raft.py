@@ -958,12 +958,14 @@ class Replicator:
         self._obj.apply_command(data, callback=on_result)
         return future
 
-    async def propose_wait(self, data: bytes, timeout_s: float = limits.propose_timeout_s) -> Any:
-        """propose, and wait for the result. Past timeout_s the wait goes on
-        while the cluster visibly commits (this node applied entries in the
-        last timeout_s and reaches a leader): the command is queued behind
-        others, not lost; up to propose_wait_max_s in all. Then Unavailable
-        (timeout), saying what this node sees: no quorum, or a queue."""
+    async def propose_wait(self, data: bytes, timeout_s: float = limits.propose_timeout_s,
+                           wait_max_s: float | None = None) -> Any:
+        """propose, and wait for the result. With wait_max_s, the wait goes on
+        past timeout_s while the cluster visibly commits (this node applied
+        entries in the last timeout_s and reaches a leader): the command is
+        queued behind others, not lost; up to wait_max_s in all. Then
+        Unavailable (timeout), saying what this node sees: no leader, no
+        quorum, a stalled leader, or a queue."""
         future = self.propose(data)
         waited_s = 0.0
         applied = self.applied_index()
@@ -974,7 +976,7 @@ class Replicator:
                 waited_s += timeout_s
             now_applied = self.applied_index()
             progressing = now_applied > applied and self.leader_reachable()
-            if not progressing or waited_s + timeout_s > limits.propose_wait_max_s:
+            if not progressing or wait_max_s is None or waited_s + timeout_s > wait_max_s:
                 break
             applied = now_applied
         future.cancel()
@@ -992,9 +994,8 @@ class Replicator:
         if not self._obj.hasQuorum:
             return "this node does not reach a quorum of the cluster (no quorum)"
         if progressing:
-            return (f"the cluster is committing, but this command was queued behind others "
-                    f"for longer than propose_wait_max_s ({limits.propose_wait_max_s:g} s): "
-                    "it is overloaded")
+            return ("the cluster is committing, but this command was queued behind others "
+                    "all that time: it is overloaded")
         return ("a leader is reachable and this node reaches a quorum, but nothing was "
                 "committed meanwhile (the leader is stalled, or lost the command)")
 

@@ -211,7 +211,8 @@ class Node:
         self._metrics = make_registry(self)
         # What clients propose: admitted against the node's bounds, single
         # creates group-committed (runtime/admission.py).
-        self.client_proposals = ClientProposals(self.propose)
+        self.client_proposals = ClientProposals(
+            functools.partial(self.propose, wait_max_s=limits.propose_wait_max_s))
         # Committed entries reach the store and this node through it.
         self.bridge = ApplyBridge(self)
         self.bridge.start_digest_thread()
@@ -250,9 +251,13 @@ class Node:
 
     # --- the loop side ---------------------------------------------------------------
 
-    async def propose(self, command: dict) -> dict:
+    async def propose(self, command: dict, wait_max_s: float | None = None) -> dict:
+        """`wait_max_s`: wait past propose_timeout_s, up to this, while the
+        cluster visibly commits (Replicator.propose_wait); clients' writes do,
+        which admission keeps from queueing long."""
         await self.wait_for_leader()
-        result = await self.replicator.propose_wait(commands.encode(command))
+        result = await self.replicator.propose_wait(commands.encode(command),
+                                                    wait_max_s=wait_max_s)
         if isinstance(result, dict) and result.get("replayed"):
             # The entry's index was already covered by a snapshot this node
             # installed, so its own result is not known here.
