@@ -88,16 +88,22 @@ class NodePort(Protocol):
         writes_inflight_max requests awaiting commit, Unavailable when the
         outcome is not known (no leader, timeout)."""
 
+    def admit(self, jobs: int) -> ContextManager[None]:
+        """Hold one create request and its `jobs` jobs as awaiting commit on
+        this node until the block ends; raise Busy (holding nothing) when the
+        node already has writes_inflight_max requests or would pass
+        create_jobs_inflight_max jobs. A create handler enters it before it
+        checks its jobs, and calls propose_create or propose_batch inside it."""
+
     async def propose_create(self, command: Any, body_bytes: int) -> dict:
         """propose for a create_job command (`body_bytes`: its request body's
-        size): the node may send it in one create_jobs entry with other
-        creates of the same tenant, actor and quota (group commit); the result
-        is this job's alone, as create_job's would be. Also raises Busy at
-        create_jobs_inflight_max jobs awaiting commit."""
+        size), within admit(1): the node may send it in one create_jobs entry
+        with other creates of the same tenant, actor and quota (group commit);
+        the result is this job's alone, as create_job's would be."""
 
     async def propose_batch(self, entries: list) -> list:
-        """Replicate the create_jobs entries of one batch, in order, admitted
-        whole (or Busy, none proposed): each entry's result or the exception
+        """Replicate the create_jobs entries of one batch, in order, within
+        admit(jobs of them all): each entry's result or the exception
         (Unavailable) it met, in order."""
 
     def check_room(self) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from raftsched import limits
+from raftsched.api import app
 from raftsched.core import commands
 from raftsched.errors import Busy, Unavailable
 from raftsched.replication import raft
@@ -129,14 +130,21 @@ async def test_a_group_that_is_not_committed_gives_each_of_its_creates_the_error
             "retry": None, "concurrency": None, "metadata": {}}
     made = [commands.create_job(job_id=f"job_{i}", tenant="t", spec=spec, idempotency_key=None,
                                 shard=1, next_ms=5_000, at_ms=1) for i in range(3)]
-    outcomes = await asyncio.gather(*(proposals.create(c, 100) for c in made),
-                                    return_exceptions=True)
+    async def create(command: commands.CreateJob) -> dict:
+        with proposals.admit(1):
+            return await proposals.create(command, 100)
+
+    outcomes = await asyncio.gather(*(create(c) for c in made), return_exceptions=True)
     assert all(isinstance(o, Unavailable) and o.reason == "no_leader" for o in outcomes)
     # Every admission it held is released.
     assert (proposals.admission.writes, proposals.admission.jobs) == (0, 0)
 
 
-async def test_a_create_past_the_jobs_in_flight_bound_is_refused_busy_before_proposal():
+async def test_a_create_past_the_jobs_in_flight_bound_is_refused_busy_before_proposal(
+        monkeypatch):
+    checked: list[object] = []
+    check = app._batch_item
+    monkeypatch.setattr(app, "_batch_item", lambda *a: checked.append(a) or check(*a))
     port = GatedPort()
     port.client_proposals = ClientProposals(
         port.propose_entry, admission=Admission(jobs_max=limits.batch_create_jobs_max))
@@ -145,6 +153,7 @@ async def test_a_create_past_the_jobs_in_flight_bound_is_refused_busy_before_pro
             "/v1/jobs:batchCreate", json={"jobs": [ONE_OFF] * limits.batch_create_jobs_max}))
         await _until(lambda: port.waiting > 0)
         entries = len(port.proposed)
+        assert len(checked) == limits.batch_create_jobs_max
         for path, body in (("/v1/jobs", ONE_OFF), ("/v1/jobs:batchCreate", {"jobs": [ONE_OFF]})):
             refused = await client.post(path, json=body)
             problem = await refused.json()
@@ -154,6 +163,8 @@ async def test_a_create_past_the_jobs_in_flight_bound_is_refused_busy_before_pro
             assert problem["limit"] == "create_jobs_inflight_max"
             assert "busy" in problem["detail"] and "not proposed" in problem["detail"]
             assert len(port.proposed) == entries   # nothing proposed for it
+        # The refused batch's jobs were not even checked: admission comes first.
+        assert len(checked) == limits.batch_create_jobs_max
         port.gate.set()
         answer = await batch
         assert answer.status == 200

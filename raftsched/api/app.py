@@ -111,7 +111,8 @@ async def create_job(request: web.Request) -> web.Response:
                               next_ms=next_fire_ms(spec["schedule"], now), at_ms=now,
                               quota=quota, actor=actor_of(request))
     # The node may commit it with other creates of the tenant (group commit).
-    result = await node.propose_create(cmd, len(await request.read()))
+    with node.admit(1):
+        result = await node.propose_create(cmd, len(await request.read()))
     if result.get("error") == "idempotency_key_reserved":
         raise _key_reserved(node, result)
     raise_refusal(result)
@@ -162,10 +163,17 @@ async def batch_create_jobs(request: web.Request) -> web.Response:
     of loop_slice_s, so a maximal batch does not stall the node. The valid ones
     are proposed as create_jobs entries of at most batch_entry_jobs_max jobs
     and batch_entry_bytes_max bytes, in order; an entry that is not committed
-    gives its jobs a 503 problem (the whole answer is a 503 when none is)."""
+    gives its jobs a 503 problem (the whole answer is a 503 when none is).
+    The node admits the batch whole before its jobs are checked: a busy node
+    refuses it (503 busy) without spending more on it."""
     node = node_of(request)
     bodies = _batch_bodies(await json_body(request, limits.batch_request_body_bytes_max,
                                            "batch_request_body_bytes_max", off_loop=True))
+    with node.admit(len(bodies)):
+        return await _batch_create(request, node, bodies)
+
+
+async def _batch_create(request: web.Request, node: "NodePort", bodies: list) -> web.Response:
     now = node.now_ms()
     node.check_room()
     results, checked = await _batch_items(node, bodies, now)
@@ -174,9 +182,8 @@ async def batch_create_jobs(request: web.Request) -> web.Response:
                                              [position for position, _, _ in checked], results)
     kept_positions = set(kept)
     parts = batch_entries([c for c in checked if c[0] in kept_positions])
-    # Admitted whole and proposed together, in order: pysyncobj keeps that
-    # order, so a job sees the jobs before it in the batch (an idempotency key
-    # used twice).
+    # Proposed together, in order: pysyncobj keeps that order, so a job sees
+    # the jobs before it in the batch (an idempotency key used twice).
     quota = _create_quota(node, tenant)
     answers = await node.propose_batch(
         [commands.create_jobs(tenant=tenant, at_ms=now, items=part, quota=quota, actor=actor)

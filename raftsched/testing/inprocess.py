@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, ContextManager
 
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -75,6 +75,9 @@ class ReplicaPort(StoreQueries):
 
     async def propose(self, command: dict) -> dict:
         return await self.client_proposals.write(command)
+
+    def admit(self, jobs: int) -> ContextManager[None]:
+        return self.client_proposals.admit(jobs)
 
     async def propose_create(self, command: Any, body_bytes: int) -> dict:
         return await self.client_proposals.create(command, body_bytes)
