@@ -198,6 +198,10 @@ writes_inflight_max = 1024
 # of 1,000 at once took more than 5 s. At least batch_create_jobs_max, so a
 # whole batch is admitted on an idle node.
 create_jobs_inflight_max = 4000
+# The same for one tenant's creates on one node: a tenant that floods a node
+# with batches leaves the others at least create_jobs_inflight_max minus this
+# (1000 jobs) of room. At least batch_create_jobs_max.
+create_jobs_inflight_per_tenant_max = 3000
 # Seconds a client refused as busy is told to wait (Retry-After): about what
 # the admitted work takes to commit.
 busy_retry_after_s = 1

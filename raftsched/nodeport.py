@@ -88,12 +88,13 @@ class NodePort(Protocol):
         writes_inflight_max requests awaiting commit, Unavailable when the
         outcome is not known (no leader, timeout)."""
 
-    def admit(self, jobs: int) -> ContextManager[None]:
-        """Hold one create request and its `jobs` jobs as awaiting commit on
-        this node until the block ends; raise Busy (holding nothing) when the
-        node already has writes_inflight_max requests or would pass
-        create_jobs_inflight_max jobs. A create handler enters it before it
-        checks its jobs, and calls propose_create or propose_batch inside it."""
+    def admit(self, jobs: int, tenant: str) -> ContextManager[None]:
+        """Hold one create request and its `jobs` jobs of `tenant` as awaiting
+        commit on this node until the block ends; raise Busy (holding nothing)
+        when the node already has writes_inflight_max requests, or would pass
+        create_jobs_inflight_max jobs, or create_jobs_inflight_per_tenant_max
+        of the tenant's. A create handler enters it before it checks its
+        jobs, and calls propose_create or propose_batch inside it."""
 
     async def propose_create(self, command: Any, body_bytes: int) -> dict:
         """propose for a create_job command (`body_bytes`: its request body's

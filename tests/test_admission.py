@@ -131,13 +131,14 @@ async def test_a_group_that_is_not_committed_gives_each_of_its_creates_the_error
     made = [commands.create_job(job_id=f"job_{i}", tenant="t", spec=spec, idempotency_key=None,
                                 shard=1, next_ms=5_000, at_ms=1) for i in range(3)]
     async def create(command: commands.CreateJob) -> dict:
-        with proposals.admit(1):
+        with proposals.admit(1, "t"):
             return await proposals.create(command, 100)
 
     outcomes = await asyncio.gather(*(create(c) for c in made), return_exceptions=True)
     assert all(isinstance(o, Unavailable) and o.reason == "no_leader" for o in outcomes)
     # Every admission it held is released.
     assert (proposals.admission.writes, proposals.admission.jobs) == (0, 0)
+    assert proposals.admission.jobs_by_tenant == {}
 
 
 async def test_a_create_past_the_jobs_in_flight_bound_is_refused_busy_before_proposal(
@@ -186,6 +187,19 @@ async def test_a_write_past_the_requests_in_flight_bound_is_refused_busy():
         assert (await refused.json())["limit"] == "writes_inflight_max"
         port.gate.set()
         assert [r.status for r in await asyncio.gather(*held)] == [201, 201]
+
+
+def test_one_tenant_cannot_take_all_of_a_nodes_room_for_creates():
+    admission = Admission(jobs_max=4000, tenant_jobs_max=2000)
+    with admission.admit(jobs=1000, tenant="noisy"), admission.admit(jobs=1000, tenant="noisy"):
+        with pytest.raises(Busy) as caught:
+            with admission.admit(jobs=1, tenant="noisy"):
+                pass
+        assert caught.value.limit == "create_jobs_inflight_per_tenant_max"
+        assert "noisy" in caught.value.detail
+        with admission.admit(jobs=1000, tenant="quiet"):   # the others keep their room
+            assert admission.jobs_by_tenant == {"noisy": 2000, "quiet": 1000}
+    assert (admission.jobs, admission.jobs_by_tenant) == (0, {})
 
 
 def test_busy_is_an_unavailable_that_names_its_limit():

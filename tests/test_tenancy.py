@@ -158,7 +158,7 @@ class _Port(StoreQueries):
         self.proposed.append(command)
         return self.log.run(command)
 
-    def admit(self, jobs: int) -> contextlib.nullcontext:
+    def admit(self, jobs: int, tenant: str) -> contextlib.nullcontext:
         return contextlib.nullcontext()
 
     async def propose_create(self, command: dict, body_bytes: int) -> dict:

@@ -111,7 +111,7 @@ async def create_job(request: web.Request) -> web.Response:
                               next_ms=next_fire_ms(spec["schedule"], now), at_ms=now,
                               quota=quota, actor=actor_of(request))
     # The node may commit it with other creates of the tenant (group commit).
-    with node.admit(1):
+    with node.admit(1, tenant):
         result = await node.propose_create(cmd, len(await request.read()))
     if result.get("error") == "idempotency_key_reserved":
         raise _key_reserved(node, result)
@@ -169,7 +169,7 @@ async def batch_create_jobs(request: web.Request) -> web.Response:
     node = node_of(request)
     bodies = _batch_bodies(await json_body(request, limits.batch_request_body_bytes_max,
                                            "batch_request_body_bytes_max", off_loop=True))
-    with node.admit(len(bodies)):
+    with node.admit(len(bodies), tenant_of(request)):
         return await _batch_create(request, node, bodies)
 
 

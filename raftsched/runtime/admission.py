@@ -53,41 +53,58 @@ class Admission:
 
     def __init__(self, *, writes_max: int = limits.writes_inflight_max,
                  jobs_max: int = limits.create_jobs_inflight_max,
+                 tenant_jobs_max: int = limits.create_jobs_inflight_per_tenant_max,
                  retry_after_s: int = limits.busy_retry_after_s,
                  clock: Callable[[], float] = time.monotonic) -> None:
         assert jobs_max >= limits.batch_create_jobs_max, jobs_max
+        assert tenant_jobs_max >= limits.batch_create_jobs_max, tenant_jobs_max
         self.writes_max, self.jobs_max, self.retry_after_s = writes_max, jobs_max, retry_after_s
+        self.tenant_jobs_max = tenant_jobs_max
         self.writes = 0
         self.jobs = 0
+        # Jobs in flight by tenant: a tenant's entry holds at least one admitted
+        # request, so there are at most writes_max entries; it goes at zero.
+        self.jobs_by_tenant: dict[str, int] = {}
         self.refused_total = 0
         self._clock = clock
         self._logged_at: float | None = None
         self._refused_since_log = 0
 
     @contextmanager
-    def admit(self, *, jobs: int) -> Iterator[None]:
-        """Hold one write request (and its `jobs` creates) until the block
-        ends; raise Busy, holding nothing, when over a bound."""
-        refusal = self._refusal(jobs)
+    def admit(self, *, jobs: int, tenant: str | None = None) -> Iterator[None]:
+        """Hold one write request (and its `jobs` creates, of `tenant`) until
+        the block ends; raise Busy, holding nothing, when over a bound."""
+        refusal = self._refusal(jobs, tenant)
         if refusal is not None:
             self._note_refused(refusal)
             raise refusal
         self.writes += 1
         self.jobs += jobs
+        if jobs and tenant is not None:
+            self.jobs_by_tenant[tenant] = self.jobs_by_tenant.get(tenant, 0) + jobs
         try:
             yield
         finally:
             self.writes -= 1
             self.jobs -= jobs
+            if jobs and tenant is not None:
+                left = self.jobs_by_tenant.pop(tenant) - jobs
+                if left:
+                    self.jobs_by_tenant[tenant] = left
 
-    def _refusal(self, jobs: int) -> Busy | None:
+    def _refusal(self, jobs: int, tenant: str | None) -> Busy | None:
         if self.writes >= self.writes_max:
             return self._busy(f"{self.writes} write requests await commit on it",
                               "writes_inflight_max", self.writes_max)
-        # Past the bound only with something in flight: an idle node takes any batch.
+        # Past a bound only with something in flight: an idle node takes any batch.
         if jobs and self.jobs and self.jobs + jobs > self.jobs_max:
             return self._busy(f"{self.jobs} jobs of creates await commit on it, and this "
                               f"request adds {jobs}", "create_jobs_inflight_max", self.jobs_max)
+        held = self.jobs_by_tenant.get(tenant, 0) if tenant is not None else 0
+        if jobs and held and held + jobs > self.tenant_jobs_max:
+            return self._busy(f"{held} jobs of tenant {tenant}'s creates await commit on it, "
+                              f"and this request adds {jobs}",
+                              "create_jobs_inflight_per_tenant_max", self.tenant_jobs_max)
         return None
 
     def _busy(self, what: str, limit: str, bound: int) -> Busy:
@@ -247,9 +264,9 @@ class ClientProposals:
                 "create_group_entries_total": groups.entries_total,
                 "creates_grouped_total": groups.grouped_total}
 
-    def admit(self, jobs: int) -> "ContextManager[None]":
+    def admit(self, jobs: int, tenant: str) -> ContextManager[None]:
         """Admission of a create request (see raftsched.nodeport.NodePort.admit)."""
-        return self.admission.admit(jobs=jobs)
+        return self.admission.admit(jobs=jobs, tenant=tenant)
 
     async def write(self, command: commands.Command) -> dict:
         with self.admission.admit(jobs=0):

@@ -125,8 +125,8 @@ class NodeAdapter(StoreQueries):
     async def propose(self, command: dict) -> dict:
         return await self._node.client_proposals.write(command)
 
-    def admit(self, jobs: int) -> ContextManager[None]:
-        return self._node.client_proposals.admit(jobs)
+    def admit(self, jobs: int, tenant: str) -> ContextManager[None]:
+        return self._node.client_proposals.admit(jobs, tenant)
 
     async def propose_create(self, command: Any, body_bytes: int) -> dict:
         return await self._node.client_proposals.create(command, body_bytes)

@@ -76,8 +76,8 @@ class ReplicaPort(StoreQueries):
     async def propose(self, command: dict) -> dict:
         return await self.client_proposals.write(command)
 
-    def admit(self, jobs: int) -> ContextManager[None]:
-        return self.client_proposals.admit(jobs)
+    def admit(self, jobs: int, tenant: str) -> ContextManager[None]:
+        return self.client_proposals.admit(jobs, tenant)
 
     async def propose_create(self, command: Any, body_bytes: int) -> dict:
         return await self.client_proposals.create(command, body_bytes)
