@@ -7,6 +7,7 @@
      |    +-- Forbidden            a token whose role or tenant may not do this (403)
      |    +-- QuotaExceeded        over a tenant's quota (429, with Retry-After)
      +-- Unavailable             no leader, no quorum, commit timeout (503); retryable
+     |    +-- Busy                 refused before proposal: the node has all it may take (503)
      +-- CommandRefused          a log entry of a known version and tag whose shape is wrong,
      |                           or bytes that are not a command: refused alike everywhere
      +-- InvariantBroken         a bug: the process must stop rather than diverge
@@ -81,6 +82,16 @@ class Unavailable(RaftschedError):
         super().__init__(detail)
         self.detail = detail
         self.reason = reason
+
+
+class Busy(Unavailable):
+    """This node already has as much awaiting commit as it takes (`limit` names
+    the bound): the command was not proposed. Retry after retry_after_s."""
+
+    def __init__(self, detail: str, *, limit: str, retry_after_s: int) -> None:
+        super().__init__(detail, reason="busy")
+        self.limit = limit
+        self.retry_after_s = retry_after_s
 
 
 class CommandRefused(RaftschedError):

@@ -180,6 +180,41 @@ propose_timeout_s = 5.0
 leader_wait_s = 3.0
 # How often (seconds) that wait looks again; a look reads two fields of Raft state.
 leader_wait_poll_s = 0.02
+# A write that is not committed within propose_timeout_s is waited for longer
+# while the cluster is visibly committing (this node's applied index moved in
+# the last propose_timeout_s, and a leader is reachable): it is queued behind
+# other entries, not lost. This bounds that longer wait (seconds); admission
+# (below) keeps the queue short enough that it is not reached.
+propose_wait_max_s = 30.0
+# Admission (runtime/admission.py): what a node takes from its clients before it
+# refuses more, with 503 `busy`, Retry-After and this limit's name, and without
+# proposing. Write requests (each a waiter and its command held in memory) this
+# node has proposed, or is about to, and not yet answered:
+writes_inflight_max = 1024
+# Jobs of creates (single or batch) this node has admitted and not yet
+# answered. Every node admits its own, and the leader commits them all: three
+# nodes' 4,000 jobs are about 2 s of apply on a loaded 2-core machine (each
+# replica applies every job), well within propose_timeout_s, where 32 batches
+# of 1,000 at once took more than 5 s. At least batch_create_jobs_max, so a
+# whole batch is admitted on an idle node.
+create_jobs_inflight_max = 4000
+# The same for one tenant's creates on one node: a tenant that floods a node
+# with batches leaves the others at least create_jobs_inflight_max minus this
+# (1000 jobs) of room. At least batch_create_jobs_max.
+create_jobs_inflight_per_tenant_max = 3000
+# Seconds a client refused as busy is told to wait (Retry-After): about what
+# the admitted work takes to commit.
+busy_retry_after_s = 1
+# The busy refusals of a node are logged at most once per this many seconds
+# (with how many there were): one line per episode, not one per request.
+busy_log_period_s = 10.0
+# Group commit of single creates (runtime/admission.py CreateGroups): single
+# POST /v1/jobs of one tenant, token and quota that arrive while this node has
+# create entries in flight wait for one to finish and go out together as one
+# create_jobs entry. This many of those entries at once, per node: two keep
+# the Raft pipeline busy while the next group gathers. A group is at most an
+# entry of batchCreate (batch_entry_jobs_max jobs, batch_entry_bytes_max bytes).
+create_groups_inflight_max = 2
 # Commands queued inside pysyncobj before it refuses more (QUEUE_FULL -> 503).
 raft_commands_queue_max = 100_000
 # A Raft frame's declared length (bytes, after pysyncobj's 4-byte length

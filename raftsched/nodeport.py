@@ -83,9 +83,29 @@ class NodePort(Protocol):
 
     async def propose(self, command: dict) -> dict:
         """Replicate one command (raftsched.core.commands) and return apply's
-        result once it is committed and applied here. Raises Unavailable when
-        the outcome is not known (no leader, timeout). Several proposals may
-        be awaited at once (a batch create gathers them)."""
+        result once it is committed and applied here. Raises Busy (an
+        Unavailable: nothing was proposed) when the node already has
+        writes_inflight_max requests awaiting commit, Unavailable when the
+        outcome is not known (no leader, timeout)."""
+
+    def admit(self, jobs: int, tenant: str) -> ContextManager[None]:
+        """Hold one create request and its `jobs` jobs of `tenant` as awaiting
+        commit on this node until the block ends; raise Busy (holding nothing)
+        when the node already has writes_inflight_max requests, or would pass
+        create_jobs_inflight_max jobs, or create_jobs_inflight_per_tenant_max
+        of the tenant's. A create handler enters it before it checks its
+        jobs, and calls propose_create or propose_batch inside it."""
+
+    async def propose_create(self, command: Any, body_bytes: int) -> dict:
+        """propose for a create_job command (`body_bytes`: its request body's
+        size), within admit(1): the node may send it in one create_jobs entry
+        with other creates of the same tenant, actor and quota (group commit);
+        the result is this job's alone, as create_job's would be."""
+
+    async def propose_batch(self, entries: list) -> list:
+        """Replicate the create_jobs entries of one batch, in order, within
+        admit(jobs of them all): each entry's result or the exception
+        (Unavailable) it met, in order."""
 
     def check_room(self) -> None:
         """Raise InsufficientStorage while a write that adds state must wait."""

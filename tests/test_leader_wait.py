@@ -28,7 +28,7 @@ class _Raft:
         self.looks += 1
         return self.looks > self.unreachable
 
-    async def propose_wait(self, data: bytes) -> dict:
+    async def propose_wait(self, data: bytes, wait_max_s: float | None = None) -> dict:
         self.proposed.append(data)
         return {"ok": True}
 

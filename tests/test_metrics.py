@@ -150,6 +150,9 @@ def fake_node(**overrides: object) -> SimpleNamespace:
                       handshakes_refused_total=0,
                       snapshots_written_total=2, snapshot_installs_total=0,
                       snapshot_write_s_sum=0.75, snapshot_write_s_last=0.25),
+        client_proposals=ns(status=lambda: {
+            "writes_inflight": 3, "create_jobs_inflight": 1200, "busy_refused_total": 4,
+            "create_group_entries_total": 10, "creates_grouped_total": 60}),
         storage=ns(refused_total=0, status=lambda: {
             "used_bytes": 4096, "file_bytes": 8192, "max_data_bytes": 1 << 30,
             "high_water_bytes": 900 << 20, "free_disk_bytes": 10 ** 9, "full": None}),
@@ -211,6 +214,8 @@ def test_the_collector_reads_the_node_at_each_scrape():
     assert value(first, "raftsched_runs_ended_total", state="succeeded") == 0
     assert value(first, "raftsched_misfires_total", policy="skip", state="skipped") == 0
     assert value(first, "raftsched_long_polls_refused_total") == 3   # topics 2, queues 1
+    assert value(first, "raftsched_admission_busy_refused_total") == 4
+    assert value(first, "raftsched_admission_create_jobs_inflight") == 1200
     # No second set of counters: what the node holds now is what the next scrape says.
     node.trigger.fired_total = 9
     node.applied_counts.add([(("run_ended", "succeeded"), 5), (("retry", ""), 2)])

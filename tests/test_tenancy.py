@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from types import SimpleNamespace
 
@@ -156,6 +157,12 @@ class _Port(StoreQueries):
     async def propose(self, command: dict) -> dict:
         self.proposed.append(command)
         return self.log.run(command)
+
+    def admit(self, jobs: int, tenant: str) -> contextlib.nullcontext:
+        return contextlib.nullcontext()
+
+    async def propose_create(self, command: dict, body_bytes: int) -> dict:
+        return await self.propose(command)
 
 
 async def test_a_single_create_over_jobs_max_answers_429_without_a_proposal():

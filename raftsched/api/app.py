@@ -28,8 +28,8 @@ from raftsched.core.jobspec import (JOB_ID_PATTERN, validate_create,
 from raftsched.core.schedule import next_fire_ms, parse_instant, parse_schedule, preview_ms
 from raftsched.core.spec import PauseNote, SchedulePreview, check_shape, members
 from raftsched.core.timeutil import format_ms
-from raftsched.errors import (Conflict, Forbidden, InvalidInput, NotFound, QuotaExceeded,
-                              Unauthorized, Unavailable)
+from raftsched.errors import (Busy, Conflict, Forbidden, InvalidInput, NotFound,
+                              QuotaExceeded, Unauthorized, Unavailable)
 
 if TYPE_CHECKING:
     from raftsched.nodeport import NodePort
@@ -51,6 +51,9 @@ async def problems_middleware(request: web.Request, handler: Any) -> web.StreamR
                        headers={"WWW-Authenticate": 'Bearer realm="raftsched"'})
     except InvalidInput as exc:
         return problem(exc.status, exc.type, exc.detail, field=exc.field, limit=exc.limit)
+    except Busy as exc:
+        return problem(503, "busy", exc.detail, reason=exc.reason, limit=exc.limit,
+                       headers={"Retry-After": str(exc.retry_after_s)})
     except Unavailable as exc:
         return problem(503, "unavailable", exc.detail, reason=exc.reason,
                        headers={"Retry-After": "1"})
@@ -107,7 +110,9 @@ async def create_job(request: web.Request) -> web.Response:
                               shard=node.shard_of(job_id),
                               next_ms=next_fire_ms(spec["schedule"], now), at_ms=now,
                               quota=quota, actor=actor_of(request))
-    result = await node.propose(cmd)
+    # The node may commit it with other creates of the tenant (group commit).
+    with node.admit(1, tenant):
+        result = await node.propose_create(cmd, len(await request.read()))
     if result.get("error") == "idempotency_key_reserved":
         raise _key_reserved(node, result)
     raise_refusal(result)
@@ -158,10 +163,17 @@ async def batch_create_jobs(request: web.Request) -> web.Response:
     of loop_slice_s, so a maximal batch does not stall the node. The valid ones
     are proposed as create_jobs entries of at most batch_entry_jobs_max jobs
     and batch_entry_bytes_max bytes, in order; an entry that is not committed
-    gives its jobs a 503 problem (the whole answer is a 503 when none is)."""
+    gives its jobs a 503 problem (the whole answer is a 503 when none is).
+    The node admits the batch whole before its jobs are checked: a busy node
+    refuses it (503 busy) without spending more on it."""
     node = node_of(request)
     bodies = _batch_bodies(await json_body(request, limits.batch_request_body_bytes_max,
                                            "batch_request_body_bytes_max", off_loop=True))
+    with node.admit(len(bodies), tenant_of(request)):
+        return await _batch_create(request, node, bodies)
+
+
+async def _batch_create(request: web.Request, node: "NodePort", bodies: list) -> web.Response:
     now = node.now_ms()
     node.check_room()
     results, checked = await _batch_items(node, bodies, now)
@@ -173,10 +185,9 @@ async def batch_create_jobs(request: web.Request) -> web.Response:
     # Proposed together, in order: pysyncobj keeps that order, so a job sees
     # the jobs before it in the batch (an idempotency key used twice).
     quota = _create_quota(node, tenant)
-    answers = await asyncio.gather(
-        *(node.propose(commands.create_jobs(tenant=tenant, at_ms=now, items=part, quota=quota,
-                                            actor=actor))
-          for _, part in parts), return_exceptions=True)
+    answers = await node.propose_batch(
+        [commands.create_jobs(tenant=tenant, at_ms=now, items=part, quota=quota, actor=actor)
+         for _, part in parts]) if parts else []
     unavailable = [a for a in answers if isinstance(a, Unavailable)]
     if unavailable and len(unavailable) == len(answers):
         raise unavailable[0]

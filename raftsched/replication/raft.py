@@ -958,13 +958,46 @@ class Replicator:
         self._obj.apply_command(data, callback=on_result)
         return future
 
-    async def propose_wait(self, data: bytes, timeout_s: float = limits.propose_timeout_s) -> Any:
-        try:
-            return await asyncio.wait_for(self.propose(data), timeout_s)
-        except asyncio.TimeoutError:
-            raise Unavailable(f"the command was not committed within {timeout_s:g} s (no quorum "
-                              "reachable?); its outcome is unknown: retry with the same "
-                              "idempotency_key", reason="timeout") from None
+    async def propose_wait(self, data: bytes, timeout_s: float = limits.propose_timeout_s,
+                           wait_max_s: float | None = None) -> Any:
+        """propose, and wait for the result. With wait_max_s, the wait goes on
+        past timeout_s while the cluster visibly commits (this node applied
+        entries in the last timeout_s and reaches a leader): the command is
+        queued behind others, not lost; up to wait_max_s in all. Then
+        Unavailable (timeout), saying what this node sees: no leader, no
+        quorum, a stalled leader, or a queue."""
+        future = self.propose(data)
+        waited_s = 0.0
+        applied = self.applied_index()
+        while True:
+            try:
+                return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+            except asyncio.TimeoutError:
+                waited_s += timeout_s
+            now_applied = self.applied_index()
+            progressing = now_applied > applied and self.leader_reachable()
+            if not progressing or wait_max_s is None or waited_s + timeout_s > wait_max_s:
+                break
+            applied = now_applied
+        future.cancel()
+        raise Unavailable(f"the command was not committed within {waited_s:g} s; "
+                          f"{self._why_not_committed(progressing)}; its outcome is unknown: "
+                          "retry with the same idempotency_key", reason="timeout")
+
+    def applied_index(self) -> int:
+        """The last Raft index applied here (read off pysyncobj's thread: an int)."""
+        return int(self._obj._SyncObj__raftLastApplied)
+
+    def _why_not_committed(self, progressing: bool) -> str:
+        if not self.leader_reachable():
+            return "no Raft leader is reachable from this node"
+        if not self._obj.hasQuorum:
+            return "this node does not reach a quorum of the cluster (no quorum)"
+        if progressing:
+            return ("the cluster is committing, but this command was queued behind others "
+                    "all that time: it is overloaded")
+        return ("a leader is reachable and this node reaches a quorum, but nothing was "
+                "committed meanwhile (the leader is stalled, or lost the command)")
 
     # --- status ----------------------------------------------------------------------
 

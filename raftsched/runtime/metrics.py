@@ -219,6 +219,18 @@ class NodeCollector(Collector):
                     int(storage["full"] is not None))
         yield counter("storage_refused_writes", "Writes refused with 507 while storage was past "
                       "its mark", self._node.storage.refused_total)
+        admission = self._node.client_proposals.status()
+        yield gauge("admission_writes_inflight", "Client write requests awaiting commit on this node",
+                    admission["writes_inflight"])
+        yield gauge("admission_create_jobs_inflight", "Jobs of creates awaiting commit on this node",
+                    admission["create_jobs_inflight"])
+        yield counter("admission_busy_refused", "Client writes refused with 503 busy, before "
+                      "proposal, past writes_inflight_max or create_jobs_inflight_max",
+                      admission["busy_refused_total"])
+        yield counter("admission_create_group_entries", "Raft entries this node proposed for single "
+                      "creates (group commit)", admission["create_group_entries_total"])
+        yield counter("admission_creates_grouped", "Single creates that went out in one entry with "
+                      "others", admission["creates_grouped_total"])
 
     def _clock(self) -> Iterator[Metric]:
         clock = self._node.clock

@@ -34,6 +34,7 @@ from raftsched.executors.command import CommandExecutor, RunAs
 from raftsched.executors.http import HttpExecutor
 from raftsched.executors.netguard import policy_for
 from raftsched.replication.raft import Replicator
+from raftsched.runtime.admission import ClientProposals
 from raftsched.runtime.apply_bridge import EXIT_INVARIANT, ApplyBridge
 from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.clock import ClusterClock
@@ -208,6 +209,10 @@ class Node:
         # which reads these and the rest of the node at each scrape.
         self.applied_counts = AppliedCounts()
         self._metrics = make_registry(self)
+        # What clients propose: admitted against the node's bounds, single
+        # creates group-committed (runtime/admission.py).
+        self.client_proposals = ClientProposals(
+            functools.partial(self.propose, wait_max_s=limits.propose_wait_max_s))
         # Committed entries reach the store and this node through it.
         self.bridge = ApplyBridge(self)
         self.bridge.start_digest_thread()
@@ -246,9 +251,13 @@ class Node:
 
     # --- the loop side ---------------------------------------------------------------
 
-    async def propose(self, command: dict) -> dict:
+    async def propose(self, command: dict, wait_max_s: float | None = None) -> dict:
+        """`wait_max_s`: wait past propose_timeout_s, up to this, while the
+        cluster visibly commits (Replicator.propose_wait); clients' writes do,
+        which admission keeps from queueing long."""
         await self.wait_for_leader()
-        result = await self.replicator.propose_wait(commands.encode(command))
+        result = await self.replicator.propose_wait(commands.encode(command),
+                                                    wait_max_s=wait_max_s)
         if isinstance(result, dict) and result.get("replayed"):
             # The entry's index was already covered by a snapshot this node
             # installed, so its own result is not known here.

@@ -10,7 +10,7 @@ store (StoreQueries, which a test can build over any store).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, ContextManager
+from typing import TYPE_CHECKING, Any, ContextManager
 
 from raftsched import limits
 from raftsched.core import keys, queries
@@ -123,7 +123,16 @@ class NodeAdapter(StoreQueries):
     # --- writes ----------------------------------------------------------------------
 
     async def propose(self, command: dict) -> dict:
-        return await self._node.propose(command)
+        return await self._node.client_proposals.write(command)
+
+    def admit(self, jobs: int, tenant: str) -> ContextManager[None]:
+        return self._node.client_proposals.admit(jobs, tenant)
+
+    async def propose_create(self, command: Any, body_bytes: int) -> dict:
+        return await self._node.client_proposals.create(command, body_bytes)
+
+    async def propose_batch(self, entries: list) -> list:
+        return await self._node.client_proposals.batch(entries)
 
     def check_room(self) -> None:
         self._node.storage.check_room()
@@ -176,6 +185,9 @@ class NodeAdapter(StoreQueries):
                 "task_failures": dict(node.supervisor.failures),
                 # Peers read `storage.full` to refuse writes while this node is past its mark.
                 "storage": node.storage.status(),
+                # Client writes awaiting commit here, refusals as busy, group
+                # commit of single creates (runtime/admission.py).
+                "admission": node.client_proposals.status(),
                 "purged": {"runs_total": node.purger.purged_runs_total,
                            "jobs_total": node.purger.purged_jobs_total,
                            "idempotency_keys_total": node.purger.purged_idem_total,

@@ -60,6 +60,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Callable
 
@@ -353,9 +354,59 @@ async def _post_loop(url: str, body: bytes, clients: int, seconds: float) -> tup
     return ok, failed
 
 
+BURST_CLIENTS = 32   # batchCreate requests of BATCH jobs sent at once (creates scenario)
+
+
+def batch_burst(urls: list[str], clients: int = BURST_CLIENTS, jobs: int = BATCH,
+                context: Any = None) -> dict:
+    """`clients` batchCreate requests of `jobs` one-offs (due in a day), sent at
+    once over the nodes at `urls`, each answered: how many were committed
+    (2xx, every job created), refused busy before proposal (503 `busy` with
+    Retry-After), or answered with an unknown outcome (503 otherwise, or a 2xx
+    of which some jobs were not committed), or anything else; and the ids of
+    the jobs the 2xx answers created."""
+    one = {"run_at": _at(86_400), "target": {"type": "http", "url": NOWHERE}}
+    start = threading.Barrier(clients)
+
+    def send(i: int) -> Any:
+        start.wait()
+        return call("POST", urls[i % len(urls)] + "/v1/jobs:batchCreate",
+                    {"jobs": [one] * jobs}, timeout_s=120, context=context)
+
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        answers = list(pool.map(send, range(clients)))
+    tally = {"committed": 0, "busy": 0, "outcome_unknown": 0, "other": 0}
+    job_ids: list[str] = []
+    for answer in answers:
+        tally[_burst_kind(answer)] += 1
+        if answer.status < 300:
+            job_ids += [r["job_id"] for r in answer.body["results"] if "job_id" in r]
+    unknown = [_unknown_detail(a) for a in answers if _burst_kind(a) == "outcome_unknown"]
+    return {**tally, "job_ids": job_ids, "unknown_details": unknown[:3],
+            "others": [a for a in answers if _burst_kind(a) == "other"][:3]}
+
+
+def _unknown_detail(answer: Any) -> str:
+    if answer.status < 300:
+        errors = [r["error"] for r in answer.body["results"] if "job_id" not in r]
+        return f"2xx with {len(errors)} jobs not created, the first: {errors[0]}"
+    return f"{answer.status}: {answer.body}"
+
+
+def _burst_kind(answer: Any) -> str:
+    if answer.status < 300:
+        whole = all("job_id" in r for r in answer.body["results"])
+        return "committed" if whole else "outcome_unknown"
+    if answer.status == 503:
+        busy = answer.body.get("type", "").endswith("/busy") and "Retry-After" in answer.headers
+        return "busy" if busy else "outcome_unknown"
+    return "other"
+
+
 def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
     """Creates a second: single POSTs from `clients` keep-alive clients spread
-    over the nodes, then batchCreate of 1000 jobs from 2 clients per node."""
+    over the nodes, then batchCreate of 1000 jobs from 2 clients per node, then
+    BURST_CLIENTS batchCreates of 1000 one-offs at once (how each was answered)."""
     conditions = _announce("creates", clients=clients, seconds=seconds, nodes=nodes,
                            sink="none (the jobs are due in a day)")
     one = {"run_at": _at(86_400), "target": {"type": "http", "url": NOWHERE}}
@@ -373,13 +424,15 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
             return single, batched
 
         single, batched = asyncio.run(both())
+        burst = batch_burst([cluster.url(nid) for nid in cluster.ids])
         cluster.ensure_same(120)
     single_ok, single_failed = sum(s[0] for s in single), sum(s[1] for s in single)
     batch_ok = sum(b[0] for b in batched)
     return {**conditions, "single_posts_per_s": round(single_ok / seconds),
             "single_refused": single_failed,
             "batch_jobs_per_s": round(batch_ok * BATCH / seconds),
-            "batch_requests_refused": sum(b[1] for b in batched)}
+            "batch_requests_refused": sum(b[1] for b in batched),
+            "burst": {k: v for k, v in burst.items() if k != "job_ids"}}
 
 
 # --- rejoin -----------------------------------------------------------------------------
@@ -538,7 +591,12 @@ def _render_creates(figures: dict) -> str:
     return (f"single POSTs: {figures['single_posts_per_s']}/s with {figures['clients']} "
             f"keep-alive clients ({figures['single_refused']} not 2xx); batchCreate of "
             f"{BATCH}: {figures['batch_jobs_per_s']} jobs/s with 6 clients "
-            f"({figures['batch_requests_refused']} requests not 2xx)")
+            f"({figures['batch_requests_refused']} requests not 2xx)\n"
+            f"{BURST_CLIENTS} batchCreates of {BATCH} one-offs at once: "
+            f"{figures['burst']['committed']} committed, {figures['burst']['busy']} refused busy, "
+            f"{figures['burst']['outcome_unknown']} outcome unknown, "
+            f"{figures['burst']['other']} other"
+            + "".join(f"\n  outcome unknown: {d}" for d in figures["burst"]["unknown_details"]))
 
 
 def _render_footprint(figures: dict) -> str:

@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
+from typing import Any, ContextManager
 
 from aiohttp.test_utils import TestClient, TestServer
 
 from raftsched import limits
 from raftsched.api.app import make_app
 from raftsched.core import keys
+from raftsched.runtime.admission import ClientProposals
 from raftsched.runtime.port import StoreQueries
 from raftsched.testing.replica import Replica
 
@@ -42,6 +44,8 @@ class ReplicaPort(StoreQueries):
                                "creates_per_s": limits.tenant_creates_per_s_default,
                                "runs_concurrent_max": limits.tenant_runs_concurrent_max_default,
                                "weight": limits.tenant_weight_default}
+        # Admitted and grouped as a node does (runtime/admission.py).
+        self.client_proposals = ClientProposals(self.propose_entry)
         self.config = SimpleNamespace(**{
             "insecure_no_auth": True, "admin_token_sha256": None,
             "node_credential_sha256": None, "allow_target_cidrs": (), "allow_commands": False,
@@ -70,6 +74,19 @@ class ReplicaPort(StoreQueries):
         return None
 
     async def propose(self, command: dict) -> dict:
+        return await self.client_proposals.write(command)
+
+    def admit(self, jobs: int, tenant: str) -> ContextManager[None]:
+        return self.client_proposals.admit(jobs, tenant)
+
+    async def propose_create(self, command: Any, body_bytes: int) -> dict:
+        return await self.client_proposals.create(command, body_bytes)
+
+    async def propose_batch(self, entries: list) -> list:
+        return await self.client_proposals.batch(entries)
+
+    async def propose_entry(self, command: Any) -> dict:
+        """One entry, as a node's Raft would take it: encoded, applied, counted."""
         self.proposed.append(command)
         return self.replica.run(command)
 
