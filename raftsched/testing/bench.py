@@ -5,6 +5,7 @@
     raftsched bench footprint 100000,1000000 [--runs 2000]
     raftsched bench rejoin 1000000 [--snapshot-entries 2000]
     raftsched bench cost 20000
+    raftsched bench idle 60 [--settle-s 15]
 
 Every scenario starts its own cluster of --nodes (default 3) processes on
 127.0.0.1, prints its conditions (nodes, jobs, cores, python, sink) first and
@@ -40,6 +41,11 @@ Scenario `cost N`: what one run costs every replica from fire to finish, and
 a job its create, in one process with no network and no Raft
 (testing/runcost.py): Raft entries, LMDB writes, msgpack encodes and decodes,
 bytes encoded and CPU microseconds per job or run, phase by phase.
+
+Scenario `idle S`: a cluster with no jobs, left --settle-s seconds to settle
+(elections, shard assignment, the clock's first samples), then each node's
+CPU over S seconds from /proc/PID/stat (utime + stime, user and system
+time of all its threads), printed as % of one core per node.
 
 Scenario `rejoin N`: N pending one-offs on a cluster that snapshots every
 --snapshot-entries Raft entries; once the leader's snapshot holds them all, a
@@ -382,6 +388,45 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
             "batch_requests_refused": sum(b[1] for b in batched)}
 
 
+# --- idle -------------------------------------------------------------------------------
+
+IDLE_SETTLE_S = 15.0
+
+
+def _cpu_ticks(pid: int) -> int:
+    """utime + stime of a process (all its threads), in clock ticks."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rpartition(")")[2].split()
+    return int(fields[11]) + int(fields[12])   # fields 14 and 15 of proc(5)
+
+
+def idle(seconds: float, nodes: int = 3, settle_s: float = IDLE_SETTLE_S) -> dict:
+    """Each node's CPU, in % of one core, over `seconds` of a cluster with no jobs."""
+    conditions = _announce("idle", nodes=nodes, jobs=0, seconds=seconds, settle_s=settle_s)
+    with tempfile.TemporaryDirectory() as tmp, _quiet_cluster(tmp, nodes) as cluster:
+        cluster.wait_ready()
+        cluster.ensure_same(60)
+        time.sleep(settle_s)   # a measurement's lead-in, not a synchronisation
+        pids = {nid: cluster.procs[nid].pid for nid in cluster.ids}
+        before = {nid: _cpu_ticks(pid) for nid, pid in pids.items()}
+        started = time.monotonic()
+        time.sleep(seconds)    # the measured interval itself
+        after = {nid: _cpu_ticks(pid) for nid, pid in pids.items()}
+        elapsed_s = time.monotonic() - started
+        leader = cluster.leader()
+    hz = os.sysconf("SC_CLK_TCK")
+    percent = {nid: round(100 * (after[nid] - before[nid]) / hz / elapsed_s, 2) for nid in pids}
+    return {**conditions, "leader": leader, "measured_s": round(elapsed_s, 1),
+            "cpu_percent_of_a_core": percent}
+
+
+def _render_idle(figures: dict) -> str:
+    per_node = "; ".join(f"{nid}{' (leader)' if nid == figures['leader'] else ''} {pct:g}%"
+                         for nid, pct in figures["cpu_percent_of_a_core"].items())
+    return (f"idle CPU over {figures['measured_s']} s, % of one core (utime + stime): "
+            f"{per_node}")
+
+
 # --- rejoin -----------------------------------------------------------------------------
 
 SNAPSHOT_WRITTEN = re.compile(r"snapshot written at applied_index (\d+) \(raft index (\d+)\) "
@@ -611,7 +656,8 @@ def _render_rejoin(figures: dict) -> str:
 
 def render(figures: dict) -> str:
     return {"creates": _render_creates, "footprint": _render_footprint,
-            "rejoin": _render_rejoin, "cost": runcost.render}.get(figures["scenario"],
+            "rejoin": _render_rejoin, "cost": runcost.render,
+            "idle": _render_idle}.get(figures["scenario"],
                                                                   _render_burst)(figures)
 
 
@@ -626,10 +672,11 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     parser = argparse.ArgumentParser(prog="raftsched bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenario", choices=("burst", "footprint", "creates", "rejoin", "cost"))
+    parser.add_argument("scenario", choices=("burst", "footprint", "creates", "rejoin", "cost",
+                                                     "idle"))
     parser.add_argument("n", type=str,
                         help="jobs (footprint: pending one-offs, one or several comma-separated "
-                             "sizes; creates: clients)")
+                             "sizes; creates: clients; idle: seconds measured)")
     parser.add_argument("--runs", type=int, default=2000,
                         help="footprint: one-offs fired and finished (default %(default)s)")
     parser.add_argument("--seconds", type=float, default=10.0,
@@ -643,6 +690,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="burst: leave out the APScheduler reference")
     parser.add_argument("--snapshot-entries", type=int, default=REJOIN_SNAPSHOT_ENTRIES,
                         help="rejoin: Raft entries between snapshots (default %(default)s)")
+    parser.add_argument("--settle-s", type=float, default=IDLE_SETTLE_S,
+                        help="idle: seconds between the cluster's first agreement and the "
+                             "measurement (default %(default)s)")
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
@@ -658,6 +708,8 @@ def main(argv: list[str] | None = None) -> int:
         figures = creates(sizes[0], args.seconds, args.nodes)
     elif args.scenario == "rejoin":
         figures = rejoin(sizes[0], args.nodes, args.snapshot_entries)
+    elif args.scenario == "idle":
+        figures = idle(float(sizes[0]), args.nodes, args.settle_s)
     elif args.scenario == "cost":
         figures = runcost.measure(sizes[0])
     else:
