@@ -87,6 +87,7 @@ from pysyncobj import FAIL_REASON, SERIALIZER_STATE, SyncObj, SyncObjConf, repli
 from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj import syncobj as pysyncobj_syncobj
 from pysyncobj.journal import FileJournal, MetaStorer
+from pysyncobj.monotonic import monotonic as pysyncobj_monotonic
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
@@ -122,7 +123,12 @@ PYSYNCOBJ_PRIVATE_NAMES: tuple[tuple[Any, str, str], ...] = (
     (SyncObj, "_SyncObj__getCurrentLogIndex", "method"),
     (SyncObj, "_SyncObj__getEntries", "method"),
     (SyncObj, "_SyncObj__generateRaftTimeout", "method"),
+    (SyncObj, "_applyCommand", "method"),
+    (SyncObj, "_checkCommandsToApply", "method"),
     (SyncObj, "_poller", "attribute"),
+    (SyncObj, "_SyncObj__newAppendEntriesTime", "attribute"),
+    (SyncObj, "_SyncObj__raftNextIndex", "attribute"),
+    (SyncObj, "_SyncObj__connectedNodes", "attribute"),
     (SyncObj, "_SyncObj__raftLog", "attribute"),
     (SyncObj, "_SyncObj__raftLastApplied", "attribute"),
     (SyncObj, "_SyncObj__raftCommitIndex", "attribute"),
@@ -469,6 +475,14 @@ class _StateMachine(SyncObj):
         self._raftsched_meta_due = 0.0   # when the journal's meta file is next written
         self._raftsched_commit_index = 0   # see _SyncObj__applyLogEntries
         self._raftsched_listen = listen   # read by _Transport, which SyncObj builds
+        # Pacing of append-entries (see _raftsched_pace): when the last were
+        # sent, with which commit index, and whether commands were queued
+        # since the last turn. The wake-up pipe is watched from the Raft
+        # thread's first turn on (its poller is not thread-safe).
+        self._raftsched_sent_at = 0.0
+        self._raftsched_sent_commit = -1
+        self._raftsched_queued = False
+        self._raftsched_wake = _WakePipe()
         on_created(self)   # before pysyncobj's thread starts, which may call back at once
         super().__init__(self_addr, peers, conf=conf, transportClass=_Transport)
 
@@ -480,6 +494,7 @@ class _StateMachine(SyncObj):
         network for a follower about to start an election."""
         if not self._raftsched_journal_tracked:
             self._raftsched_track_journal()
+            self._raftsched_wake.watch(self._poller)
         self._raftsched_flush_if_changed()
         now = time.monotonic()
         if now >= self._raftsched_meta_due:
@@ -492,7 +507,62 @@ class _StateMachine(SyncObj):
         # While committed entries wait to be applied (see _applyLogEntries
         # below), the turn does not wait for the network.
         behind = self._SyncObj__raftLastApplied < self._SyncObj__raftCommitIndex
-        SyncObj._onTick(self, 0.0 if behind else timeToWait)
+        wait_s = self._raftsched_pace(timeToWait)
+        SyncObj._onTick(self, 0.0 if behind else wait_s)
+
+    def _raftsched_pace(self, wait_s: float) -> float:
+        """On the leader, when the next append-entries go out, and how long
+        this turn may wait for the network. While followers lack entries, or
+        their commit index, or commands wait to be appended, append-entries
+        go every append_entries_period_s (the commit batching); otherwise
+        they are bare heartbeats, every heartbeat_period_s. A turn waits no
+        longer than until the next send is due; new commands wake it (the
+        wake-up pipe), so an idle node's Raft thread sleeps between
+        heartbeats instead of turning every few milliseconds. Times are on
+        pysyncobj's clock (CLOCK_MONOTONIC_RAW), which its own send test reads."""
+        now = pysyncobj_monotonic()
+        queued, self._raftsched_queued = self._raftsched_queued, False
+        if not self._isLeader():
+            return wait_s
+        sent_at = self._raftsched_sent_at
+        if self._raftsched_replicating():
+            due = sent_at + limits.append_entries_period_s
+        else:
+            due = sent_at + limits.heartbeat_period_s
+        self._SyncObj__newAppendEntriesTime = due
+        if queued:
+            # Appended at the end of this turn: the next turn sends them.
+            due = min(due, sent_at + limits.append_entries_period_s)
+        return min(wait_s, max(0.0, due - now))
+
+    def _raftsched_replicating(self) -> bool:
+        """Whether a connected follower lacks entries, or the commit index it
+        was last sent."""
+        if self._SyncObj__raftCommitIndex != self._raftsched_sent_commit:
+            return True
+        last = self._SyncObj__getCurrentLogIndex()
+        next_index = self._SyncObj__raftNextIndex
+        return any(next_index.get(node, 0) <= last
+                   for node in self._SyncObj__connectedNodes
+                   if node in self._SyncObj__otherNodes)
+
+    def _SyncObj__sendAppendEntries(self) -> None:
+        self._raftsched_sent_at = pysyncobj_monotonic()
+        self._raftsched_sent_commit = self._SyncObj__raftCommitIndex
+        SyncObj._SyncObj__sendAppendEntries(self)
+
+    def _applyCommand(self, command: Any, callback: Any, commandType: Any = None) -> None:
+        """Any thread: queue a command for the Raft thread, and wake it."""
+        SyncObj._applyCommand(self, command, callback, commandType)
+        self._raftsched_queued = True
+        self._raftsched_wake.notify()
+
+    def _checkCommandsToApply(self) -> None:
+        started = time.monotonic()
+        SyncObj._checkCommandsToApply(self)
+        if time.monotonic() - started >= limits.append_entries_period_s:
+            # pysyncobj stopped at its time budget: commands may remain queued.
+            self._raftsched_queued = True
 
     def _raftsched_bound_log(self) -> None:
         """Snapshot early when the entries since the last snapshot hold more
@@ -971,6 +1041,10 @@ class Replicator:
     def is_leader(self) -> bool:
         return bool(self._obj._isLeader())
 
+    def term(self) -> int:
+        """The Raft term this node is in (a cheap read, unlike status())."""
+        return int(self._obj.raftCurrentTerm)
+
     def leader_reachable(self) -> bool:
         """Whether a command proposed now reaches a leader: this node leads, or
         the leader it knows of is connected to it. False during an election and
@@ -1026,6 +1100,41 @@ class Replicator:
         if job is not None and job.thread is not None:
             job.abandoned = True
             job.thread.join()
+
+
+class _WakePipe:
+    """Wakes the Raft thread's poller from any thread: pysyncobj otherwise
+    sees a queued command only at its next turn (auto_tick_period_s). At most
+    one byte is in the pipe at a time; a wake-up lost to a race costs at most
+    one such period."""
+
+    def __init__(self) -> None:
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._read_fd, False)
+        os.set_blocking(self._write_fd, False)
+        self._pending = False
+
+    def watch(self, poller: Any) -> None:
+        """Raft thread: read the pipe whenever it is readable."""
+        from pysyncobj.poller import POLL_EVENT_TYPE
+        poller.subscribe(self._read_fd, self._drain, POLL_EVENT_TYPE.READ)
+
+    def notify(self) -> None:
+        if self._pending:
+            return
+        self._pending = True
+        try:
+            os.write(self._write_fd, b"w")
+        except (BlockingIOError, OSError):
+            pass   # full (already readable) or closed at shutdown
+
+    def _drain(self, fd: int, event_mask: int) -> None:
+        self._pending = False
+        try:
+            while os.read(self._read_fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
 
 
 def parse_peer(peer: str, self_addr: str) -> tuple[str, str]:
