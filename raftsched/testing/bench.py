@@ -26,8 +26,13 @@ uvloop in a process of its own, keep-alive, answers at once). It prints:
   client loop calling a fresh fast sink N times over --reference-connections
   keep-alive connections (the rate this machine can call targets at all);
   and APScheduler 3.x with N one-offs due on one second, in memory in a
-  process of its own (testing/apscheduler_reference.py; --no-apscheduler
-  leaves it out).
+  process of its own (testing/apscheduler_reference.py), twice: jobs that
+  call a function (no network), and jobs that do raftsched's work, each
+  POSTing to a fresh fast sink (AsyncIOScheduler on uvloop, one aiohttp
+  session of --reference-connections), whose trigger lateness (the job
+  started) and call lateness (at the sink) are measured over every job as
+  raftsched's are. --no-apscheduler leaves both out. The figures are printed
+  side by side in one table.
 
 Scenario `creates C`: creates a second, single POSTs from C keep-alive
 clients, then batchCreate of 1000 jobs.
@@ -195,7 +200,8 @@ def burst(n: int, nodes: int = 3, lead_s: float | None = None,
         "burst", jobs=n, nodes=nodes, sink=FastSink.kind,
         shared="client, sink and nodes share the machine",
         references=f"bare aiohttp loop with {reference_connections} connections against a "
-                   f"fresh fast sink" + ("; APScheduler 3.x in its own process"
+                   f"fresh fast sink" + ("; APScheduler 3.x in its own process, jobs calling "
+                                         "a function, and jobs POSTing to a fresh fast sink"
                                          if apscheduler else "") + ", after the cluster")
     with tempfile.TemporaryDirectory() as tmp, FastSink() as sink, \
             _quiet_cluster(tmp, nodes) as cluster:
@@ -232,7 +238,21 @@ def burst(n: int, nodes: int = 3, lead_s: float | None = None,
     }
     if apscheduler:
         figures["apscheduler_reference"] = measure_in_subprocess(n)
+        figures["apscheduler_post_reference"] = _apscheduler_post(n, reference_connections)
     return figures
+
+
+def _apscheduler_post(n: int, connections: int) -> dict:
+    """APScheduler's jobs POSTing to a fresh fast sink; its own figures, and
+    the sink's for its calls (every call, as for raftsched's)."""
+    with FastSink() as sink:
+        figures = measure_in_subprocess(n, post_url=sink.url, connections=connections)
+        calls = _call_figures(sink, [f"aps-{i}" for i in range(n)]) \
+            if sink.stats()["jobs"] >= n else None
+    if calls is None:
+        raise RuntimeError(f"the APScheduler reference's sink saw fewer than {n} jobs: "
+                           f"{figures}")
+    return {**figures, **calls}
 
 
 # --- footprint --------------------------------------------------------------------------
@@ -604,10 +624,51 @@ def _render_footprint(figures: dict) -> str:
 
 def _render_apscheduler(figures: dict) -> str:
     aps, late = figures["apscheduler_reference"], figures["apscheduler_reference"]["lateness_ms"]
-    return (f"APScheduler reference ({aps['conditions']}): {aps['called']} of {aps['jobs']} "
-            f"called, lateness n={late['count']} p50={late['p50']} ms p99={late['p99']} ms "
-            f"max={late['max']} ms, set up in {aps['setup_s']} s"
-            + ("; WARNING: set up after the due time" if aps["adds_finished_after_due"] else ""))
+    lines = [f"APScheduler reference, no network ({aps['conditions']}): {aps['called']} of "
+             f"{aps['jobs']} called, lateness n={late['count']} p50={late['p50']} ms "
+             f"p99={late['p99']} ms max={late['max']} ms, set up in {aps['setup_s']} s"
+             + ("; WARNING: set up after the due time" if aps["adds_finished_after_due"]
+                else "")]
+    post = figures.get("apscheduler_post_reference")
+    if post is not None:
+        lines.append(
+            f"APScheduler reference, POST to a sink ({post['conditions']}): {post['posted']} of "
+            f"{post['jobs']} answered 200 ({post['failed']} failed), duplicates "
+            f"{post['duplicates']}, set up in {post['setup_s']} s"
+            + ("; WARNING: set up after the due time" if post["adds_finished_after_due"]
+               else ""))
+    return "\n".join(lines)
+
+
+def _lateness_cell(late: dict | None) -> str:
+    if late is None:
+        return "-"
+    return f"{late['p50']:g} / {late['p99']:g} / {late['max']:g}"
+
+
+def _render_burst_table(figures: dict) -> str:
+    """raftsched and its references side by side: lateness p50 / p99 / max in
+    ms over every run (raftsched's trigger lateness is histogram bucket bounds)."""
+    rows = [(f"raftsched, {figures['nodes']} nodes", figures["trigger_lateness_ms"],
+             figures["call_lateness_ms"], figures["call_rate_per_s"])]
+    aps = figures.get("apscheduler_reference")
+    if aps is not None:
+        rows.append(("APScheduler, no network", aps["lateness_ms"], aps["lateness_ms"], None))
+    post = figures.get("apscheduler_post_reference")
+    if post is not None:
+        rows.append(("APScheduler, POST to a sink", post["trigger_lateness_ms"],
+                     post["call_lateness_ms"], post["call_rate_per_s"]))
+    rows.append(("bare aiohttp loop", None, None, figures["reference_aiohttp_calls_per_s"]))
+    head = (f"{'':30} {'trigger lateness ms':>24} {'call lateness ms':>24} {'calls/s':>9}\n"
+            f"{'':30} {'p50 / p99 / max':>24} {'p50 / p99 / max':>24}")
+    body = [f"{name:30} {_lateness_cell(trigger):>24} {_lateness_cell(called):>24} "
+            f"{rate if rate is not None else '-':>9}"
+            for name, trigger, called, rate in rows]
+    lines = [head, *body]
+    if post is not None:
+        lines.append(f"raftsched call lateness p99 / APScheduler's (POST): "
+                     f"{figures['call_lateness_ms']['p99'] / max(1, post['call_lateness_ms']['p99']):.2f}")
+    return "\n".join(lines)
 
 
 def _render_burst(figures: dict) -> str:
@@ -630,6 +691,7 @@ def _render_burst(figures: dict) -> str:
     ]
     if "apscheduler_reference" in figures:
         lines.append(_render_apscheduler(figures))
+    lines.append(_render_burst_table(figures))
     return "\n".join(lines)
 
 
