@@ -98,6 +98,18 @@ def test_idle_reports_each_nodes_cpu(tmp_path, capsys):
 
 
 @pytest.mark.integration
+def test_failover_kills_the_leader_before_the_burst_and_counts_every_call(tmp_path, capsys):
+    out = tmp_path / "failover.json"
+    assert main(["bench", "failover", "200", "--lead-s", "4", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert figures["leader_killed"] != figures["new_leader"]
+    assert figures["all_called"] and figures["called"] == figures["runs_seen"] == 200
+    assert figures["call_lateness_ms"]["count"] == 200
+    assert figures["early_calls"] == 0 and figures["duplicates"] == 0
+    assert "SIGKILLed 1 s before 200 one-offs were due" in capsys.readouterr().out
+
+
+@pytest.mark.integration
 def test_a_wiped_follower_rejoins_from_the_leaders_snapshot(tmp_path, capsys):
     out = tmp_path / "rejoin.json"
     assert main(["bench", "rejoin", "300", "--snapshot-entries", "100",

@@ -6,6 +6,7 @@
     raftsched bench rejoin 1000000 [--snapshot-entries 2000]
     raftsched bench cost 20000
     raftsched bench idle 60 [--settle-s 15]
+    raftsched bench failover 3000 [--kill-before-s 1]
 
 Every scenario starts its own cluster of --nodes (default 3) processes on
 127.0.0.1, prints its conditions (nodes, jobs, cores, python, sink) first and
@@ -51,6 +52,13 @@ Scenario `idle S`: a cluster with no jobs, left --settle-s seconds to settle
 (elections, shard assignment, the clock's first samples), then each node's
 CPU over S seconds from /proc/PID/stat (utime + stime, user and system
 time of all its threads), printed as % of one core per node.
+
+Scenario `failover N` (default use: 3000): N one-offs due on the same second,
+HTTP targets at the fast sink; the Raft leader is SIGKILLed --kill-before-s
+(default 1) seconds before that second and left dead. It prints whether every
+one-off was called, how many calls came before their time (any attempt), the
+call lateness of every run (its first call, at the sink) with the last run's,
+duplicates and redeliveries, and the time from the kill to a new leader.
 
 Scenario `rejoin N`: N pending one-offs on a cluster that snapshots every
 --snapshot-entries Raft entries; once the leader's snapshot holds them all, a
@@ -408,6 +416,76 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
             "batch_requests_refused": sum(b[1] for b in batched)}
 
 
+# --- failover ---------------------------------------------------------------------------
+
+FAILOVER_KILL_BEFORE_S = 1.0
+
+
+def _early_calls(sink: FastSink, ids: list[str]) -> int:
+    """Calls of any attempt that reached the sink before their scheduled time."""
+    calls = sink.by_job()
+    return sum(1 for j in ids for c in calls.get(j, []) if c.lateness_s < 0)
+
+
+def _kill_leader_at(cluster: LocalCluster, at_s: float) -> tuple[str, float]:
+    """SIGKILL the leader (as the nodes agree on it then) at time.time() `at_s`."""
+    time.sleep(max(0.0, at_s - 0.5 - time.time()))   # waiting for a wall-clock instant
+    leader = cluster.wait_ready()
+    time.sleep(max(0.0, at_s - time.time()))
+    cluster.kill(leader)
+    return leader, time.time()
+
+
+def failover(n: int, nodes: int = 3, kill_before_s: float = FAILOVER_KILL_BEFORE_S,
+             lead_s: float | None = None) -> dict:
+    conditions = _announce("failover", jobs=n, nodes=nodes, kill_before_s=kill_before_s,
+                           sink=FastSink.kind, fault="SIGKILL of the Raft leader, left dead")
+    with tempfile.TemporaryDirectory() as tmp, FastSink() as sink, \
+            _quiet_cluster(tmp, nodes) as cluster:
+        cluster.wait_ready()
+        due_s = int(time.time() + (lead_s if lead_s is not None else 6 + n / 1000)) + 1
+        run_at = dt.datetime.fromtimestamp(due_s, dt.timezone.utc).isoformat()
+        ids = _create(cluster, n, run_at, sink.url)
+        late_start = time.time() > due_s - kill_before_s
+        victim, killed_at = _kill_leader_at(cluster, due_s - kill_before_s)
+        survivors = [nid for nid in cluster.ids if nid != victim]
+        new_leader = cluster.wait_ready(60, among=survivors)
+        elected_s = time.time() - killed_at
+        try:
+            wait_until(lambda: sink.stats()["jobs"] >= n, 60 + n / 100,
+                       "every one-off to call the sink", 0.2)
+            all_called = True
+        except TimeoutError:
+            all_called = False
+        calls = sink.by_job()
+        seen = [j for j in ids if j in calls]
+        figures = _call_figures(sink, seen) if seen else {}
+        early = _early_calls(sink, ids)
+        cluster.ensure_same(60, among=survivors)
+    return {**conditions, "creates_finished_after_the_kill_time": late_start,
+            "leader_killed": victim, "new_leader": new_leader,
+            "new_leader_after_s": round(elected_s, 2),
+            "all_called": all_called, "called": len(seen), "early_calls": early, **figures}
+
+
+def _render_failover(figures: dict) -> str:
+    late = figures.get("call_lateness_ms")
+    return "\n".join([
+        f"leader {figures['leader_killed']} SIGKILLed {figures['kill_before_s']:g} s before "
+        f"{figures['jobs']} one-offs were due; {figures['new_leader']} led "
+        f"{figures['new_leader_after_s']} s after the kill"
+        + ("; WARNING: the creates ended after the kill time"
+           if figures["creates_finished_after_the_kill_time"] else ""),
+        f"all called: {'yes' if figures['all_called'] else 'NO'} ({figures['called']} of "
+        f"{figures['jobs']}); early calls: {figures['early_calls']}",
+        (f"call lateness (every run's first call, at the sink): n={late['count']} "
+         f"p50={late['p50']} ms p99={late['p99']} ms; the last call {late['max']} ms late"
+         if late else "no call reached the sink"),
+        f"duplicates {figures.get('duplicates', 0)}, redeliveries "
+        f"{figures.get('redeliveries', 0)}",
+    ])
+
+
 # --- idle -------------------------------------------------------------------------------
 
 IDLE_SETTLE_S = 15.0
@@ -719,7 +797,7 @@ def _render_rejoin(figures: dict) -> str:
 def render(figures: dict) -> str:
     return {"creates": _render_creates, "footprint": _render_footprint,
             "rejoin": _render_rejoin, "cost": runcost.render,
-            "idle": _render_idle}.get(figures["scenario"],
+            "idle": _render_idle, "failover": _render_failover}.get(figures["scenario"],
                                                                   _render_burst)(figures)
 
 
@@ -735,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="raftsched bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenario", choices=("burst", "footprint", "creates", "rejoin", "cost",
-                                                     "idle"))
+                                                     "idle", "failover"))
     parser.add_argument("n", type=str,
                         help="jobs (footprint: pending one-offs, one or several comma-separated "
                              "sizes; creates: clients; idle: seconds measured)")
@@ -746,12 +824,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-connections", type=int, default=REFERENCE_CONNECTIONS,
                         help="burst: connections of the bare aiohttp loop (default %(default)s)")
     parser.add_argument("--lead-s", type=float, default=None,
-                        help="burst: seconds from the start of the creates to the due second "
-                             "(default 8 + N/2000)")
+                        help="burst, failover: seconds from the start of the creates to the "
+                             "due second (default 8 + N/2000; failover 6 + N/1000)")
     parser.add_argument("--no-apscheduler", action="store_true",
                         help="burst: leave out the APScheduler reference")
     parser.add_argument("--snapshot-entries", type=int, default=REJOIN_SNAPSHOT_ENTRIES,
                         help="rejoin: Raft entries between snapshots (default %(default)s)")
+    parser.add_argument("--kill-before-s", type=float, default=FAILOVER_KILL_BEFORE_S,
+                        help="failover: seconds before the due second the leader is killed "
+                             "(default %(default)s)")
     parser.add_argument("--settle-s", type=float, default=IDLE_SETTLE_S,
                         help="idle: seconds between the cluster's first agreement and the "
                              "measurement (default %(default)s)")
@@ -770,6 +851,8 @@ def main(argv: list[str] | None = None) -> int:
         figures = creates(sizes[0], args.seconds, args.nodes)
     elif args.scenario == "rejoin":
         figures = rejoin(sizes[0], args.nodes, args.snapshot_entries)
+    elif args.scenario == "failover":
+        figures = failover(sizes[0], args.nodes, args.kill_before_s, args.lead_s)
     elif args.scenario == "idle":
         figures = idle(float(sizes[0]), args.nodes, args.settle_s)
     elif args.scenario == "cost":
