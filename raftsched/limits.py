@@ -717,9 +717,14 @@ max_clock_skew_ms_max = 3_600_000
 # A node out of bound gets shards again once its offset is within this share
 # of the bound, so a clock that sits at the bound does not move shards to and fro.
 clock_rejoin_ratio = 0.9
-# How often a node measures each peer's clock (one small HTTP exchange each),
-# and how often while it has not yet measured every registered peer, so a new
-# or restarted node may fire soon after its peers answer.
+# How often a node measures each peer's clock (one small HTTP exchange each):
+# while every node's clock is judged within the bound (a step of a wall clock
+# changes no firing, which runs on the cluster's time carried forward on the
+# monotonic clock, and is judged within this and a round trip); while a node
+# is out of bound or not yet judged (so a clock put right gets shards back
+# soon); and while it has not yet measured every registered peer, so a new or
+# restarted node may fire soon after its peers answer.
+clock_probe_period_stable_s = 1.0
 clock_probe_period_s = 0.5
 clock_probe_period_unmeasured_s = 0.1
 # An exchange slower than this is abandoned: its error bound (half the round
