@@ -1129,12 +1129,15 @@ class _WakePipe:
             pass   # full (already readable) or closed at shutdown
 
     def _drain(self, fd: int, event_mask: int) -> None:
-        self._pending = False
+        """Raft thread, from its poller. The pipe is emptied before a new
+        wake-up may write again: a command queued meanwhile is taken by the
+        turn that follows this poll, which runs at once."""
         try:
             while os.read(self._read_fd, 4096):
                 pass
         except BlockingIOError:
             pass
+        self._pending = False
 
 
 def parse_peer(peer: str, self_addr: str) -> tuple[str, str]:
