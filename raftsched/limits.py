@@ -259,8 +259,9 @@ store_sync_period_s = 1.0
 # Raft connections closed for a declared length over the cap are logged at most
 # once in this many seconds (a port scan must not flood the log), with a count.
 frame_refusal_log_period_s = 10.0
-# A peer silent for this long (seconds) loses its shards. Raft heartbeats every
-# 10 ms, so this is many missed answers, and it keeps failover inside 3 s.
+# A peer silent for this long (seconds) loses its shards: three renewals
+# (renew_period_s) and fifteen idle Raft heartbeats, so many missed answers,
+# and it keeps failover inside 3 s.
 node_lease_s = 1.5
 # How often (seconds) the leader's coordinator re-checks liveness and placement
 # (it bounds how late a lapsed lease is noticed); and how often each node renews
