@@ -107,6 +107,33 @@ async def test_renewals_are_spaced_a_third_of_the_lease_apart(monkeypatch):
     assert min(gaps) >= 0.9 * limits.renew_period_s, gaps
 
 
+async def test_renewals_fall_on_multiples_of_the_period_on_the_cluster_time(monkeypatch):
+    monkeypatch.setattr(limits, "renew_period_s", 0.2)
+    at_ms: list[int] = []
+    started_ms = time.monotonic_ns() // 1_000_000
+
+    def now_ms() -> int:   # a cluster time half a period off this process's clock
+        return time.monotonic_ns() // 1_000_000 - started_ms + 100
+
+    async def propose(command) -> dict:
+        at_ms.append(command.at_ms)
+        return {"ok": True}
+
+    node = SimpleNamespace(node_id="n1", now_ms=now_ms, propose=propose)
+    task = asyncio.ensure_future(Coordinator(node).renew_loop())   # type: ignore[arg-type]
+    try:
+        deadline = time.monotonic() + 10
+        while len(at_ms) < 5 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+    finally:
+        task.cancel()
+    # The first renews at once; the others on the period's multiples, so the
+    # nodes' renewals share a Raft round (a loaded machine may add a little).
+    phases = sorted(t % 200 for t in at_ms[1:])
+    assert len(phases) >= 4
+    assert phases[len(phases) // 2] < 50, at_ms
+
+
 def test_a_renewal_period_is_a_third_of_the_lease():
     # Renewing more often moves no shard sooner and costs every replica an
     # apply: an idle cluster's Raft traffic was mostly renewals at 0.25 s.

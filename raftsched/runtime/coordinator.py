@@ -1,6 +1,7 @@
 """The coordinator: on the Raft leader, keep every shard owned by a live node.
 
-Every node proposes a `renew` command each `limits.renew_period_s`; every replica
+Every node proposes a `renew` command each `limits.renew_period_s` (at its
+multiples on the cluster's time, so that the nodes' renewals share a Raft round); every replica
 notes (on its own monotonic clock) when it applied each node's latest
 renewal. A node is live while its last renewal was applied less than
 `limits.node_lease_s` ago here. A frozen, killed or cut-off node cannot get a renewal
@@ -74,13 +75,18 @@ class Coordinator:
         return sorted(live)
 
     async def renew_loop(self) -> None:
+        """Renew at each multiple of renew_period_s on the cluster's time: every
+        node renews at about the same instant, so the leader replicates and
+        commits their renewals in one round of append-entries rather than one
+        round each."""
         node = self._node
+        period_ms = max(1, round(limits.renew_period_s * 1000))
         while True:
             try:
                 await node.propose(commands.renew(node=node.node_id, at_ms=node.now_ms()))
             except Unavailable:
                 pass   # no quorum: the lease lapses, which is the point
-            await asyncio.sleep(limits.renew_period_s)
+            await asyncio.sleep((period_ms - node.now_ms() % period_ms) / 1000)
 
     def owners(self) -> dict[int, str | None]:
         return {int.from_bytes(key, "big"): state["owner"]
