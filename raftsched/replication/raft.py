@@ -14,8 +14,14 @@ batch appends every 100 ms, a 100 ms floor under every commit (p50 101 ms).
 `appendEntriesPeriod=0.01, autoTickPeriod=0.005` gives p50 about 11 ms at about
 24K commits/s; non-batched appends give 0.5 ms but only 5K commits/s. We fire
 many runs per entry, so throughput per entry matters less than the 100 ms floor:
-the 10 ms batching is the choice. `leaderFallbackTimeout` is cut from 30 s to
-2 s so that a leader cut off from its peers stops accepting writes quickly.
+the 10 ms batching is the choice. Batching paces only what there is to send:
+while followers lack nothing, the leader sends bare heartbeats every
+`limits.heartbeat_period_s` (100 ms), and the Raft thread's loop waits up to
+`limits.auto_tick_period_s` (50 ms), woken by each proposed command
+(`_StateMachine._raftsched_pace`, `_WakePipe`): an idle node's Raft thread
+sleeps instead of turning 200 times a second. `leaderFallbackTimeout` is cut
+from 30 s to 2 s so that a leader cut off from its peers stops accepting writes
+quickly.
 
 Snapshots never stop the Raft thread for long. pysyncobj calls the serializer
 on its thread and, as soon as it returns, renames `<snapshot>.tmp` over the
