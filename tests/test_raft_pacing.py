@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -85,3 +86,17 @@ def test_a_command_on_an_idle_group_commits_without_waiting_for_a_tick(group):
     # Waiting for the Raft thread's next turn (auto_tick_period_s, 50 ms) on
     # the proposer and on the leader would put the median past 25 ms.
     assert statistics.median(latencies) < 0.02, sorted(latencies)
+
+
+def test_a_destroyed_member_closes_its_wake_up_pipe():
+    own, peer = free_ports(2)
+    conf = SyncObjConf(autoTickPeriod=limits.auto_tick_period_s, dynamicMembershipChange=False,
+                       useFork=False)
+    member = _StateMachine(f"127.0.0.1:{own}", [f"127.0.0.1:{peer}"], conf,
+                           on_apply=lambda d, i: None, flush_before_commit=None,
+                           on_created=lambda o: None, listen=True)
+    wake = member._raftsched_wake
+    member.destroy()
+    wait_until(lambda: not member.tick_thread_alive(), 5, "the Raft thread to end", 0.001)
+    with pytest.raises(OSError):
+        os.fstat(wake._read_fd)   # closed

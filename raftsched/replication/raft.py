@@ -131,6 +131,7 @@ PYSYNCOBJ_PRIVATE_NAMES: tuple[tuple[Any, str, str], ...] = (
     (SyncObj, "_SyncObj__generateRaftTimeout", "method"),
     (SyncObj, "_applyCommand", "method"),
     (SyncObj, "_checkCommandsToApply", "method"),
+    (SyncObj, "_doDestroy", "method"),
     (SyncObj, "_poller", "attribute"),
     (SyncObj, "_SyncObj__newAppendEntriesTime", "attribute"),
     (SyncObj, "_SyncObj__raftNextIndex", "attribute"),
@@ -562,6 +563,16 @@ class _StateMachine(SyncObj):
         SyncObj._applyCommand(self, command, callback, commandType)
         self._raftsched_queued = True
         self._raftsched_wake.notify()
+
+    def destroy(self) -> None:
+        """Any thread: stop, waking the Raft thread so that it stops at once
+        rather than at the end of its wait."""
+        SyncObj.destroy(self)
+        self._raftsched_wake.notify()
+
+    def _doDestroy(self) -> None:
+        SyncObj._doDestroy(self)
+        self._raftsched_wake.close()
 
     def _checkCommandsToApply(self) -> None:
         started = time.monotonic()
@@ -1133,6 +1144,15 @@ class _WakePipe:
             os.write(self._write_fd, b"w")
         except (BlockingIOError, OSError):
             pass   # full (already readable) or closed at shutdown
+
+    def close(self) -> None:
+        """The Raft thread's last act (or its owner's, without one)."""
+        self._pending = True   # no more writes
+        for fd in (self._read_fd, self._write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def _drain(self, fd: int, event_mask: int) -> None:
         """Raft thread, from its poller. The pipe is emptied before a new
