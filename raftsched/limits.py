@@ -254,12 +254,20 @@ raft_preauth_connections_max = 256
 raft_log_bytes_max = 64 * 1024 ** 2
 
 # pysyncobj's timing (replication/raft.py), in seconds: how often a leader sends
-# append entries (heartbeats) and its loop ticks; the election timeout range a
+# append entries while followers lack entries or the commit index (the commit
+# batching: a commit waits at most this for its send); how often it sends bare
+# heartbeats while they lack nothing (a quarter of the shortest election
+# timeout: three can be lost or late before a follower stands; etcd's ratio
+# is a tenth, and an idle node's CPU is mostly these); and how long the Raft
+# thread's loop waits for the network at most (a queued command wakes it at
+# once, so this bounds only its timers: election deadlines, connection
+# retries, snapshot checks); the election timeout range a
 # follower waits without hearing a leader (wide enough that two candidates
 # rarely collide, short enough that failover stays under two seconds); and how
 # long a leader that hears from no majority keeps acting as leader.
 append_entries_period_s = 0.01
-auto_tick_period_s = 0.005
+heartbeat_period_s = 0.1
+auto_tick_period_s = 0.05
 election_timeout_min_s = 0.4
 election_timeout_max_s = 1.4
 leader_fallback_timeout_s = 2.0
@@ -286,13 +294,22 @@ store_sync_period_s = 1.0
 # Raft connections closed for a declared length over the cap are logged at most
 # once in this many seconds (a port scan must not flood the log), with a count.
 frame_refusal_log_period_s = 10.0
-# A peer silent for this long (seconds) loses its shards. Raft heartbeats every
-# 10 ms, so this is many missed answers, and it keeps failover inside 3 s.
+# A peer silent for this long (seconds) loses its shards: three renewals
+# (renew_period_s) and fifteen idle Raft heartbeats, so many missed answers,
+# and it keeps failover inside 3 s.
 node_lease_s = 1.5
-# How often (seconds) the leader's coordinator re-checks liveness and placement,
-# and each node renews its liveness (one small Raft entry each time).
+# How often (seconds) the leader's coordinator re-checks liveness and placement
+# (it bounds how late a lapsed lease is noticed); and how often each node renews
+# its liveness: one small Raft entry each time, which every replica applies, so
+# the renewals of an idle cluster are most of its Raft traffic. A third of the
+# lease leaves two renewals that may be lost or late (a loaded machine) before
+# a live node lapses; renewing more often moves no shard sooner.
 coordinator_period_s = 0.25
-renew_period_s = 0.25
+renew_period_s = node_lease_s / 3
+# The coordinator reads and plans every shard only when the Raft term or the
+# candidate nodes changed since a pass that found the placement right, and at
+# least this often (seconds) regardless (runtime/coordinator.py).
+placement_recheck_period_s = 5.0
 # Recorded digest checks a node keeps, for callers comparing replicas; and
 # digests computed at once (each holds an LMDB read open, so pages stay pinned);
 # a check past this records no digest at its index, and the caller asks again.
@@ -736,9 +753,14 @@ max_clock_skew_ms_max = 3_600_000
 # A node out of bound gets shards again once its offset is within this share
 # of the bound, so a clock that sits at the bound does not move shards to and fro.
 clock_rejoin_ratio = 0.9
-# How often a node measures each peer's clock (one small HTTP exchange each),
-# and how often while it has not yet measured every registered peer, so a new
-# or restarted node may fire soon after its peers answer.
+# How often a node measures each peer's clock (one small HTTP exchange each):
+# while every node's clock is judged within the bound (a step of a wall clock
+# changes no firing, which runs on the cluster's time carried forward on the
+# monotonic clock, and is judged within this and a round trip); while a node
+# is out of bound or not yet judged (so a clock put right gets shards back
+# soon); and while it has not yet measured every registered peer, so a new or
+# restarted node may fire soon after its peers answer.
+clock_probe_period_stable_s = 1.0
 clock_probe_period_s = 0.5
 clock_probe_period_unmeasured_s = 0.1
 # An exchange slower than this is abandoned: its error bound (half the round

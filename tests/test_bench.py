@@ -9,6 +9,7 @@ import pytest
 from raftsched.cli import main
 from raftsched.testing import bench
 from raftsched.testing.apscheduler_reference import measure_in_subprocess
+from raftsched.testing.fastsink import FastSink
 
 
 @pytest.mark.integration
@@ -24,10 +25,14 @@ def test_a_small_burst_is_measured_whole(tmp_path, capsys):
         <= figures["trigger_lateness_ms"]["max"]
     assert figures["reference_aiohttp_calls_per_s"] > 0
     assert figures["apscheduler_reference"]["called"] == 300
+    post = figures["apscheduler_post_reference"]
+    assert post["posted"] == post["runs_seen"] == post["call_lateness_ms"]["count"] == 300
+    assert post["trigger_lateness_ms"]["count"] == 300
     printed = capsys.readouterr().out
     assert "trigger lateness (every run" in printed
     assert "with 64 connections" in printed
-    assert "APScheduler reference (APScheduler 3." in printed
+    assert "APScheduler reference, no network (APScheduler 3." in printed
+    assert "APScheduler, POST to a sink" in printed   # the side-by-side table
 
 
 @pytest.mark.integration
@@ -65,6 +70,43 @@ def test_the_apscheduler_reference_calls_every_job_of_a_burst():
     assert 0 <= figures["lateness_ms"]["p50"] <= figures["lateness_ms"]["p99"] \
         <= figures["lateness_ms"]["max"] < 10_000
     assert "ThreadPoolExecutor of 10 threads" in figures["conditions"]
+
+
+def test_the_posting_apscheduler_reference_calls_the_sink_once_for_every_job():
+    with FastSink() as sink:
+        figures = measure_in_subprocess(200, lead_s=1.5, post_url=sink.url, connections=8)
+        calls = sink.by_job()
+    assert figures["all_called"]
+    assert figures["posted"] == figures["trigger_lateness_ms"]["count"] == 200
+    assert figures["failed"] == 0
+    assert sorted(calls) == sorted(f"aps-{i}" for i in range(200))
+    assert all(len(c) == 1 for c in calls.values())
+    # The sink measures its call lateness from the headers raftsched sends.
+    assert all(c[0].scheduled_s == figures["due_s"] for c in calls.values())
+    assert "AsyncIOScheduler" in figures["conditions"]
+
+
+@pytest.mark.integration
+def test_idle_reports_each_nodes_cpu(tmp_path, capsys):
+    out = tmp_path / "idle.json"
+    assert main(["bench", "idle", "2", "--settle-s", "0", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert set(figures["cpu_percent_of_a_core"]) == {"n1", "n2", "n3"}
+    assert all(0 <= pct < 200 for pct in figures["cpu_percent_of_a_core"].values())
+    assert figures["leader"] in figures["cpu_percent_of_a_core"]
+    assert "idle CPU over" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_failover_kills_the_leader_before_the_burst_and_counts_every_call(tmp_path, capsys):
+    out = tmp_path / "failover.json"
+    assert main(["bench", "failover", "200", "--lead-s", "4", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert figures["leader_killed"] != figures["new_leader"]
+    assert figures["all_called"] and figures["called"] == figures["runs_seen"] == 200
+    assert figures["call_lateness_ms"]["count"] == 200
+    assert figures["early_calls"] == 0 and figures["duplicates"] == 0
+    assert "SIGKILLed 1 s before 200 one-offs were due" in capsys.readouterr().out
 
 
 @pytest.mark.integration

@@ -9,6 +9,7 @@ import time
 
 from hypothesis import given, settings, strategies as st
 
+from raftsched import limits
 from raftsched.core.clocks import Estimate, Sample, add_sample, best, judge, next_verdict, sample
 from raftsched.runtime.clock import TEST_SHIFT_ENV, ClusterClock, monotonic_us
 from raftsched.testing.proptest import examples
@@ -177,3 +178,20 @@ def test_the_cluster_time_errs_late_by_the_medians_error(tmp_path):
     clock.evaluate()
     lag_ms = time.time() * 1000 - clock.now_ms()
     assert 40 <= lag_ms <= 100, lag_ms
+
+
+async def test_clocks_are_measured_less_often_while_every_clock_is_within_the_bound(tmp_path):
+    clock = make_clock(tmp_path)
+
+    async def probe(session, node_id: str, url: str) -> None:   # the peers' answers, made up
+        measure(clock, node_id, offsets[node_id])
+
+    clock._probe = probe   # type: ignore[method-assign]
+    peers = {"n2": "http://n2", "n3": "http://n3"}
+    offsets = {"n2": 0, "n3": 1}
+    assert await clock.measure_round(None, peers) == limits.clock_probe_period_stable_s
+    assert limits.clock_probe_period_stable_s > limits.clock_probe_period_s
+    offsets["n2"] = -5000   # out of bound: measured at the base period until it is back
+    assert await clock.measure_round(None, peers) == limits.clock_probe_period_s
+    offsets["n2"] = 0
+    assert await clock.measure_round(None, peers) == limits.clock_probe_period_stable_s

@@ -14,8 +14,14 @@ batch appends every 100 ms, a 100 ms floor under every commit (p50 101 ms).
 `appendEntriesPeriod=0.01, autoTickPeriod=0.005` gives p50 about 11 ms at about
 24K commits/s; non-batched appends give 0.5 ms but only 5K commits/s. We fire
 many runs per entry, so throughput per entry matters less than the 100 ms floor:
-the 10 ms batching is the choice. `leaderFallbackTimeout` is cut from 30 s to
-2 s so that a leader cut off from its peers stops accepting writes quickly.
+the 10 ms batching is the choice. Batching paces only what there is to send:
+while followers lack nothing, the leader sends bare heartbeats every
+`limits.heartbeat_period_s` (100 ms), and the Raft thread's loop waits up to
+`limits.auto_tick_period_s` (50 ms), woken by each proposed command
+(`_StateMachine._raftsched_pace`, `_WakePipe`): an idle node's Raft thread
+sleeps instead of turning 200 times a second. `leaderFallbackTimeout` is cut
+from 30 s to 2 s so that a leader cut off from its peers stops accepting writes
+quickly.
 
 Snapshots never stop the Raft thread for long. pysyncobj calls the serializer
 on its thread and, as soon as it returns, renames `<snapshot>.tmp` over the
@@ -87,6 +93,7 @@ from pysyncobj import FAIL_REASON, SERIALIZER_STATE, SyncObj, SyncObjConf, repli
 from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj import syncobj as pysyncobj_syncobj
 from pysyncobj.journal import FileJournal, MetaStorer
+from pysyncobj.monotonic import monotonic as pysyncobj_monotonic
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
@@ -122,7 +129,13 @@ PYSYNCOBJ_PRIVATE_NAMES: tuple[tuple[Any, str, str], ...] = (
     (SyncObj, "_SyncObj__getCurrentLogIndex", "method"),
     (SyncObj, "_SyncObj__getEntries", "method"),
     (SyncObj, "_SyncObj__generateRaftTimeout", "method"),
+    (SyncObj, "_applyCommand", "method"),
+    (SyncObj, "_checkCommandsToApply", "method"),
+    (SyncObj, "_doDestroy", "method"),
     (SyncObj, "_poller", "attribute"),
+    (SyncObj, "_SyncObj__newAppendEntriesTime", "attribute"),
+    (SyncObj, "_SyncObj__raftNextIndex", "attribute"),
+    (SyncObj, "_SyncObj__connectedNodes", "attribute"),
     (SyncObj, "_SyncObj__raftLog", "attribute"),
     (SyncObj, "_SyncObj__raftLastApplied", "attribute"),
     (SyncObj, "_SyncObj__raftCommitIndex", "attribute"),
@@ -469,6 +482,14 @@ class _StateMachine(SyncObj):
         self._raftsched_meta_due = 0.0   # when the journal's meta file is next written
         self._raftsched_commit_index = 0   # see _SyncObj__applyLogEntries
         self._raftsched_listen = listen   # read by _Transport, which SyncObj builds
+        # Pacing of append-entries (see _raftsched_pace): when the last were
+        # sent, with which commit index, and whether commands were queued
+        # since the last turn. The wake-up pipe is watched from the Raft
+        # thread's first turn on (its poller is not thread-safe).
+        self._raftsched_sent_at = 0.0
+        self._raftsched_sent_commit = -1
+        self._raftsched_queued = False
+        self._raftsched_wake = _WakePipe()
         on_created(self)   # before pysyncobj's thread starts, which may call back at once
         super().__init__(self_addr, peers, conf=conf, transportClass=_Transport)
 
@@ -480,6 +501,7 @@ class _StateMachine(SyncObj):
         network for a follower about to start an election."""
         if not self._raftsched_journal_tracked:
             self._raftsched_track_journal()
+            self._raftsched_wake.watch(self._poller)
         self._raftsched_flush_if_changed()
         now = time.monotonic()
         if now >= self._raftsched_meta_due:
@@ -492,7 +514,72 @@ class _StateMachine(SyncObj):
         # While committed entries wait to be applied (see _applyLogEntries
         # below), the turn does not wait for the network.
         behind = self._SyncObj__raftLastApplied < self._SyncObj__raftCommitIndex
-        SyncObj._onTick(self, 0.0 if behind else timeToWait)
+        wait_s = self._raftsched_pace(timeToWait)
+        SyncObj._onTick(self, 0.0 if behind else wait_s)
+
+    def _raftsched_pace(self, wait_s: float) -> float:
+        """On the leader, when the next append-entries go out, and how long
+        this turn may wait for the network. While followers lack entries, or
+        their commit index, or commands wait to be appended, append-entries
+        go every append_entries_period_s (the commit batching); otherwise
+        they are bare heartbeats, every heartbeat_period_s. A turn waits no
+        longer than until the next send is due; new commands wake it (the
+        wake-up pipe), so an idle node's Raft thread sleeps between
+        heartbeats instead of turning every few milliseconds. Times are on
+        pysyncobj's clock (CLOCK_MONOTONIC_RAW), which its own send test reads."""
+        now = pysyncobj_monotonic()
+        queued, self._raftsched_queued = self._raftsched_queued, False
+        if not self._isLeader():
+            return wait_s
+        sent_at = self._raftsched_sent_at
+        if self._raftsched_replicating():
+            due = sent_at + limits.append_entries_period_s
+        else:
+            due = sent_at + limits.heartbeat_period_s
+        self._SyncObj__newAppendEntriesTime = due
+        if queued:
+            # Appended at the end of this turn: the next turn sends them.
+            due = min(due, sent_at + limits.append_entries_period_s)
+        return min(wait_s, max(0.0, due - now))
+
+    def _raftsched_replicating(self) -> bool:
+        """Whether a connected follower lacks entries, or the commit index it
+        was last sent."""
+        if self._SyncObj__raftCommitIndex != self._raftsched_sent_commit:
+            return True
+        last = self._SyncObj__getCurrentLogIndex()
+        next_index = self._SyncObj__raftNextIndex
+        return any(next_index.get(node, 0) <= last
+                   for node in self._SyncObj__connectedNodes
+                   if node in self._SyncObj__otherNodes)
+
+    def _SyncObj__sendAppendEntries(self) -> None:
+        self._raftsched_sent_at = pysyncobj_monotonic()
+        self._raftsched_sent_commit = self._SyncObj__raftCommitIndex
+        SyncObj._SyncObj__sendAppendEntries(self)
+
+    def _applyCommand(self, command: Any, callback: Any, commandType: Any = None) -> None:
+        """Any thread: queue a command for the Raft thread, and wake it."""
+        SyncObj._applyCommand(self, command, callback, commandType)
+        self._raftsched_queued = True
+        self._raftsched_wake.notify()
+
+    def destroy(self) -> None:
+        """Any thread: stop, waking the Raft thread so that it stops at once
+        rather than at the end of its wait."""
+        SyncObj.destroy(self)
+        self._raftsched_wake.notify()
+
+    def _doDestroy(self) -> None:
+        SyncObj._doDestroy(self)
+        self._raftsched_wake.close()
+
+    def _checkCommandsToApply(self) -> None:
+        started = time.monotonic()
+        SyncObj._checkCommandsToApply(self)
+        if time.monotonic() - started >= limits.append_entries_period_s:
+            # pysyncobj stopped at its time budget: commands may remain queued.
+            self._raftsched_queued = True
 
     def _raftsched_bound_log(self) -> None:
         """Snapshot early when the entries since the last snapshot hold more
@@ -1004,6 +1091,10 @@ class Replicator:
     def is_leader(self) -> bool:
         return bool(self._obj._isLeader())
 
+    def term(self) -> int:
+        """The Raft term this node is in (a cheap read, unlike status())."""
+        return int(self._obj.raftCurrentTerm)
+
     def leader_reachable(self) -> bool:
         """Whether a command proposed now reaches a leader: this node leads, or
         the leader it knows of is connected to it. False during an election and
@@ -1059,6 +1150,53 @@ class Replicator:
         if job is not None and job.thread is not None:
             job.abandoned = True
             job.thread.join()
+
+
+class _WakePipe:
+    """Wakes the Raft thread's poller from any thread: pysyncobj otherwise
+    sees a queued command only at its next turn (auto_tick_period_s). At most
+    one byte is in the pipe at a time; a wake-up lost to a race costs at most
+    one such period."""
+
+    def __init__(self) -> None:
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._read_fd, False)
+        os.set_blocking(self._write_fd, False)
+        self._pending = False
+
+    def watch(self, poller: Any) -> None:
+        """Raft thread: read the pipe whenever it is readable."""
+        from pysyncobj.poller import POLL_EVENT_TYPE
+        poller.subscribe(self._read_fd, self._drain, POLL_EVENT_TYPE.READ)
+
+    def notify(self) -> None:
+        if self._pending:
+            return
+        self._pending = True
+        try:
+            os.write(self._write_fd, b"w")
+        except (BlockingIOError, OSError):
+            pass   # full (already readable) or closed at shutdown
+
+    def close(self) -> None:
+        """The Raft thread's last act (or its owner's, without one)."""
+        self._pending = True   # no more writes
+        for fd in (self._read_fd, self._write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _drain(self, fd: int, event_mask: int) -> None:
+        """Raft thread, from its poller. The pipe is emptied before a new
+        wake-up may write again: a command queued meanwhile is taken by the
+        turn that follows this poll, which runs at once."""
+        try:
+            while os.read(self._read_fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        self._pending = False
 
 
 def parse_peer(peer: str, self_addr: str) -> tuple[str, str]:

@@ -54,6 +54,8 @@ class Backfiller:
         """One pass: plan (reads and schedule evaluation, on a thread), then
         propose. Returns whether a step was proposed."""
         node = self._node
+        if not node.store.scan(BACKFILLS_OPEN, limit=1):
+            return False   # nothing to plan: no need to wake a thread for it
         items = await asyncio.get_running_loop().run_in_executor(None, self.plan)
         if not items:
             return False

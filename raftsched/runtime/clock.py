@@ -1,7 +1,9 @@
 """This node's clocks: its wall clock, the cluster's time, and how far off every node's clock is.
 
-Every `clock_probe_period_s` the node asks each registered peer for its wall
-clock (GET /v1/node/clock) and measures it against its own monotonic clock,
+Every `clock_probe_period_stable_s` while every node's clock is judged within
+the bound, and every `clock_probe_period_s` otherwise (a node out of bound, or
+not judged), the node asks each registered peer for its wall clock (GET
+/v1/node/clock) and measures it against its own monotonic clock,
 with an error bound of half the round trip (core/clocks.py). It judges every
 node's wall clock, its own included, against the median of them all:
 
@@ -225,7 +227,11 @@ class ClusterClock:
                                for node_id, url in targets.items()))
         self.evaluate()
         unmeasured = not self.synced() or any(n not in self._samples for n in targets)
-        return limits.clock_probe_period_unmeasured_s if unmeasured else limits.clock_probe_period_s
+        if unmeasured:
+            return limits.clock_probe_period_unmeasured_s
+        if all(self._verdicts.get(n) is True for n in (self.node_id, *targets)):
+            return limits.clock_probe_period_stable_s
+        return limits.clock_probe_period_s
 
     async def _probe(self, session: aiohttp.ClientSession, node_id: str, url: str) -> None:
         try:

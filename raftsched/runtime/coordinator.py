@@ -1,6 +1,7 @@
 """The coordinator: on the Raft leader, keep every shard owned by a live node.
 
-Every node proposes a `renew` command each `limits.renew_period_s`; every replica
+Every node proposes a `renew` command each `limits.renew_period_s` (at its
+multiples on the cluster's time, so that the nodes' renewals share a Raft round); every replica
 notes (on its own monotonic clock) when it applied each node's latest
 renewal. A node is live while its last renewal was applied less than
 `limits.node_lease_s` ago here. A frozen, killed or cut-off node cannot get a renewal
@@ -42,6 +43,10 @@ class Coordinator:
         self._renewed: dict[str, float] = {}   # node id -> time.monotonic() of apply
         self._started = time.monotonic()
         self._no_candidates_logged = False
+        # (Raft term, candidates) of the last pass that found the placement
+        # right, and when (time.monotonic()) it read the shards: see maybe_rebalance.
+        self._settled: tuple[tuple[int, tuple[str, ...]], float] | None = None
+        self.placement_reads_total = 0
 
     def renewed(self, node_id: str, at_ms: int) -> None:
         """Loop thread, from apply's NodeRenewed effect. A renewal proposed more
@@ -70,13 +75,18 @@ class Coordinator:
         return sorted(live)
 
     async def renew_loop(self) -> None:
+        """Renew at each multiple of renew_period_s on the cluster's time: every
+        node renews at about the same instant, so the leader replicates and
+        commits their renewals in one round of append-entries rather than one
+        round each."""
         node = self._node
+        period_ms = max(1, round(limits.renew_period_s * 1000))
         while True:
             try:
                 await node.propose(commands.renew(node=node.node_id, at_ms=node.now_ms()))
             except Unavailable:
                 pass   # no quorum: the lease lapses, which is the point
-            await asyncio.sleep(limits.renew_period_s)
+            await asyncio.sleep((period_ms - node.now_ms() % period_ms) / 1000)
 
     def owners(self) -> dict[int, str | None]:
         return {int.from_bytes(key, "big"): state["owner"]
@@ -93,6 +103,27 @@ class Coordinator:
                 await self.maybe_rebalance()
             except Unavailable as exc:
                 log.warning("shard assignment not committed: %s", exc.detail)
+
+    def _placement_settled(self, candidates: list[str]) -> bool:
+        """Whether the placement is known to be right without reading the
+        shards again: a pass in this Raft term with these candidates found
+        nothing to change, less than placement_recheck_period_s ago. Within a
+        term only this leader assigns shards, so the placement changes only
+        with the candidates; reading and planning all the shards every pass was
+        most of an idle leader's work. The recheck bounds what an assignment
+        committed late from an earlier term could leave unseen."""
+        settled = self._settled
+        return (settled is not None and settled[0] == self._placement_key(candidates)
+                and time.monotonic() - settled[1] < limits.placement_recheck_period_s)
+
+    def _settle(self, candidates: list[str]) -> None:
+        key = self._placement_key(candidates)
+        if self._settled is None or self._settled[0] != key \
+                or time.monotonic() - self._settled[1] >= limits.placement_recheck_period_s:
+            self._settled = (key, time.monotonic())
+
+    def _placement_key(self, candidates: list[str]) -> tuple[int, tuple[str, ...]]:
+        return self._node.replicator.term(), tuple(candidates)
 
     def owner_candidates(self) -> list[str]:
         """The live nodes whose clocks are not judged out of bound (runtime/clock.py):
@@ -112,9 +143,14 @@ class Coordinator:
             self._no_candidates_logged = True
             return False
         self._no_candidates_logged = False
+        if self._placement_settled(candidates):
+            return False
+        self.placement_reads_total += 1
         changes = plan_assignments(node.shard_count, self.owners(), candidates)
         if not changes:
+            self._settle(candidates)
             return False
+        self._settled = None
         moved_from = {}
         owners = self.owners()
         for shard, _ in changes:

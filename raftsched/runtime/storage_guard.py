@@ -51,6 +51,11 @@ class StorageGuard:
         # peer id -> (limit, detail, time.monotonic() of the answer)
         self._peers: dict[str, tuple[str, str, float]] = {}
         self.refused_total = 0
+        # The session peers are asked through while run() runs: its
+        # connections are kept between checks, where a session a check would
+        # open (TCP, and TLS in production) a connection to every peer every
+        # check, most of what this loop cost an idle node.
+        self._session: aiohttp.ClientSession | None = None
 
     @property
     def high_water_bytes(self) -> int:
@@ -59,9 +64,15 @@ class StorageGuard:
     async def run(self) -> None:
         # A failed check is the node's supervisor's: it logs and counts it and
         # starts the loop again; meanwhile the last measurement stands.
-        while True:
-            await self.check()
-            await asyncio.sleep(limits.storage_check_period_s)
+        timeout = aiohttp.ClientTimeout(total=limits.storage_peer_timeout_s)
+        async with self._node.config.peer_session(timeout) as session:
+            self._session = session
+            try:
+                while True:
+                    await self.check()
+                    await asyncio.sleep(limits.storage_check_period_s)
+            finally:
+                self._session = None
 
     async def check(self) -> None:
         loop = asyncio.get_running_loop()
@@ -97,6 +108,9 @@ class StorageGuard:
     async def _ask_peers(self) -> None:
         peers = [rec for _, rec in self._node.store.scan(NODES) if rec["id"] != self._node.node_id]
         if not peers:
+            return
+        if self._session is not None:
+            await asyncio.gather(*(self._ask(self._session, rec) for rec in peers))
             return
         timeout = aiohttp.ClientTimeout(total=limits.storage_peer_timeout_s)
         async with self._node.config.peer_session(timeout) as session:

@@ -5,6 +5,8 @@
     raftsched bench footprint 100000,1000000 [--runs 2000]
     raftsched bench rejoin 1000000 [--snapshot-entries 2000]
     raftsched bench cost 20000
+    raftsched bench idle 60 [--settle-s 15]
+    raftsched bench failover 3000 [--kill-before-s 1]
 
 Every scenario starts its own cluster of --nodes (default 3) processes on
 127.0.0.1, prints its conditions (nodes, jobs, cores, python, sink) first and
@@ -25,8 +27,13 @@ uvloop in a process of its own, keep-alive, answers at once). It prints:
   client loop calling a fresh fast sink N times over --reference-connections
   keep-alive connections (the rate this machine can call targets at all);
   and APScheduler 3.x with N one-offs due on one second, in memory in a
-  process of its own (testing/apscheduler_reference.py; --no-apscheduler
-  leaves it out).
+  process of its own (testing/apscheduler_reference.py), twice: jobs that
+  call a function (no network), and jobs that do raftsched's work, each
+  POSTing to a fresh fast sink (AsyncIOScheduler on uvloop, one aiohttp
+  session of --reference-connections), whose trigger lateness (the job
+  started) and call lateness (at the sink) are measured over every job as
+  raftsched's are. --no-apscheduler leaves both out. The figures are printed
+  side by side in one table.
 
 Scenario `creates C`: creates a second, single POSTs from C keep-alive
 clients, then batchCreate of 1000 jobs.
@@ -40,6 +47,18 @@ Scenario `cost N`: what one run costs every replica from fire to finish, and
 a job its create, in one process with no network and no Raft
 (testing/runcost.py): Raft entries, LMDB writes, msgpack encodes and decodes,
 bytes encoded and CPU microseconds per job or run, phase by phase.
+
+Scenario `idle S`: a cluster with no jobs, left --settle-s seconds to settle
+(elections, shard assignment, the clock's first samples), then each node's
+CPU over S seconds from /proc/PID/stat (utime + stime, user and system
+time of all its threads), printed as % of one core per node.
+
+Scenario `failover N` (default use: 3000): N one-offs due on the same second,
+HTTP targets at the fast sink; the Raft leader is SIGKILLed --kill-before-s
+(default 1) seconds before that second and left dead. It prints whether every
+one-off was called, how many calls came before their time (any attempt), the
+call lateness of every run (its first call, at the sink) with the last run's,
+duplicates and redeliveries, and the time from the kill to a new leader.
 
 Scenario `rejoin N`: N pending one-offs on a cluster that snapshots every
 --snapshot-entries Raft entries; once the leader's snapshot holds them all, a
@@ -190,7 +209,8 @@ def burst(n: int, nodes: int = 3, lead_s: float | None = None,
         "burst", jobs=n, nodes=nodes, sink=FastSink.kind,
         shared="client, sink and nodes share the machine",
         references=f"bare aiohttp loop with {reference_connections} connections against a "
-                   f"fresh fast sink" + ("; APScheduler 3.x in its own process"
+                   f"fresh fast sink" + ("; APScheduler 3.x in its own process, jobs calling "
+                                         "a function, and jobs POSTing to a fresh fast sink"
                                          if apscheduler else "") + ", after the cluster")
     with tempfile.TemporaryDirectory() as tmp, FastSink() as sink, \
             _quiet_cluster(tmp, nodes) as cluster:
@@ -227,7 +247,21 @@ def burst(n: int, nodes: int = 3, lead_s: float | None = None,
     }
     if apscheduler:
         figures["apscheduler_reference"] = measure_in_subprocess(n)
+        figures["apscheduler_post_reference"] = _apscheduler_post(n, reference_connections)
     return figures
+
+
+def _apscheduler_post(n: int, connections: int) -> dict:
+    """APScheduler's jobs POSTing to a fresh fast sink; its own figures, and
+    the sink's for its calls (every call, as for raftsched's)."""
+    with FastSink() as sink:
+        figures = measure_in_subprocess(n, post_url=sink.url, connections=connections)
+        calls = _call_figures(sink, [f"aps-{i}" for i in range(n)]) \
+            if sink.stats()["jobs"] >= n else None
+    if calls is None:
+        raise RuntimeError(f"the APScheduler reference's sink saw fewer than {n} jobs: "
+                           f"{figures}")
+    return {**figures, **calls}
 
 
 # --- footprint --------------------------------------------------------------------------
@@ -435,6 +469,115 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
             "burst": {k: v for k, v in burst.items() if k != "job_ids"}}
 
 
+# --- failover ---------------------------------------------------------------------------
+
+FAILOVER_KILL_BEFORE_S = 1.0
+
+
+def _early_calls(sink: FastSink, ids: list[str]) -> int:
+    """Calls of any attempt that reached the sink before their scheduled time."""
+    calls = sink.by_job()
+    return sum(1 for j in ids for c in calls.get(j, []) if c.lateness_s < 0)
+
+
+def _kill_leader_at(cluster: LocalCluster, at_s: float) -> tuple[str, float]:
+    """SIGKILL the leader (as the nodes agree on it then) at time.time() `at_s`."""
+    time.sleep(max(0.0, at_s - 0.5 - time.time()))   # waiting for a wall-clock instant
+    leader = cluster.wait_ready()
+    time.sleep(max(0.0, at_s - time.time()))
+    cluster.kill(leader)
+    return leader, time.time()
+
+
+def failover(n: int, nodes: int = 3, kill_before_s: float = FAILOVER_KILL_BEFORE_S,
+             lead_s: float | None = None) -> dict:
+    conditions = _announce("failover", jobs=n, nodes=nodes, kill_before_s=kill_before_s,
+                           sink=FastSink.kind, fault="SIGKILL of the Raft leader, left dead")
+    with tempfile.TemporaryDirectory() as tmp, FastSink() as sink, \
+            _quiet_cluster(tmp, nodes) as cluster:
+        cluster.wait_ready()
+        due_s = int(time.time() + (lead_s if lead_s is not None else 6 + n / 1000)) + 1
+        run_at = dt.datetime.fromtimestamp(due_s, dt.timezone.utc).isoformat()
+        ids = _create(cluster, n, run_at, sink.url)
+        late_start = time.time() > due_s - kill_before_s
+        victim, killed_at = _kill_leader_at(cluster, due_s - kill_before_s)
+        survivors = [nid for nid in cluster.ids if nid != victim]
+        new_leader = cluster.wait_ready(60, among=survivors)
+        elected_s = time.time() - killed_at
+        try:
+            wait_until(lambda: sink.stats()["jobs"] >= n, 60 + n / 100,
+                       "every one-off to call the sink", 0.2)
+            all_called = True
+        except TimeoutError:
+            all_called = False
+        calls = sink.by_job()
+        seen = [j for j in ids if j in calls]
+        figures = _call_figures(sink, seen) if seen else {}
+        early = _early_calls(sink, ids)
+        cluster.ensure_same(60, among=survivors)
+    return {**conditions, "creates_finished_after_the_kill_time": late_start,
+            "leader_killed": victim, "new_leader": new_leader,
+            "new_leader_after_s": round(elected_s, 2),
+            "all_called": all_called, "called": len(seen), "early_calls": early, **figures}
+
+
+def _render_failover(figures: dict) -> str:
+    late = figures.get("call_lateness_ms")
+    return "\n".join([
+        f"leader {figures['leader_killed']} SIGKILLed {figures['kill_before_s']:g} s before "
+        f"{figures['jobs']} one-offs were due; {figures['new_leader']} led "
+        f"{figures['new_leader_after_s']} s after the kill"
+        + ("; WARNING: the creates ended after the kill time"
+           if figures["creates_finished_after_the_kill_time"] else ""),
+        f"all called: {'yes' if figures['all_called'] else 'NO'} ({figures['called']} of "
+        f"{figures['jobs']}); early calls: {figures['early_calls']}",
+        (f"call lateness (every run's first call, at the sink): n={late['count']} "
+         f"p50={late['p50']} ms p99={late['p99']} ms; the last call {late['max']} ms late"
+         if late else "no call reached the sink"),
+        f"duplicates {figures.get('duplicates', 0)}, redeliveries "
+        f"{figures.get('redeliveries', 0)}",
+    ])
+
+
+# --- idle -------------------------------------------------------------------------------
+
+IDLE_SETTLE_S = 15.0
+
+
+def _cpu_ticks(pid: int) -> int:
+    """utime + stime of a process (all its threads), in clock ticks."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rpartition(")")[2].split()
+    return int(fields[11]) + int(fields[12])   # fields 14 and 15 of proc(5)
+
+
+def idle(seconds: float, nodes: int = 3, settle_s: float = IDLE_SETTLE_S) -> dict:
+    """Each node's CPU, in % of one core, over `seconds` of a cluster with no jobs."""
+    conditions = _announce("idle", nodes=nodes, jobs=0, seconds=seconds, settle_s=settle_s)
+    with tempfile.TemporaryDirectory() as tmp, _quiet_cluster(tmp, nodes) as cluster:
+        cluster.wait_ready()
+        cluster.ensure_same(60)
+        time.sleep(settle_s)   # a measurement's lead-in, not a synchronisation
+        pids = {nid: cluster.procs[nid].pid for nid in cluster.ids}
+        before = {nid: _cpu_ticks(pid) for nid, pid in pids.items()}
+        started = time.monotonic()
+        time.sleep(seconds)    # the measured interval itself
+        after = {nid: _cpu_ticks(pid) for nid, pid in pids.items()}
+        elapsed_s = time.monotonic() - started
+        leader = cluster.leader()
+    hz = os.sysconf("SC_CLK_TCK")
+    percent = {nid: round(100 * (after[nid] - before[nid]) / hz / elapsed_s, 2) for nid in pids}
+    return {**conditions, "leader": leader, "measured_s": round(elapsed_s, 1),
+            "cpu_percent_of_a_core": percent}
+
+
+def _render_idle(figures: dict) -> str:
+    per_node = "; ".join(f"{nid}{' (leader)' if nid == figures['leader'] else ''} {pct:g}%"
+                         for nid, pct in figures["cpu_percent_of_a_core"].items())
+    return (f"idle CPU over {figures['measured_s']} s, % of one core (utime + stime): "
+            f"{per_node}")
+
+
 # --- rejoin -----------------------------------------------------------------------------
 
 SNAPSHOT_WRITTEN = re.compile(r"snapshot written at applied_index (\d+) \(raft index (\d+)\) "
@@ -617,10 +760,51 @@ def _render_footprint(figures: dict) -> str:
 
 def _render_apscheduler(figures: dict) -> str:
     aps, late = figures["apscheduler_reference"], figures["apscheduler_reference"]["lateness_ms"]
-    return (f"APScheduler reference ({aps['conditions']}): {aps['called']} of {aps['jobs']} "
-            f"called, lateness n={late['count']} p50={late['p50']} ms p99={late['p99']} ms "
-            f"max={late['max']} ms, set up in {aps['setup_s']} s"
-            + ("; WARNING: set up after the due time" if aps["adds_finished_after_due"] else ""))
+    lines = [f"APScheduler reference, no network ({aps['conditions']}): {aps['called']} of "
+             f"{aps['jobs']} called, lateness n={late['count']} p50={late['p50']} ms "
+             f"p99={late['p99']} ms max={late['max']} ms, set up in {aps['setup_s']} s"
+             + ("; WARNING: set up after the due time" if aps["adds_finished_after_due"]
+                else "")]
+    post = figures.get("apscheduler_post_reference")
+    if post is not None:
+        lines.append(
+            f"APScheduler reference, POST to a sink ({post['conditions']}): {post['posted']} of "
+            f"{post['jobs']} answered 200 ({post['failed']} failed), duplicates "
+            f"{post['duplicates']}, set up in {post['setup_s']} s"
+            + ("; WARNING: set up after the due time" if post["adds_finished_after_due"]
+               else ""))
+    return "\n".join(lines)
+
+
+def _lateness_cell(late: dict | None) -> str:
+    if late is None:
+        return "-"
+    return f"{late['p50']:g} / {late['p99']:g} / {late['max']:g}"
+
+
+def _render_burst_table(figures: dict) -> str:
+    """raftsched and its references side by side: lateness p50 / p99 / max in
+    ms over every run (raftsched's trigger lateness is histogram bucket bounds)."""
+    rows = [(f"raftsched, {figures['nodes']} nodes", figures["trigger_lateness_ms"],
+             figures["call_lateness_ms"], figures["call_rate_per_s"])]
+    aps = figures.get("apscheduler_reference")
+    if aps is not None:
+        rows.append(("APScheduler, no network", aps["lateness_ms"], aps["lateness_ms"], None))
+    post = figures.get("apscheduler_post_reference")
+    if post is not None:
+        rows.append(("APScheduler, POST to a sink", post["trigger_lateness_ms"],
+                     post["call_lateness_ms"], post["call_rate_per_s"]))
+    rows.append(("bare aiohttp loop", None, None, figures["reference_aiohttp_calls_per_s"]))
+    head = (f"{'':30} {'trigger lateness ms':>24} {'call lateness ms':>24} {'calls/s':>9}\n"
+            f"{'':30} {'p50 / p99 / max':>24} {'p50 / p99 / max':>24}")
+    body = [f"{name:30} {_lateness_cell(trigger):>24} {_lateness_cell(called):>24} "
+            f"{rate if rate is not None else '-':>9}"
+            for name, trigger, called, rate in rows]
+    lines = [head, *body]
+    if post is not None:
+        lines.append(f"raftsched call lateness p99 / APScheduler's (POST): "
+                     f"{figures['call_lateness_ms']['p99'] / max(1, post['call_lateness_ms']['p99']):.2f}")
+    return "\n".join(lines)
 
 
 def _render_burst(figures: dict) -> str:
@@ -643,6 +827,7 @@ def _render_burst(figures: dict) -> str:
     ]
     if "apscheduler_reference" in figures:
         lines.append(_render_apscheduler(figures))
+    lines.append(_render_burst_table(figures))
     return "\n".join(lines)
 
 
@@ -669,7 +854,8 @@ def _render_rejoin(figures: dict) -> str:
 
 def render(figures: dict) -> str:
     return {"creates": _render_creates, "footprint": _render_footprint,
-            "rejoin": _render_rejoin, "cost": runcost.render}.get(figures["scenario"],
+            "rejoin": _render_rejoin, "cost": runcost.render,
+            "idle": _render_idle, "failover": _render_failover}.get(figures["scenario"],
                                                                   _render_burst)(figures)
 
 
@@ -684,10 +870,11 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     parser = argparse.ArgumentParser(prog="raftsched bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenario", choices=("burst", "footprint", "creates", "rejoin", "cost"))
+    parser.add_argument("scenario", choices=("burst", "footprint", "creates", "rejoin", "cost",
+                                                     "idle", "failover"))
     parser.add_argument("n", type=str,
                         help="jobs (footprint: pending one-offs, one or several comma-separated "
-                             "sizes; creates: clients)")
+                             "sizes; creates: clients; idle: seconds measured)")
     parser.add_argument("--runs", type=int, default=2000,
                         help="footprint: one-offs fired and finished (default %(default)s)")
     parser.add_argument("--seconds", type=float, default=10.0,
@@ -695,12 +882,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-connections", type=int, default=REFERENCE_CONNECTIONS,
                         help="burst: connections of the bare aiohttp loop (default %(default)s)")
     parser.add_argument("--lead-s", type=float, default=None,
-                        help="burst: seconds from the start of the creates to the due second "
-                             "(default 8 + N/2000)")
+                        help="burst, failover: seconds from the start of the creates to the "
+                             "due second (default 8 + N/2000; failover 6 + N/1000)")
     parser.add_argument("--no-apscheduler", action="store_true",
                         help="burst: leave out the APScheduler reference")
     parser.add_argument("--snapshot-entries", type=int, default=REJOIN_SNAPSHOT_ENTRIES,
                         help="rejoin: Raft entries between snapshots (default %(default)s)")
+    parser.add_argument("--kill-before-s", type=float, default=FAILOVER_KILL_BEFORE_S,
+                        help="failover: seconds before the due second the leader is killed "
+                             "(default %(default)s)")
+    parser.add_argument("--settle-s", type=float, default=IDLE_SETTLE_S,
+                        help="idle: seconds between the cluster's first agreement and the "
+                             "measurement (default %(default)s)")
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
@@ -716,6 +909,10 @@ def main(argv: list[str] | None = None) -> int:
         figures = creates(sizes[0], args.seconds, args.nodes)
     elif args.scenario == "rejoin":
         figures = rejoin(sizes[0], args.nodes, args.snapshot_entries)
+    elif args.scenario == "failover":
+        figures = failover(sizes[0], args.nodes, args.kill_before_s, args.lead_s)
+    elif args.scenario == "idle":
+        figures = idle(float(sizes[0]), args.nodes, args.settle_s)
     elif args.scenario == "cost":
         figures = runcost.measure(sizes[0])
     else:

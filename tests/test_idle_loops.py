@@ -1,0 +1,206 @@
+"""An idle node's periodic loops do only the work their job needs: the coordinator reads the shards only when the term or the candidates changed (or at its recheck period), renewals are spaced a third of the lease apart, the storage guard keeps one session for its peers, and the backfiller wakes no thread with nothing open."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from raftsched import limits
+from raftsched.core.apply import NODES, SHARDS
+from raftsched.core.tx import BACKFILLS_OPEN
+from raftsched.runtime.backfiller import Backfiller
+from raftsched.runtime.coordinator import Coordinator
+from raftsched.runtime.storage_guard import StorageGuard
+
+SHARD_COUNT = 8
+
+
+class _Store:
+    """Three registered nodes and SHARD_COUNT shards, counting shard reads."""
+
+    def __init__(self, owners: dict[int, str]) -> None:
+        self.owners = owners
+        self.scans: dict[str, int] = {}
+
+    def scan(self, table: str, **_kw):
+        self.scans[table] = self.scans.get(table, 0) + 1
+        if table == NODES:
+            return [(nid.encode(), {"id": nid, "raft": f"r-{nid}", "http": f"h-{nid}"})
+                    for nid in ("n1", "n2", "n3")]
+        if table == SHARDS:
+            return [(shard.to_bytes(2, "big"), {"owner": owner})
+                    for shard, owner in self.owners.items()]
+        return []
+
+
+def _coordinator(owners: dict[int, str]) -> tuple[Coordinator, SimpleNamespace]:
+    proposed: list[dict] = []
+
+    async def propose(command: dict) -> dict:
+        proposed.append(command)
+        return {"ok": True}
+
+    node = SimpleNamespace(
+        node_id="n1", shard_count=SHARD_COUNT, store=_Store(owners), proposed=proposed,
+        replicator=SimpleNamespace(term=lambda: node.term, is_leader=lambda: True,
+                                   peer_liveness=lambda: {"r-n2": 0.0, "r-n3": 0.0}),
+        clock=SimpleNamespace(out_of_bound=lambda: set()), now_ms=lambda: 0, term=1,
+        propose=propose)
+    coordinator = Coordinator(node)   # type: ignore[arg-type]
+    for nid in ("n1", "n2", "n3"):
+        coordinator._renewed[nid] = time.monotonic()
+    return coordinator, node
+
+
+BALANCED = {s: ("n1", "n2", "n3")[s % 3] for s in range(SHARD_COUNT)}
+
+
+async def test_a_settled_placement_is_not_read_again_in_the_same_term():
+    coordinator, node = _coordinator(dict(BALANCED))
+    for _ in range(5):
+        assert await coordinator.maybe_rebalance() is False
+    assert node.store.scans[SHARDS] == 1
+    assert coordinator.placement_reads_total == 1
+    node.term = 2   # another leader may have assigned shards meanwhile
+    assert await coordinator.maybe_rebalance() is False
+    assert node.store.scans[SHARDS] == 2
+
+
+async def test_a_changed_candidate_set_is_planned_at_once():
+    coordinator, node = _coordinator(dict(BALANCED))
+    assert await coordinator.maybe_rebalance() is False
+    coordinator._renewed["n3"] = time.monotonic() - 2 * limits.node_lease_s   # n3 lapsed
+    assert await coordinator.maybe_rebalance() is True
+    assert node.proposed and all(a.node != "n3" for a in
+                                 node.proposed[-1].assignments)
+
+
+async def test_the_placement_is_read_again_at_the_recheck_period(monkeypatch):
+    coordinator, node = _coordinator(dict(BALANCED))
+    monkeypatch.setattr(limits, "placement_recheck_period_s", 0.0)
+    for _ in range(3):
+        assert await coordinator.maybe_rebalance() is False
+    assert node.store.scans[SHARDS] == 3
+
+
+async def test_renewals_are_spaced_a_third_of_the_lease_apart(monkeypatch):
+    proposed_at: list[float] = []
+
+    async def propose(command: dict) -> dict:
+        proposed_at.append(time.monotonic())
+        return {"ok": True}
+
+    monkeypatch.setattr(limits, "renew_period_s", limits.node_lease_s / 3 / 20)
+    node = SimpleNamespace(node_id="n1", now_ms=lambda: 0, propose=propose)
+    task = asyncio.ensure_future(Coordinator(node).renew_loop())   # type: ignore[arg-type]
+    try:
+        deadline = time.monotonic() + 10
+        while len(proposed_at) < 6 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+    finally:
+        task.cancel()
+    gaps = [b - a for a, b in zip(proposed_at, proposed_at[1:])]
+    assert len(gaps) >= 5
+    assert min(gaps) >= 0.9 * limits.renew_period_s, gaps
+
+
+async def test_renewals_fall_on_multiples_of_the_period_on_the_cluster_time(monkeypatch):
+    monkeypatch.setattr(limits, "renew_period_s", 0.2)
+    at_ms: list[int] = []
+    started_ms = time.monotonic_ns() // 1_000_000
+
+    def now_ms() -> int:   # a cluster time half a period off this process's clock
+        return time.monotonic_ns() // 1_000_000 - started_ms + 100
+
+    async def propose(command) -> dict:
+        at_ms.append(command.at_ms)
+        return {"ok": True}
+
+    node = SimpleNamespace(node_id="n1", now_ms=now_ms, propose=propose)
+    task = asyncio.ensure_future(Coordinator(node).renew_loop())   # type: ignore[arg-type]
+    try:
+        deadline = time.monotonic() + 10
+        while len(at_ms) < 5 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+    finally:
+        task.cancel()
+    # The first renews at once; the others on the period's multiples, so the
+    # nodes' renewals share a Raft round (a loaded machine may add a little).
+    phases = sorted(t % 200 for t in at_ms[1:])
+    assert len(phases) >= 4
+    assert phases[len(phases) // 2] < 50, at_ms
+
+
+def test_a_renewal_period_is_a_third_of_the_lease():
+    # Renewing more often moves no shard sooner and costs every replica an
+    # apply: an idle cluster's Raft traffic was mostly renewals at 0.25 s.
+    assert limits.renew_period_s == pytest.approx(limits.node_lease_s / 3)
+
+
+class _Peers:
+    """A stand-in for peer sessions: counts the sessions opened and the asks."""
+
+    def __init__(self) -> None:
+        self.opened = 0
+        self.asked = 0
+
+    def session(self, timeout):
+        peers = self
+
+        class Session:
+            async def __aenter__(self):
+                peers.opened += 1
+                return self
+
+            async def __aexit__(self, *exc):
+                return False
+
+            def get(self, url):
+                peers.asked += 1
+
+                class Answer:
+                    async def __aenter__(self):
+                        return self
+
+                    async def __aexit__(self, *exc):
+                        return False
+
+                    async def json(self):
+                        return {"storage": {"full": None}}
+                return Answer()
+        return Session()
+
+
+async def test_the_storage_guard_keeps_one_session_for_its_peers(monkeypatch, tmp_path):
+    peers = _Peers()
+    store = SimpleNamespace(
+        path=str(tmp_path), map_size=1 << 30, used_bytes=lambda: 0, file_bytes=lambda: 0,
+        scan=lambda table, **kw: [(b"n", {"id": nid, "http": f"http://{nid}"})
+                                  for nid in ("n1", "n2", "n3")])
+    node = SimpleNamespace(node_id="n1", store=store,
+                           config=SimpleNamespace(peer_session=peers.session,
+                                                  min_free_disk_bytes=0))
+    monkeypatch.setattr(limits, "storage_check_period_s", 0.001)
+    task = asyncio.ensure_future(StorageGuard(node).run())   # type: ignore[arg-type]
+    try:
+        deadline = time.monotonic() + 10
+        while peers.asked < 10 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+    finally:
+        task.cancel()
+    assert peers.asked >= 10
+    assert peers.opened == 1
+
+
+async def test_the_backfiller_wakes_no_thread_while_no_backfill_is_open(monkeypatch):
+    store = SimpleNamespace(scan=lambda table, **kw: [] if table == BACKFILLS_OPEN else None)
+    backfiller = Backfiller(SimpleNamespace(store=store))   # type: ignore[arg-type]
+
+    def plan() -> list:
+        raise AssertionError("planned with no backfill open")
+
+    monkeypatch.setattr(backfiller, "plan", plan)
+    assert await backfiller.maybe_step() is False
