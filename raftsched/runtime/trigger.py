@@ -20,6 +20,16 @@ outage, for the job's misfire policy) and the next occurrence after now
 (core/firing.py: a job's jitter and catch-up window count there too).
 A retry's due entry (a run in retry_wait) fires the same way: its next
 attempt is queued on this node, under this shard's token.
+
+Firing ahead (--arm-ahead-s): an occurrence whose due entry apply marked
+armable (core/firing.py `armable`: one a node calls, not a DAG, concurrency
+`allow`) fires up to the arming window before it is due; its run is queued
+here and held until its second (runtime/armed.py). Anything else, retries
+included, fires at its second. A shard's window is read in due order, at most
+fire_batch_max entries: when it holds only entries that may not be armed, the
+shard is `_held` (fired at its next due instant, not ahead) until an entry is
+armed in it or that instant has fired, so a pass does not read them again and
+again; what it holds back fires no later than without arming.
 """
 
 from __future__ import annotations
@@ -33,7 +43,7 @@ from typing import TYPE_CHECKING
 from raftsched import limits
 from raftsched.core import commands, cost
 from raftsched.core.apply import DUE, JOBS, RUNS, SHARDS
-from raftsched.core.firing import fire_item
+from raftsched.core.firing import armable, fire_item
 from raftsched.core.keys import KIND_RETRY, job_key, parse_due_key, shard_prefix
 from raftsched.errors import Unavailable
 from raftsched.runtime.fair import drr_order
@@ -46,13 +56,17 @@ log = logging.getLogger("raftsched.trigger")
 
 
 class TriggerLoop:
-    def __init__(self, node: "Node") -> None:
+    def __init__(self, node: "Node", arm_ahead_ms: int) -> None:
+        """`arm_ahead_ms`: the arming window (--arm-ahead-s); 0 fires at the second."""
         self._node = node
         self._wake = asyncio.Event()
         self._planned_wake_ms = 0
         self._owned: dict[int, int] = {}          # shard -> fencing token
         self._next_due: dict[int, int | None] = {}  # shard -> earliest due_ms
         self._inflight: dict[int, int] = {}      # shard -> fires not yet answered
+        # Shards whose arming window holds nothing armable: fired at their due instant.
+        self._held: set[int] = set()
+        self._arm_ahead_ms = arm_ahead_ms
         # Items and retries in those fires, by tenant.
         self._inflight_items: collections.Counter[str] = collections.Counter()
         self._resynced_at = 0.0
@@ -65,10 +79,11 @@ class TriggerLoop:
     def wake(self, shard: int, due_ms: int) -> None:
         if shard not in self._owned:
             return
+        self._held.discard(shard)   # what was armed may be armable
         current = self._next_due.get(shard)
         if current is None or due_ms < current:
             self._next_due[shard] = due_ms
-        if due_ms < self._planned_wake_ms:
+        if due_ms - self._arm_ahead_ms < self._planned_wake_ms:
             self._wake.set()
 
     def ownership_changed(self) -> None:
@@ -109,6 +124,7 @@ class TriggerLoop:
             log.info("now owning %d shards (+%d, -%d)", len(owned), len(gained), len(lost))
         self._owned = owned
         self._next_due = {shard: self._earliest(shard) for shard in owned}
+        self._held.clear()
         self._resynced_at = time.monotonic()
 
     def _earliest(self, shard: int) -> int | None:
@@ -123,18 +139,27 @@ class TriggerLoop:
         if not self._node.clock.synced():
             return None
         now = self._node.now_ms()
+        ahead_ms = self._ahead_ms()
         earliest: int | None = None
         due: list[int] = []
         for shard, due_ms in self._next_due.items():
             if due_ms is None or shard in self._inflight:
                 continue
-            if due_ms <= now:
+            act_ms = due_ms if shard in self._held else due_ms - ahead_ms
+            if act_ms <= now:
                 due.append(shard)
-            elif earliest is None or due_ms < earliest:
-                earliest = due_ms
+            elif earliest is None or act_ms < earliest:
+                earliest = act_ms
         if due:
             self._propose_pass(due, now)
         return earliest
+
+    def _ahead_ms(self) -> int:
+        """How far ahead this pass may fire: the arming window, or 0 while the
+        node holds as many armed runs as it may (limits.armed_runs_max)."""
+        if self._arm_ahead_ms and self._node.armed.room() > 0:
+            return self._arm_ahead_ms
+        return 0
 
     def _propose_pass(self, shards: list[int], now: int) -> None:
         """Propose the due items of `shards` in `fire_many` entries of up to
@@ -147,7 +172,8 @@ class TriggerLoop:
         tenant's items then commit in the first entry, and the log never holds
         a heavy tenant's whole backlog ahead of the others' starts and
         finishes."""
-        collected = {shard: self._collect(shard, now) for shard in shards}
+        ahead_ms = self._ahead_ms()
+        collected = {shard: self._collect(shard, now, ahead_ms) for shard in shards}
         for shard, entries in collected.items():
             if not entries and not self._inflight.get(shard):
                 self._next_due[shard] = self._earliest(shard)   # nothing due after all
@@ -186,19 +212,30 @@ class TriggerLoop:
                 chosen.append((shard, entry))
         return chosen
 
-    def _collect(self, shard: int, now: int) -> list[tuple]:
-        """The shard's due entries: ((kind, id), tenant, priority rank, due_ms),
-        read from the due index alone (its values name tenant and priority;
-        an entry written without them is looked up)."""
+    def _collect(self, shard: int, now: int, ahead_ms: int) -> list[tuple]:
+        """The shard's entries to fire: ((kind, id), tenant, priority rank,
+        due_ms), read from the due index alone (its values name tenant and
+        priority, and whether it may be armed; an entry written without a
+        tenant is looked up): those due by now, and the armable ones due
+        within `ahead_ms` after it. A shard whose window holds only entries
+        that may not be armed is held (see the module docstring)."""
         node = self._node
         entries: list[tuple] = []
-        for due_ms, kind, ident, value in due_rows(node.store, shard, now, limits.fire_batch_max):
+        held_back = 0
+        upto_ms = now if shard in self._held else now + ahead_ms
+        for due_ms, kind, ident, value in due_rows(node.store, shard, upto_ms,
+                                                   limits.fire_batch_max):
+            if due_ms > now and not value.get("a"):
+                held_back += 1
+                continue
             tenant, rank = value.get("tn"), value.get("p", 1)
             if tenant is None:
                 table, key = (RUNS, ident.encode()) if kind == KIND_RETRY else (JOBS, job_key(ident))
                 record = node.store.get(table, key)
                 tenant = record["tenant"] if record else "default"
             entries.append(((kind, ident), tenant, rank, due_ms))
+        if held_back and not entries:
+            self._held.add(shard)
         return entries
 
     def _fire_item(self, kind: bytes, ident: str, due_ms: int,
@@ -209,6 +246,8 @@ class TriggerLoop:
         if kind == KIND_RETRY:
             return "retries", (ident, due_ms), 1
         job = self._node.store.get(JOBS, job_key(ident))
+        if job is not None and due_ms > now and not armable(job["spec"]):
+            return None   # its due entry is being rewritten (an update in flight)
         item = None if job is None else fire_item(job, due_ms, now)
         if item is None:
             return None
@@ -273,6 +312,7 @@ class TriggerLoop:
                     self._inflight[shard] = left
                 elif shard in self._owned:
                     self._next_due[shard] = self._earliest(shard)
+                    self._held.discard(shard)
             self._wake.set()
 
     def _count_answer(self, shards: str, result: dict) -> None:

@@ -1,0 +1,187 @@
+"""Armed runs: runs fired ahead of their second, held until it comes.
+
+The trigger loop fires an armable occurrence up to --arm-ahead-s before it is
+due (runtime/trigger.py, core/firing.py `armable`); apply queues its run on
+the shard's owner as any other, and the dispatcher hands it here instead of
+calling it (Dispatcher.submit). This keeps them in a heap by due instant (the
+run's scheduled time plus its jitter) and hands each back to the dispatcher
+once the cluster's time (`now_ms`, runtime/clock.py) has reached it: never
+before, by the same clock the trigger fires by, and only while that clock is
+synced. A run is late only by the dispatcher's own queueing.
+
+- A run withdrawn or cancelled in apply before its second is dropped
+  (`withdraw`, from the RunCancelled effect).
+- A run whose shard this node no longer owns when its second comes (the shard
+  moved while it waited: this node was skewed, frozen or cut off) is not
+  called here: it is handed to the shard's current owner (`reassign_runs`),
+  which calls it at once. (A node that wakes from a freeze still believing
+  it owns the shard may take the run to its dispatcher, whose `start` apply
+  refuses: the reaper moved the run to the new owner meanwhile.) A node that died loses its heap; the leader's reaper
+  moves its queued runs to the shards' new owners, and the dispatcher's rescan
+  of a restarted node's open runs holds them again; both arrive through
+  Dispatcher.submit, so neither calls a run before its second.
+- At most `limits.armed_runs_max` runs are held; the trigger arms nothing
+  more while it is full (`room`), so a run that arrives anyway (a rescan, a
+  reassignment) is refused and left to the dispatcher's next rescan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+from typing import Any, Awaitable, Callable, Coroutine
+
+from raftsched import limits
+from raftsched.core import commands
+from raftsched.core.apply import JOBS, SHARDS
+from raftsched.core.keys import job_key, shard_key
+from raftsched.errors import Unavailable
+
+log = logging.getLogger("raftsched.armed")
+
+
+def due_ms_of(run: dict) -> int:
+    """When a run is to be called: its occurrence, later by its jitter."""
+    return run["scheduled_ms"] + run.get("jitter_ms", 0)
+
+
+class ArmedRuns:
+    def __init__(self, *, node_id: str, now_ms: Callable[[], int], synced: Callable[[], bool],
+                 call: Callable[[dict], None], owner_of: Callable[[dict], str | None],
+                 propose: Callable[[Any], Awaitable[dict]],
+                 spawn: Callable[[str, Coroutine], object],
+                 capacity: int = limits.armed_runs_max,
+                 tick_ms: int = limits.trigger_tick_ms_max) -> None:
+        """`call(run)` hands a due run to the dispatcher; `owner_of(run)`: the
+        node that owns the run's shard now (None: none, or the job is gone);
+        `propose` proposes a command (Node.propose); `spawn` runs a one-shot
+        task under the node's supervisor."""
+        self._node_id = node_id
+        self._now_ms = now_ms
+        self._synced = synced
+        self._call = call
+        self._owner_of = owner_of
+        self._propose = propose
+        self._spawn = spawn
+        self._capacity = capacity
+        self._tick_ms = tick_ms
+        self._heap: list[tuple[int, str]] = []   # (due_ms, run id); withdrawn ones linger
+        self._runs: dict[str, dict] = {}          # run id -> run, the ones held
+        self._wake = asyncio.Event()
+        self.held_total = 0
+        self.called_total = 0
+        self.withdrawn_total = 0
+        self.handed_over_total = 0
+        self.refused_total = 0
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def room(self) -> int:
+        return self._capacity - len(self._runs)
+
+    def hold(self, run: dict) -> bool:
+        """Hold `run` if it is not due yet by the cluster's time (or that time
+        is not known yet); say whether the caller must leave it alone. False
+        means: call it now. A run held already is not held twice."""
+        if run["id"] in self._runs:
+            return True
+        due_ms = due_ms_of(run)
+        if self._synced() and due_ms <= self._now_ms():
+            return False
+        if len(self._runs) >= self._capacity:
+            self.refused_total += 1
+            log.error("%d armed runs held (armed_runs_max); run %s, due at %d, is left to "
+                      "the next rescan of this node's open runs", len(self._runs), run["id"],
+                      due_ms)
+            return True
+        self._runs[run["id"]] = run
+        if not self._heap or due_ms < self._heap[0][0]:
+            self._wake.set()
+        heapq.heappush(self._heap, (due_ms, run["id"]))
+        self.held_total += 1
+        return True
+
+    def withdraw(self, run_id: str) -> bool:
+        """Drop a held run (cancelled or withdrawn in apply); say if it was held."""
+        if self._runs.pop(run_id, None) is None:
+            return False
+        self.withdrawn_total += 1
+        return True
+
+    def next_due_ms(self) -> int | None:
+        while self._heap and self._heap[0][1] not in self._runs:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+    def take_due(self) -> list[dict]:
+        """The held runs whose second has come by the cluster's time, in due
+        order (none while that time is not known)."""
+        if not self._synced():
+            return []
+        now = self._now_ms()
+        due = []
+        while self._heap and self._heap[0][0] <= now:
+            _, run_id = heapq.heappop(self._heap)
+            run = self._runs.pop(run_id, None)
+            if run is not None:
+                due.append(run)
+        return due
+
+    async def run(self) -> None:
+        """Runs under the node's supervisor (runtime/supervise.py)."""
+        while True:
+            due = self.take_due()
+            if due:
+                self._dispatch(due)
+            next_ms = self.next_due_ms()
+            wait_ms = self._tick_ms
+            if next_ms is not None:
+                wait_ms = max(0, min(wait_ms, next_ms - self._now_ms()))
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)
+            except asyncio.TimeoutError:
+                pass
+
+    def _dispatch(self, due: list[dict]) -> None:
+        moved = []
+        for run in due:
+            owner = self._owner_of(run)
+            if owner is None or owner == self._node_id:
+                self.called_total += 1
+                self._call(run)
+            else:
+                moved.append((run["id"], self._node_id, owner))
+        for start in range(0, len(moved), limits.reaper_batch_max):
+            self._spawn("armed.hand_over",
+                        self._hand_over(moved[start:start + limits.reaper_batch_max]))
+
+    async def _hand_over(self, items: list[tuple[str, str, str]]) -> None:
+        """Give armed runs whose shard moved to the shard's owner, which
+        calls them at once. One that is not moved stays queued here: the
+        leader's reaper moves it if this node is not live, and a restart's
+        rescan of the open runs holds it again."""
+        log.info("%d armed runs came due in shards this node no longer owns; handing them "
+                 "to the shards' owners", len(items))
+        try:
+            result = await self._propose(commands.reassign_runs(items=items,
+                                                                at_ms=self._now_ms()))
+        except Unavailable as exc:
+            log.warning("hand-over of %d armed runs not committed: %s", len(items), exc.detail)
+            return
+        self.handed_over_total += result.get("moved", 0)
+        if not result.get("ok"):
+            log.error("hand-over of %d armed runs refused (%s): %s", len(items),
+                      result.get("error"), result.get("detail"))
+
+
+def shard_owner_reader(store: Any) -> Callable[[dict], str | None]:
+    """`owner_of` for ArmedRuns: the owner of a run's shard in this node's
+    replicated state (None when the job or the shard's record is gone)."""
+    def owner_of(run: dict) -> str | None:
+        job = store.get(JOBS, job_key(run["job_id"]))
+        state = None if job is None else store.get(SHARDS, shard_key(job["shard"]))
+        return None if state is None else state["owner"]
+    return owner_of
