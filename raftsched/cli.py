@@ -84,11 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a node whose wall clock is further than this from the median of "
                            "the nodes' clocks owns no shards until it is back within it; give "
                            "every node the same (default %(default)s)")
-    node.add_argument("--arm-ahead-s", type=float, default=limits.arm_ahead_s_default,
+    node.add_argument("--arm-ahead-s", type=float,
+                      # (argparse converts a string default, the env's, by `type`)
+                      default=os.environ.get("RAFTSCHED_ARM_AHEAD_S")
+                      or limits.arm_ahead_s_default,
                       help="fire a one-off or an `allow` cron job's occurrence up to this many "
                            "seconds before it is due and call it at its second, so a burst's "
                            "replicated work is done before it; 0 fires at the second "
-                           f"(at most {limits.arm_ahead_s_max:g}; default %(default)s)")
+                           f"(at most {limits.arm_ahead_s_max:g}; default: env "
+                           "RAFTSCHED_ARM_AHEAD_S, else %(default)s)")
     node.add_argument("--alert-webhook-url",
                       default=os.environ.get("RAFTSCHED_ALERT_WEBHOOK_URL") or None,
                       help="where failure alerts of jobs without alert.webhook_url go; give "
