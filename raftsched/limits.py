@@ -311,6 +311,16 @@ arm_ahead_s_default = 30.0
 # The flag's bound: an armed run is withdrawn by any edit made before its
 # second, and held in memory until then; a window of minutes only widens both.
 arm_ahead_s_max = 300.0
+# Items fired ahead of their second in one pass of a node's trigger, proposed
+# only while none of its fires is in flight: arming is a background pipeline of
+# small entries, so followers apply each quickly and keep answering heartbeats
+# while creates and calls share the log (a 2000-item entry of armed runs beside
+# a burst of creates cost leader elections on a loaded 2-core machine).
+arm_fire_items_max = 250
+# A hand-over of armed runs to their shard's new owner that was not committed is
+# tried again after this (ms): the runs are queued on this node, which is live,
+# so nothing else would move them.
+armed_hand_over_retry_ms = 500
 # Armed runs one node holds in memory (runtime/armed.py), about 1 kB each
 # with the run record. Past it the trigger arms nothing more and fires at the
 # due second, as with --arm-ahead-s 0, until armed runs are called.

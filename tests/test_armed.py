@@ -6,7 +6,9 @@ import asyncio
 
 import pytest
 
+from raftsched import limits
 from raftsched.core import commands
+from raftsched.errors import Unavailable
 from raftsched.runtime.armed import ArmedRuns
 
 
@@ -28,16 +30,26 @@ def run(run_id: str, scheduled_ms: int, jitter_ms: int = 0) -> dict:
             "jitter_ms": jitter_ms, "tenant": "default"}
 
 
-def heap(clock: Clock, capacity: int = 100, owner: str | None = "n1"
-         ) -> tuple[ArmedRuns, list[dict], list]:
+def heap(clock: Clock, capacity: int = 100, owner: str | None = "n1",
+         answer=None, stored: dict | None = None) -> tuple[ArmedRuns, list[dict], list]:
+    """`answer(command)`: what a proposal answers (default: every run moved);
+    `stored`: the runs as the replica has them (default: each queued on n1)."""
     called: list[dict] = []
     proposed: list = []
 
     async def propose(command) -> dict:
         proposed.append(command)
+        if answer is not None:
+            return answer(command)
         return {"ok": True, "moved": len(command.items)}
+
+    def run_of(run_id: str) -> dict | None:
+        if stored is not None:
+            return stored.get(run_id)
+        return {"id": run_id, "state": "queued", "node": "n1"}
     armed = ArmedRuns(node_id="n1", now_ms=lambda: clock.now_ms, synced=lambda: clock.synced,
-                      call=called.append, owner_of=lambda r: owner, propose=propose,
+                      call=called.append, owner_of=lambda r: owner, run_of=run_of,
+                      propose=propose,
                       spawn=lambda name, coro: asyncio.ensure_future(coro), capacity=capacity,
                       tick_ms=20)
     return armed, called, proposed
@@ -141,3 +153,36 @@ def test_a_run_of_this_node_or_of_a_gone_job_is_called(owner):
     clock.now_ms = 1_000
     armed._dispatch(armed.take_due())
     assert [r["id"] for r in called] == ["a"] and proposed == []
+
+
+async def test_a_hand_over_not_committed_is_tried_again_until_the_run_is_moved():
+    clock = Clock(0)
+    stored = {"a": {"id": "a", "state": "queued", "node": "n1"}}
+    answers = []
+
+    def answer(command):
+        answers.append(command)
+        if len(answers) == 1:
+            raise Unavailable("not committed: the leader changed; retry", reason="leader_changed")
+        stored["a"] = dict(stored["a"], node="n2")
+        return {"ok": True, "moved": 1}
+    armed, called, proposed = heap(clock, owner="n2", answer=answer, stored=stored)
+    armed.hold(run("a", 1_000))
+    clock.now_ms = 1_000
+    armed._dispatch(armed.take_due())
+    await until(lambda: len(armed) == 1)   # held again, for a retry
+    assert armed.take_due() == []
+    clock.now_ms = 1_000 + limits.armed_hand_over_retry_ms
+    armed._dispatch(armed.take_due())
+    await until(lambda: armed.handed_over_total == 1)
+    assert len(proposed) == 2 and called == [] and len(armed) == 0
+
+
+def test_a_run_moved_off_this_node_meanwhile_is_neither_called_nor_handed_over():
+    clock = Clock(0)
+    armed, called, proposed = heap(clock, owner="n2",
+                                   stored={"a": {"id": "a", "state": "queued", "node": "n2"}})
+    armed.hold(run("a", 1_000))
+    clock.now_ms = 1_000
+    armed._dispatch(armed.take_due())
+    assert called == [] and proposed == [] and len(armed) == 0

@@ -196,3 +196,26 @@ async def test_with_no_window_the_trigger_fires_at_the_second():
     log = setup()
     assert await one_pass(trigger_over(log, DUE_MS - 1, arm_ahead_ms=0)) == DUE_MS
     assert armed_run(log) is None
+
+
+async def test_a_pass_fires_ahead_at_most_arm_fire_items_max_and_the_next_pass_the_rest():
+    from raftsched import limits
+    log = Replica()
+    log.run(commands.assign_shards(assignments=[(s, NODE) for s in range(SHARDS)], at_ms=1))
+    jobs = limits.arm_fire_items_max + 50
+    for i in range(jobs):
+        job_id = f"job_{i:04d}"
+        assert log.run(commands.create_job(job_id=job_id, tenant="default", spec=spec(),
+                                           idempotency_key=None,
+                                           shard=keys.shard_of(job_id, SHARDS),
+                                           next_ms=DUE_MS + i, at_ms=1_000))["ok"]
+    trigger = trigger_over(log, DUE_MS - 10_000, arm_ahead_ms=30_000)
+
+    def armed_count() -> int:
+        return sum(1 for i in range(jobs) if log.get_run(keys.run_id(f"job_{i:04d}", DUE_MS + i, 1)))
+    await one_pass(trigger)
+    assert armed_count() == limits.arm_fire_items_max
+    # The earliest ones first.
+    assert log.get_run(keys.run_id("job_0000", DUE_MS, 1)) is not None
+    await one_pass(trigger)
+    assert armed_count() == jobs

@@ -14,7 +14,8 @@ synced. A run is late only by the dispatcher's own queueing.
 - A run whose shard this node no longer owns when its second comes (the shard
   moved while it waited: this node was skewed, frozen or cut off) is not
   called here: it is handed to the shard's current owner (`reassign_runs`),
-  which calls it at once. (A node that wakes from a freeze still believing
+  which calls it at once; a hand-over that is not committed is tried again
+  until the run is moved or is no longer queued here. (A node that wakes from a freeze still believing
   it owns the shard may take the run to its dispatcher, whose `start` apply
   refuses: the reaper moved the run to the new owner meanwhile.) A node that died loses its heap; the leader's reaper
   moves its queued runs to the shards' new owners, and the dispatcher's rescan
@@ -34,7 +35,7 @@ from typing import Any, Awaitable, Callable, Coroutine
 
 from raftsched import limits
 from raftsched.core import commands
-from raftsched.core.apply import JOBS, SHARDS
+from raftsched.core.apply import JOBS, RUNS, SHARDS
 from raftsched.core.keys import job_key, shard_key
 from raftsched.errors import Unavailable
 
@@ -49,12 +50,14 @@ def due_ms_of(run: dict) -> int:
 class ArmedRuns:
     def __init__(self, *, node_id: str, now_ms: Callable[[], int], synced: Callable[[], bool],
                  call: Callable[[dict], None], owner_of: Callable[[dict], str | None],
+                 run_of: Callable[[str], dict | None],
                  propose: Callable[[Any], Awaitable[dict]],
                  spawn: Callable[[str, Coroutine], object],
                  capacity: int = limits.armed_runs_max,
                  tick_ms: int = limits.trigger_tick_ms_max) -> None:
         """`call(run)` hands a due run to the dispatcher; `owner_of(run)`: the
         node that owns the run's shard now (None: none, or the job is gone);
+        `run_of(run_id)`: the run as this node's replica has it now;
         `propose` proposes a command (Node.propose); `spawn` runs a one-shot
         task under the node's supervisor."""
         self._node_id = node_id
@@ -62,6 +65,7 @@ class ArmedRuns:
         self._synced = synced
         self._call = call
         self._owner_of = owner_of
+        self._run_of = run_of
         self._propose = propose
         self._spawn = spawn
         self._capacity = capacity
@@ -146,35 +150,48 @@ class ArmedRuns:
                 pass
 
     def _dispatch(self, due: list[dict]) -> None:
-        moved = []
+        moved: list[tuple[dict, str]] = []
         for run in due:
             owner = self._owner_of(run)
             if owner is None or owner == self._node_id:
                 self.called_total += 1
                 self._call(run)
-            else:
-                moved.append((run["id"], self._node_id, owner))
+            elif self._still_mine(run["id"]):
+                moved.append((run, owner))
         for start in range(0, len(moved), limits.reaper_batch_max):
             self._spawn("armed.hand_over",
                         self._hand_over(moved[start:start + limits.reaper_batch_max]))
 
-    async def _hand_over(self, items: list[tuple[str, str, str]]) -> None:
+    def _still_mine(self, run_id: str) -> bool:
+        """Is the run still queued on this node? The leader's reaper may have
+        moved it (this node looked dead), or a hand-over whose answer was
+        lost did."""
+        run = self._run_of(run_id)
+        return run is not None and run["state"] == "queued" and run.get("node") == self._node_id
+
+    async def _hand_over(self, moved: list[tuple[dict, str]]) -> None:
         """Give armed runs whose shard moved to the shard's owner, which
-        calls them at once. One that is not moved stays queued here: the
-        leader's reaper moves it if this node is not live, and a restart's
-        rescan of the open runs holds it again."""
+        calls them at once. Runs a hand-over did not move are held again and
+        tried again after armed_hand_over_retry_ms, until they are moved or
+        no longer this node's."""
         log.info("%d armed runs came due in shards this node no longer owns; handing them "
-                 "to the shards' owners", len(items))
+                 "to the shards' owners", len(moved))
+        items = [(run["id"], self._node_id, owner) for run, owner in moved]
         try:
             result = await self._propose(commands.reassign_runs(items=items,
                                                                 at_ms=self._now_ms()))
         except Unavailable as exc:
             log.warning("hand-over of %d armed runs not committed: %s", len(items), exc.detail)
-            return
-        self.handed_over_total += result.get("moved", 0)
+            result = {"ok": True, "moved": 0}
         if not result.get("ok"):
             log.error("hand-over of %d armed runs refused (%s): %s", len(items),
                       result.get("error"), result.get("detail"))
+        self.handed_over_total += result.get("moved", 0)
+        retry_ms = self._now_ms() + limits.armed_hand_over_retry_ms
+        for run, _ in moved:
+            if self._still_mine(run["id"]) and run["id"] not in self._runs:
+                self._runs[run["id"]] = run
+                heapq.heappush(self._heap, (retry_ms, run["id"]))
 
 
 def shard_owner_reader(store: Any) -> Callable[[dict], str | None]:
@@ -185,3 +202,8 @@ def shard_owner_reader(store: Any) -> Callable[[dict], str | None]:
         state = None if job is None else store.get(SHARDS, shard_key(job["shard"]))
         return None if state is None else state["owner"]
     return owner_of
+
+
+def run_reader(store: Any) -> Callable[[str], dict | None]:
+    """`run_of` for ArmedRuns: a run as this node's replica has it."""
+    return lambda run_id: store.get(RUNS, run_id.encode())

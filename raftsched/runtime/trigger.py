@@ -155,9 +155,10 @@ class TriggerLoop:
         return earliest
 
     def _ahead_ms(self) -> int:
-        """How far ahead this pass may fire: the arming window, or 0 while the
-        node holds as many armed runs as it may (limits.armed_runs_max)."""
-        if self._arm_ahead_ms and self._node.armed.room() > 0:
+        """How far ahead this pass may fire: the arming window; 0 while a fire
+        of this node is in flight (arming waits for it: limits.arm_fire_items_max)
+        or while the node holds as many armed runs as it may (limits.armed_runs_max)."""
+        if self._arm_ahead_ms and not self._inflight and self._node.armed.room() > 0:
             return self._arm_ahead_ms
         return 0
 
@@ -174,6 +175,8 @@ class TriggerLoop:
         finishes."""
         ahead_ms = self._ahead_ms()
         collected = {shard: self._collect(shard, now, ahead_ms) for shard in shards}
+        if ahead_ms:
+            collected = self._within_arming_room(collected, now)
         for shard, entries in collected.items():
             if not entries and not self._inflight.get(shard):
                 self._next_due[shard] = self._earliest(shard)   # nothing due after all
@@ -192,6 +195,30 @@ class TriggerLoop:
         order = drr_order(queues, lambda tenant: self._node.quota_of(tenant)["weight"])
         self._propose(self._within_room(order), now)
         # The rest waits for a fire to be answered, which wakes the loop.
+
+    @staticmethod
+    def _within_arming_room(collected: dict[int, list[tuple]], now: int
+                            ) -> dict[int, list[tuple]]:
+        """`collected` with every entry due by now, and only the earliest
+        arm_fire_items_max of those ahead of it; the rest are fired ahead by
+        the passes after this one's fires are answered."""
+        ahead = sorted(entry[3] for entries in collected.values() for entry in entries
+                       if entry[3] > now)
+        if len(ahead) <= limits.arm_fire_items_max:
+            return collected
+        last_ms = ahead[limits.arm_fire_items_max - 1]
+        room = sum(1 for due_ms in ahead if due_ms < last_ms)
+        room = limits.arm_fire_items_max - room   # entries at last_ms that fit
+        kept: dict[int, list[tuple]] = {}
+        for shard, entries in collected.items():
+            kept[shard] = []
+            for entry in entries:
+                if entry[3] <= now or entry[3] < last_ms:
+                    kept[shard].append(entry)
+                elif entry[3] == last_ms and room > 0:
+                    kept[shard].append(entry)
+                    room -= 1
+        return kept
 
     def _within_room(self, order: list[tuple[int, tuple]]) -> list[tuple[int, tuple]]:
         """The items of `order`, in order, that fit their tenant's room: at
