@@ -25,11 +25,15 @@ Firing ahead (--arm-ahead-s): an occurrence whose due entry apply marked
 armable (core/firing.py `armable`: one a node calls, not a DAG, concurrency
 `allow`) fires up to the arming window before it is due; its run is queued
 here and held until its second (runtime/armed.py). Anything else, retries
-included, fires at its second. A shard's window is read in due order, at most
-fire_batch_max entries: when it holds only entries that may not be armed, the
-shard is `_held` (fired at its next due instant, not ahead) until an entry is
-armed in it or that instant has fired, so a pass does not read them again and
-again; what it holds back fires no later than without arming.
+included, fires at its second. Arming is background work: a pass fires ahead
+only while none of this node's fires is in flight, and reads at most
+`arm_fire_items_max` entries ahead of now, shard by shard from the earliest
+due, so followers apply small entries and the event loop reads little while
+creates and calls go on. When what a shard's window showed holds only
+entries that may not be armed, the shard is `_held` (fired at its next due
+instant, not ahead) until an entry is armed in it or its own fire is
+answered, so passes do not read them again and again; what it holds back
+fires no later than without arming.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from raftsched import limits
 from raftsched.core import commands, cost
 from raftsched.core.apply import DUE, JOBS, RUNS, SHARDS
 from raftsched.core.firing import armable, fire_item
-from raftsched.core.keys import KIND_RETRY, job_key, parse_due_key, shard_prefix
+from raftsched.core.keys import KIND_RETRY, due_upto_key, job_key, parse_due_key, shard_prefix
 from raftsched.errors import Unavailable
 from raftsched.runtime.fair import drr_order
 from raftsched.storage.base import due_rows
@@ -174,8 +178,19 @@ class TriggerLoop:
         a heavy tenant's whole backlog ahead of the others' starts and
         finishes."""
         ahead_ms = self._ahead_ms()
-        collected = {shard: self._collect(shard, now, ahead_ms) for shard in shards}
+        # What is due first; then the window ahead, shard by shard from the
+        # earliest, reading at most arm_fire_items_max entries in all.
+        collected = {shard: self._collect(shard, now) for shard in shards}
         if ahead_ms:
+            budget = limits.arm_fire_items_max
+            for shard in sorted(shards, key=lambda s: self._next_due.get(s) or 0):
+                if budget <= 0 or shard in self._held:
+                    continue
+                ahead, read = self._collect_ahead(shard, now, ahead_ms, budget)
+                if read and not ahead and not collected[shard]:
+                    self._held.add(shard)   # nothing in its window may be armed
+                collected[shard] += ahead
+                budget -= read
             collected = self._within_arming_room(collected, now)
         for shard, entries in collected.items():
             if not entries and not self._inflight.get(shard):
@@ -239,31 +254,34 @@ class TriggerLoop:
                 chosen.append((shard, entry))
         return chosen
 
-    def _collect(self, shard: int, now: int, ahead_ms: int) -> list[tuple]:
-        """The shard's entries to fire: ((kind, id), tenant, priority rank,
-        due_ms), read from the due index alone (its values name tenant and
-        priority, and whether it may be armed; an entry written without a
-        tenant is looked up): those due by now, and the armable ones due
-        within `ahead_ms` after it. A shard whose window holds only entries
-        that may not be armed is held (see the module docstring)."""
-        node = self._node
-        entries: list[tuple] = []
-        held_back = 0
-        upto_ms = now if shard in self._held else now + ahead_ms
-        for due_ms, kind, ident, value in due_rows(node.store, shard, upto_ms,
-                                                   limits.fire_batch_max):
-            if due_ms > now and not value.get("a"):
-                held_back += 1
-                continue
-            tenant, rank = value.get("tn"), value.get("p", 1)
-            if tenant is None:
-                table, key = (RUNS, ident.encode()) if kind == KIND_RETRY else (JOBS, job_key(ident))
-                record = node.store.get(table, key)
-                tenant = record["tenant"] if record else "default"
-            entries.append(((kind, ident), tenant, rank, due_ms))
-        if held_back and not entries:
-            self._held.add(shard)
-        return entries
+    def _collect(self, shard: int, now: int) -> list[tuple]:
+        """The shard's due entries: ((kind, id), tenant, priority rank, due_ms),
+        read from the due index alone (its values name tenant and priority;
+        an entry written without them is looked up)."""
+        rows = due_rows(self._node.store, shard, now, limits.fire_batch_max)
+        return [self._entry(due_ms, kind, ident, value) for due_ms, kind, ident, value in rows]
+
+    def _collect_ahead(self, shard: int, now: int, ahead_ms: int,
+                       limit: int) -> tuple[list[tuple], int]:
+        """The entries of the shard due after now and within `ahead_ms` that
+        may be armed (their due value says so: core/apply.py `_arm`), from
+        at most `limit` read: (entries, rows read)."""
+        rows = self._node.store.scan(DUE, start=due_upto_key(shard, now),
+                                     stop=due_upto_key(shard, now + ahead_ms), limit=limit)
+        entries = []
+        for key, value in rows:
+            _, due_ms, kind, ident = parse_due_key(key)
+            if value.get("a"):
+                entries.append(self._entry(due_ms, kind, ident, value))
+        return entries, len(rows)
+
+    def _entry(self, due_ms: int, kind: bytes, ident: str, value: dict) -> tuple:
+        tenant, rank = value.get("tn"), value.get("p", 1)
+        if tenant is None:
+            table, key = (RUNS, ident.encode()) if kind == KIND_RETRY else (JOBS, job_key(ident))
+            record = self._node.store.get(table, key)
+            tenant = record["tenant"] if record else "default"
+        return ((kind, ident), tenant, rank, due_ms)
 
     def _fire_item(self, kind: bytes, ident: str, due_ms: int,
                    now: int) -> tuple[str, tuple, int] | None:
