@@ -74,10 +74,13 @@ def owner_of(cluster: LocalCluster, shard: int) -> str:
 
 
 def test_edits_before_the_second_withdraw_armed_runs(cluster, sink):
-    jobs = {edit: one_off(cluster, sink, 4.0) for edit in ("pause", "delete", "patch", "cancel",
+    jobs = {edit: one_off(cluster, sink, 5.0) for edit in ("pause", "delete", "patch", "cancel",
                                                              "none")}
     armed = wait_armed(cluster, [j["job_id"] for j in jobs.values()])
     ids = {edit: job["job_id"] for edit, job in jobs.items()}
+    # The edits come 1.5 s before the second (the runs were armed seconds before).
+    due_s = min(scheduled_s(run) for run in armed.values())
+    wait_until(lambda: time.time() >= due_s - 1.5, 5, "1.5 s before the due second", 0.01)
     assert cluster.api("n2", "POST", f"/v1/jobs/{ids['pause']}:pause").status == 200
     assert cluster.api("n3", "DELETE", f"/v1/jobs/{ids['delete']}").status == 204
     patched = cluster.api("n1", "PATCH", f"/v1/jobs/{ids['patch']}", {"run_at": at(6.0)})
