@@ -140,10 +140,12 @@ class ArmedRuns:
             if due:
                 self._dispatch(due)
             next_ms = self.next_due_ms()
-            wait_ms = self._tick_ms
-            if next_ms is not None:
-                wait_ms = max(0, min(wait_ms, next_ms - self._now_ms()))
             self._wake.clear()
+            if next_ms is None:
+                await self._wake.wait()   # nothing held: an idle node does not tick
+                continue
+            # At most a tick: the cluster's time may be re-judged meanwhile.
+            wait_ms = max(0, min(self._tick_ms, next_ms - self._now_ms()))
             try:
                 await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)
             except asyncio.TimeoutError:
@@ -192,6 +194,7 @@ class ArmedRuns:
             if self._still_mine(run["id"]) and run["id"] not in self._runs:
                 self._runs[run["id"]] = run
                 heapq.heappush(self._heap, (retry_ms, run["id"]))
+                self._wake.set()
 
 
 def shard_owner_reader(store: Any) -> Callable[[dict], str | None]:
