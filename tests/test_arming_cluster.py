@@ -68,11 +68,6 @@ def scheduled_s(run: dict) -> float:
     return dt.datetime.fromisoformat(run["scheduled_for"].replace("Z", "+00:00")).timestamp()
 
 
-def owner_of(cluster: LocalCluster, shard: int) -> str:
-    shards = cluster.api("n1", "GET", "/v1/cluster/shards?consistent=true").body["shards"]
-    return next(s["owner"] for s in shards if s["shard"] == shard)
-
-
 def test_edits_before_the_second_withdraw_armed_runs(cluster, sink):
     jobs = {edit: one_off(cluster, sink, 5.0) for edit in ("pause", "delete", "patch", "cancel",
                                                              "none")}
@@ -106,9 +101,8 @@ def test_a_node_skewed_ahead_never_calls_an_armed_run_early(cluster, sink):
     wait_until(lambda: cluster.api(victim, "GET", "/v1/node").body["shards_owned"] > 0, 15,
                f"{victim} owning shards")
     jobs = [one_off(cluster, sink, 3.5 + i * 0.1) for i in range(20)]
-    mine = [j["job_id"] for j in jobs if owner_of(cluster, j["shard"]) == victim]
-    assert mine, "no one-off fell in the victim's shards"
-    wait_armed(cluster, [j["job_id"] for j in jobs])
+    armed = wait_armed(cluster, [j["job_id"] for j in jobs])
+    assert any(run["node"] == victim for run in armed.values()), "none armed on the victim"
     (cluster.base / victim / SHIFT_FILE).write_text("5000")
     try:
         wait_until(lambda: all(j["job_id"] in sink.by_job() for j in jobs), 15,
@@ -123,14 +117,43 @@ def test_a_node_skewed_ahead_never_calls_an_armed_run_early(cluster, sink):
                f"{victim} owning shards again")
 
 
+def test_an_armed_runs_owner_frozen_its_runs_are_called_once_by_the_new_owner(cluster, sink):
+    leader = cluster.wait_ready()
+    victim = next(nid for nid in cluster.ids if nid != leader)
+    wait_until(lambda: cluster.api(victim, "GET", "/v1/node").body["shards_owned"] > 0, 15,
+               f"{victim} owning shards")
+    jobs = [one_off(cluster, sink, 4.0 + i * 0.05, via=leader) for i in range(20)]
+    armed = wait_armed(cluster, [j["job_id"] for j in jobs], via=leader)
+    mine = [job_id for job_id, run in armed.items() if run["node"] == victim]
+    assert mine, "no one-off was armed on the victim"
+    cluster.pause(victim)
+    try:
+        wait_until(lambda: all(j["job_id"] in sink.by_job() for j in jobs), 20,
+                   "every one-off called")
+    finally:
+        cluster.resume(victim)
+    # Woken, the frozen owner still holds its armed runs, now past their
+    # second: it must not call them (they were moved while it slept).
+    wait_until(lambda: cluster.api(victim, "GET", "/v1/node").body["armed_runs"] == 0, 15,
+               f"{victim} holding no armed run")
+    calls = sink.by_job()
+    for job in jobs:
+        assert len(calls[job["job_id"]]) == 1, calls[job["job_id"]]
+        assert calls[job["job_id"]][0].lateness_s >= 0, job
+    for job_id in mine:
+        [run] = runs_of(cluster, job_id, via=leader)
+        assert run["state"] == "succeeded" and run["attempts"][0]["holder"] != victim, run
+
+
 def test_an_armed_runs_owner_killed_its_runs_are_called_once_by_the_new_owner(cluster, sink):
     leader = cluster.wait_ready()
     victim = next(nid for nid in cluster.ids if nid != leader)
+    wait_until(lambda: cluster.api(victim, "GET", "/v1/node").body["shards_owned"] > 0, 15,
+               f"{victim} owning shards")
     jobs = [one_off(cluster, sink, 4.0 + i * 0.05, via=leader) for i in range(20)]
-    mine = [j["job_id"] for j in jobs if owner_of(cluster, j["shard"]) == victim]
-    assert mine, "no one-off fell in the victim's shards"
-    armed = wait_armed(cluster, mine, via=leader)
-    assert all(run["node"] == victim for run in armed.values()), armed
+    armed = wait_armed(cluster, [j["job_id"] for j in jobs], via=leader)
+    mine = [job_id for job_id, run in armed.items() if run["node"] == victim]
+    assert mine, "no one-off was armed on the victim"
     cluster.kill(victim)
     try:
         wait_until(lambda: all(j["job_id"] in sink.by_job() for j in jobs), 20,
