@@ -219,3 +219,12 @@ async def test_a_pass_fires_ahead_at_most_arm_fire_items_max_and_the_next_pass_t
     assert log.get_run(keys.run_id("job_0000", DUE_MS, 1)) is not None
     await one_pass(trigger)
     assert armed_count() == jobs
+
+
+@pytest.mark.parametrize("value", ["301", "-1", "nan"])
+def test_the_arming_window_flag_is_bounded(value, tmp_path, capsys):
+    from raftsched.cli import main
+    code = main(["node", "--id", "n1", "--http", "127.0.0.1:1", "--raft", "127.0.0.1:2",
+                 "--data", str(tmp_path), "--insecure-no-auth", "--arm-ahead-s", value])
+    assert code == 2
+    assert "--arm-ahead-s must be a number from 0 to 300" in capsys.readouterr().err
