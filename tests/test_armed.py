@@ -30,7 +30,7 @@ def run(run_id: str, scheduled_ms: int, jitter_ms: int = 0) -> dict:
             "jitter_ms": jitter_ms, "tenant": "default"}
 
 
-def heap(clock: Clock, capacity: int = 100, owner: str | None = "n1",
+def heap(clock: Clock, capacity: int = 100, owner: str | None = "n1", token: int = 7,
          answer=None, stored: dict | None = None) -> tuple[ArmedRuns, list[dict], list]:
     """`answer(command)`: what a proposal answers (default: every run moved);
     `stored`: the runs as the replica has them (default: each queued on n1)."""
@@ -48,7 +48,8 @@ def heap(clock: Clock, capacity: int = 100, owner: str | None = "n1",
             return stored.get(run_id)
         return {"id": run_id, "state": "queued", "node": "n1"}
     armed = ArmedRuns(node_id="n1", now_ms=lambda: clock.now_ms, synced=lambda: clock.synced,
-                      call=called.append, owner_of=lambda r: owner, run_of=run_of,
+                      call=called.append,
+                      owner_of=lambda r: None if owner is None else (owner, token), run_of=run_of,
                       propose=propose,
                       spawn=lambda name, coro: asyncio.ensure_future(coro), capacity=capacity,
                       tick_ms=20)
@@ -186,3 +187,12 @@ def test_a_run_moved_off_this_node_meanwhile_is_neither_called_nor_handed_over()
     clock.now_ms = 1_000
     armed._dispatch(armed.take_due())
     assert called == [] and proposed == [] and len(armed) == 0
+
+
+def test_a_run_is_called_under_the_shards_token_at_its_second():
+    clock = Clock(0)
+    armed, called, _ = heap(clock, owner="n1", token=9)
+    armed.hold(dict(run("a", 1_000), token=3))   # fired under token 3; the shard moved and back
+    clock.now_ms = 1_000
+    armed._dispatch(armed.take_due())
+    assert [(r["id"], r["token"]) for r in called] == [("a", 9)]

@@ -228,3 +228,16 @@ def test_the_arming_window_flag_is_bounded(value, tmp_path, capsys):
                  "--data", str(tmp_path), "--insecure-no-auth", "--arm-ahead-s", value])
     assert code == 2
     assert "--arm-ahead-s must be a number from 0 to 300" in capsys.readouterr().err
+
+
+def test_an_armed_run_moved_to_the_shards_new_owner_takes_its_token():
+    log = setup()
+    run = armed(log)
+    shard = keys.shard_of("job_a1", SHARDS)
+    log.run(commands.assign_shards(assignments=[(shard, "n2")], at_ms=ARMED_AT_MS + 1))
+    token = log.store.get(SHARDS_TABLE, keys.shard_key(shard))["token"]
+    assert token > run["token"]
+    moved = log.run(commands.reassign_runs(items=[(run["id"], NODE, "n2")],
+                                           at_ms=ARMED_AT_MS + 2))
+    assert moved["moved"] == 1
+    assert armed_run(log)["node"] == "n2" and armed_run(log)["token"] == token

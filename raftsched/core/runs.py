@@ -287,6 +287,12 @@ def reassign(tx: Tx, run: dict, from_node: str, to_node: str, at_ms: int) -> boo
         return False
     _dequeue(tx, run)
     _move(run, "reassign")
+    job = tx.get(JOBS, keys.job_key(run["job_id"]))
+    state = tx.get(SHARDS, keys.shard_key(job["shard"])) if job is not None else None
+    if state is not None and state["owner"] == to_node:
+        # Moved to the shard's owner (a run fired ahead, say, whose owner died
+        # before its second): it calls under its own fencing token.
+        run["token"] = state["token"]
     _enqueue(tx, run, to_node, at_ms)
     put_run(tx, run)
     return True

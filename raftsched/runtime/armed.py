@@ -49,14 +49,16 @@ def due_ms_of(run: dict) -> int:
 
 class ArmedRuns:
     def __init__(self, *, node_id: str, now_ms: Callable[[], int], synced: Callable[[], bool],
-                 call: Callable[[dict], None], owner_of: Callable[[dict], str | None],
+                 call: Callable[[dict], None],
+                 owner_of: Callable[[dict], tuple[str, int] | None],
                  run_of: Callable[[str], dict | None],
                  propose: Callable[[Any], Awaitable[dict]],
                  spawn: Callable[[str, Coroutine], object],
                  capacity: int = limits.armed_runs_max,
                  tick_ms: int = limits.trigger_tick_ms_max) -> None:
         """`call(run)` hands a due run to the dispatcher; `owner_of(run)`: the
-        node that owns the run's shard now (None: none, or the job is gone);
+        node that owns the run's shard now and its fencing token (None: the
+        job or the shard's record is gone);
         `run_of(run_id)`: the run as this node's replica has it now;
         `propose` proposes a command (Node.propose); `spawn` runs a one-shot
         task under the node's supervisor."""
@@ -154,12 +156,17 @@ class ArmedRuns:
     def _dispatch(self, due: list[dict]) -> None:
         moved: list[tuple[dict, str]] = []
         for run in due:
-            owner = self._owner_of(run)
-            if owner is None or owner == self._node_id:
+            owned = self._owner_of(run)
+            if owned is None:
                 self.called_total += 1
-                self._call(run)
+                self._call(run)   # the job is gone: the dispatcher ends the run
+            elif owned[0] == self._node_id:
+                # Called under the shard's token now, not the one it was
+                # fired under: the shard may have moved away and back since.
+                self.called_total += 1
+                self._call(dict(run, token=owned[1]))
             elif self._still_mine(run["id"]):
-                moved.append((run, owner))
+                moved.append((run, owned[0]))
         for start in range(0, len(moved), limits.reaper_batch_max):
             self._spawn("armed.hand_over",
                         self._hand_over(moved[start:start + limits.reaper_batch_max]))
@@ -197,13 +204,14 @@ class ArmedRuns:
                 self._wake.set()
 
 
-def shard_owner_reader(store: Any) -> Callable[[dict], str | None]:
+def shard_owner_reader(store: Any) -> Callable[[dict], tuple[str, int] | None]:
     """`owner_of` for ArmedRuns: the owner of a run's shard in this node's
-    replicated state (None when the job or the shard's record is gone)."""
-    def owner_of(run: dict) -> str | None:
+    replicated state and its fencing token (None when the job or the
+    shard's record is gone)."""
+    def owner_of(run: dict) -> tuple[str, int] | None:
         job = store.get(JOBS, job_key(run["job_id"]))
         state = None if job is None else store.get(SHARDS, shard_key(job["shard"]))
-        return None if state is None else state["owner"]
+        return None if state is None else (state["owner"], state["token"])
     return owner_of
 
 
