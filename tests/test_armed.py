@@ -196,3 +196,15 @@ def test_a_run_is_called_under_the_shards_token_at_its_second():
     clock.now_ms = 1_000
     armed._dispatch(armed.take_due())
     assert [(r["id"], r["token"]) for r in called] == [("a", 9)]
+
+
+async def test_a_due_run_fired_ahead_is_dispatched_under_the_current_token_or_handed_over():
+    clock = Clock(5_000)
+    armed, called, _ = heap(clock, owner="n1", token=9)
+    assert armed.hold(dict(run("plain", 4_000), token=3)) is False   # not fired ahead: as before
+    assert armed.hold(dict(run("moved", 4_000), token=3, armed_ms=1_000)) is True
+    assert [(r["id"], r["token"]) for r in called] == [("moved", 9)]
+    elsewhere, called_there, proposed = heap(clock, owner="n2")
+    assert elsewhere.hold(dict(run("other", 4_000), armed_ms=1_000)) is True
+    await until(lambda: elsewhere.handed_over_total == 1)
+    assert called_there == [] and len(proposed) == 1   # handed to n2, not called here

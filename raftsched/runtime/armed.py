@@ -90,12 +90,19 @@ class ArmedRuns:
     def hold(self, run: dict) -> bool:
         """Hold `run` if it is not due yet by the cluster's time (or that time
         is not known yet); say whether the caller must leave it alone. False
-        means: call it now. A run held already is not held twice."""
+        means: call it now. A run fired ahead that is due already (moved here
+        by the reaper or a hand-over, or resumed after a restart) is
+        dispatched as a held one is at its second: under the shard's current
+        token, or handed to the shard's owner. A run held already is not
+        held twice."""
         if run["id"] in self._runs:
             return True
         due_ms = due_ms_of(run)
         if self._synced() and due_ms <= self._now_ms():
-            return False
+            if run.get("armed_ms") is None:
+                return False
+            self._dispatch([run])
+            return True
         if len(self._runs) >= self._capacity:
             self.refused_total += 1
             log.error("%d armed runs held (armed_runs_max); run %s, due at %d, is left to "

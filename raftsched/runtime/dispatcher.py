@@ -116,10 +116,13 @@ class Dispatcher:
     # --- inputs (loop thread) ---------------------------------------------------------
 
     def submit(self, run: dict) -> None:
-        """Never blocks: on overflow, a rescan of the open-runs index picks the run up.
-        A run not due yet (fired ahead) is held until its second (runtime/armed.py)."""
-        if self._node.armed.hold(run):
-            return
+        """Never blocks. A run fired ahead is held until its second, or handed
+        to its shard's owner (runtime/armed.py), which enqueues it then."""
+        if not self._node.armed.hold(run):
+            self.enqueue(run)
+
+    def enqueue(self, run: dict) -> None:
+        """Never blocks: on overflow, a rescan of the open-runs index picks the run up."""
         try:
             self._queue.put_nowait(run)
         except asyncio.QueueFull:

@@ -199,7 +199,7 @@ class Node:
         self.trigger = TriggerLoop(self, arm_ahead_ms=config.arm_ahead_ms)
         # Runs fired ahead, held until their second (runtime/armed.py).
         self.armed = ArmedRuns(node_id=config.node_id, now_ms=self.now_ms,
-                               synced=self.clock.synced, call=self.dispatcher.submit,
+                               synced=self.clock.synced, call=self.dispatcher.enqueue,
                                owner_of=shard_owner_reader(self.store),
                                run_of=run_reader(self.store), propose=self.propose,
                                spawn=lambda name, coro: self.supervisor.spawn(name, coro))
