@@ -208,3 +208,24 @@ async def test_a_due_run_fired_ahead_is_dispatched_under_the_current_token_or_ha
     assert elsewhere.hold(dict(run("other", 4_000), armed_ms=1_000)) is True
     await until(lambda: elsewhere.handed_over_total == 1)
     assert called_there == [] and len(proposed) == 1   # handed to n2, not called here
+
+
+def test_a_run_held_again_at_a_later_due_is_not_taken_at_the_earlier_one():
+    clock = Clock(0)
+    armed, _, _ = heap(clock)
+    armed.hold(run("a", 1_000))
+    armed.withdraw("a")
+    armed.hold(run("a", 2_000))   # withdrawn, then held again (its jitter changed, say)
+    clock.now_ms = 1_500
+    assert armed.take_due() == []
+    clock.now_ms = 2_000
+    assert [r["id"] for r in armed.take_due()] == ["a"]
+
+
+def test_the_heap_sheds_its_stale_entries():
+    clock = Clock(0)
+    armed, _, _ = heap(clock, capacity=10_000)
+    for i in range(1_000):
+        armed.hold(run(f"r{i}", 10_000 + i))
+        armed.withdraw(f"r{i}")
+    assert len(armed) == 0 and len(armed._heap) <= 64 + 1

@@ -72,8 +72,11 @@ class ArmedRuns:
         self._spawn = spawn
         self._capacity = capacity
         self._tick_ms = tick_ms
-        self._heap: list[tuple[int, str]] = []   # (due_ms, run id); withdrawn ones linger
-        self._runs: dict[str, dict] = {}          # run id -> run, the ones held
+        # (due_ms, run id), by due time. An entry whose run is no longer held
+        # at that due time lingers until it comes up, or until the heap holds
+        # more than twice the runs held, when it is rebuilt (_compact).
+        self._heap: list[tuple[int, str]] = []
+        self._runs: dict[str, tuple[int, dict]] = {}   # run id -> (due_ms, run), the ones held
         self._wake = asyncio.Event()
         self.held_total = 0
         self.called_total = 0
@@ -109,22 +112,38 @@ class ArmedRuns:
                       "the next rescan of this node's open runs", len(self._runs), run["id"],
                       due_ms)
             return True
-        self._runs[run["id"]] = run
+        self._push(due_ms, run)
+        self.held_total += 1
+        return True
+
+    def _push(self, due_ms: int, run: dict) -> None:
+        self._runs[run["id"]] = (due_ms, run)
         if not self._heap or due_ms < self._heap[0][0]:
             self._wake.set()
         heapq.heappush(self._heap, (due_ms, run["id"]))
-        self.held_total += 1
-        return True
+        self._compact()
+
+    def _compact(self) -> None:
+        """Drop the heap's stale entries once they outnumber the runs held,
+        so the heap stays within twice armed_runs_max."""
+        if len(self._heap) > 2 * len(self._runs) + 64:
+            self._heap = [(due_ms, run_id) for run_id, (due_ms, _) in self._runs.items()]
+            heapq.heapify(self._heap)
 
     def withdraw(self, run_id: str) -> bool:
         """Drop a held run (cancelled or withdrawn in apply); say if it was held."""
         if self._runs.pop(run_id, None) is None:
             return False
         self.withdrawn_total += 1
+        self._compact()
         return True
 
+    def _held_at(self, entry: tuple[int, str]) -> bool:
+        held = self._runs.get(entry[1])
+        return held is not None and held[0] == entry[0]
+
     def next_due_ms(self) -> int | None:
-        while self._heap and self._heap[0][1] not in self._runs:
+        while self._heap and not self._held_at(self._heap[0]):
             heapq.heappop(self._heap)
         return self._heap[0][0] if self._heap else None
 
@@ -136,10 +155,9 @@ class ArmedRuns:
         now = self._now_ms()
         due = []
         while self._heap and self._heap[0][0] <= now:
-            _, run_id = heapq.heappop(self._heap)
-            run = self._runs.pop(run_id, None)
-            if run is not None:
-                due.append(run)
+            entry = heapq.heappop(self._heap)
+            if self._held_at(entry):
+                due.append(self._runs.pop(entry[1])[1])
         return due
 
     async def run(self) -> None:
@@ -206,9 +224,7 @@ class ArmedRuns:
         retry_ms = self._now_ms() + limits.armed_hand_over_retry_ms
         for run, _ in moved:
             if self._still_mine(run["id"]) and run["id"] not in self._runs:
-                self._runs[run["id"]] = run
-                heapq.heappush(self._heap, (retry_ms, run["id"]))
-                self._wake.set()
+                self._push(retry_ms, run)
 
 
 def shard_owner_reader(store: Any) -> Callable[[dict], tuple[str, int] | None]:
