@@ -84,6 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="a node whose wall clock is further than this from the median of "
                            "the nodes' clocks owns no shards until it is back within it; give "
                            "every node the same (default %(default)s)")
+    node.add_argument("--arm-ahead-s", type=float,
+                      # (argparse converts a string default, the env's, by `type`)
+                      default=os.environ.get("RAFTSCHED_ARM_AHEAD_S")
+                      or limits.arm_ahead_s_default,
+                      help="fire a one-off or an `allow` cron job's occurrence up to this many "
+                           "seconds before it is due and call it at its second, so a burst's "
+                           "replicated work is done before it; 0 fires at the second "
+                           f"(at most {limits.arm_ahead_s_max:g}; default: env "
+                           "RAFTSCHED_ARM_AHEAD_S, else %(default)s)")
     node.add_argument("--alert-webhook-url",
                       default=os.environ.get("RAFTSCHED_ALERT_WEBHOOK_URL") or None,
                       help="where failure alerts of jobs without alert.webhook_url go; give "
@@ -449,7 +458,8 @@ def run_node(args: argparse.Namespace) -> int:
         ("tenant_runs_concurrent_max", 1, limits.quota_jobs_max_max, True),
         ("tenant_weight", 1, limits.tenant_weight_max, True)) \
         or _storage_flags_error(args) \
-        or _bounds_error(args, ("max_clock_skew_ms", 1, limits.max_clock_skew_ms_max, True))
+        or _bounds_error(args, ("max_clock_skew_ms", 1, limits.max_clock_skew_ms_max, True),
+                         ("arm_ahead_s", 0, limits.arm_ahead_s_max, False))
     if flags_error is not None:
         print(f"raftsched node: {flags_error}", file=sys.stderr)
         return 2
@@ -470,6 +480,7 @@ def run_node(args: argparse.Namespace) -> int:
                         run_lease_ms=int(args.run_lease_s * 1000),
                         run_heartbeat_ms=int(args.run_heartbeat_s * 1000),
                         max_clock_skew_ms=args.max_clock_skew_ms,
+                        arm_ahead_ms=int(args.arm_ahead_s * 1000),
                         alert_webhook_url=args.alert_webhook_url, fsync=args.fsync,
                         max_data_bytes=args.max_data_bytes,
                         min_free_disk_bytes=args.min_free_disk_bytes,

@@ -353,6 +353,30 @@ batch_entry_bytes_max = 256 * 1024
 # Due entries carried by one `fire` command. One Raft entry fires many runs; this
 # bounds the entry's size (about 100 bytes an item) and the apply time.
 fire_batch_max = 2000
+# --arm-ahead-s: a shard's owner fires an occurrence this many seconds before
+# it is due (its run is "armed": created, held in the owner's memory, called
+# at its second), so the Raft and LMDB work of a top-of-hour spike is spread
+# over the seconds before it. 0 fires at the due second (no arming). The
+# default is measured (docs/benchmarks.md, "Firing ahead of the second"): a
+# 10,000-run burst is armed well within it on a loaded 2-core machine.
+arm_ahead_s_default = 30.0
+# The flag's bound: an armed run is withdrawn by any edit made before its
+# second, and held in memory until then; a window of minutes only widens both.
+arm_ahead_s_max = 300.0
+# Items fired ahead of their second in one pass of a node's trigger, proposed
+# only while none of its fires is in flight: arming is a background pipeline of
+# small entries, so followers apply each quickly and keep answering heartbeats
+# while creates and calls share the log (a 2000-item entry of armed runs beside
+# a burst of creates cost leader elections on a loaded 2-core machine).
+arm_fire_items_max = 250
+# A hand-over of armed runs to their shard's new owner that was not committed is
+# tried again after this (ms): the runs are queued on this node, which is live,
+# so nothing else would move them.
+armed_hand_over_retry_ms = 500
+# Armed runs one node holds in memory (runtime/armed.py), about 1 kB each
+# with the run record. Past it the trigger arms nothing more and fires at the
+# due second, as with --arm-ahead-s 0, until armed runs are called.
+armed_runs_max = 200_000
 # The trigger loop wakes at the next due instant, or at the latest after this,
 # so a missed wake-up never delays a run by more than this.
 trigger_tick_ms_max = 200

@@ -63,7 +63,7 @@ def trigger_over(replica: Replica) -> TriggerLoop:
         replicator=types.SimpleNamespace(propose_wait=propose_wait),
         supervisor=types.SimpleNamespace(spawn=lambda name, coro: asyncio.ensure_future(coro)),
         quota_of=lambda tenant: {"weight": 1})
-    trigger = TriggerLoop(node)
+    trigger = TriggerLoop(node, arm_ahead_ms=0)
     trigger.resync()
     return trigger
 

@@ -27,7 +27,8 @@ SHARDS = 256
 # The families every scrape has, and their types: the names docs/metrics.md lists.
 FAMILIES = {
     "raftsched_trigger_lateness_seconds": "histogram",
-    "raftsched_call_lateness_seconds": "histogram",
+    "raftsched_arming_lead_seconds": "histogram",
+    "raftsched_armed_runs": "gauge",
     "raftsched_fired": "counter",
     "raftsched_refused_fires": "counter",
     "raftsched_stale_fires": "counter",
@@ -134,7 +135,8 @@ def fake_node(**overrides: object) -> SimpleNamespace:
     raft = ns(role="follower", leader="127.0.0.1:7002", term=4, commit_index=90,
               applied_index=88, leader_commit_index=90, has_quorum=True)
     node = ns(
-        node_id="n1", trigger_lateness=LatenessHistogram(), call_lateness=LatenessHistogram(),
+        node_id="n1", trigger_lateness=LatenessHistogram(), arming_lead=LatenessHistogram(),
+        armed=[],
         applied_counts=AppliedCounts(),
         trigger=ns(fired_total=7, refused_fires_total=1, stale_items_total=2,
                    owned=lambda: {1: 3, 2: 3}),
@@ -193,7 +195,7 @@ def test_lateness_becomes_a_cumulative_histogram_in_seconds():
     assert value(text, "raftsched_trigger_lateness_seconds_count") == 6
     assert value(text, "raftsched_trigger_lateness_seconds_sum") == \
         pytest.approx((3 + 3 + 40 + 900 + 10 ** 9) / 1000)
-    assert value(text, "raftsched_call_lateness_seconds_count") == 0
+    assert value(text, "raftsched_arming_lead_seconds_count") == 0
 
 
 def test_the_collector_reads_the_node_at_each_scrape():
@@ -349,7 +351,7 @@ def test_fires_runs_and_lateness_move_and_no_label_names_a_job_or_run(cluster):
                 return sum(deltas) if summed else max(deltas)
             enough = (grew("raftsched_fired_total") >= 3
                       and grew("raftsched_trigger_lateness_seconds_count") >= 3
-                      and grew("raftsched_call_lateness_seconds_count") >= 3
+                      and grew("raftsched_arming_lead_seconds_count") >= 3
                       # What apply did: every replica counts the cluster's runs.
                       and grew("raftsched_runs_ended_total", False, state="succeeded") >= 2
                       and grew("raftsched_runs_ended_total", False, state="failed") >= 1
@@ -412,4 +414,4 @@ def test_the_dashboard_uses_only_exported_metrics():
             assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
     quantiles = [e for e in exprs if "histogram_quantile" in e]
     assert any("raftsched_trigger_lateness_seconds_bucket" in e for e in quantiles)
-    assert any("raftsched_call_lateness_seconds_bucket" in e for e in quantiles)
+    assert any("raftsched_arming_lead_seconds_bucket" in e for e in quantiles)

@@ -170,7 +170,7 @@ async def test_the_trigger_counts_a_refused_fire_and_goes_on():
         return REFUSAL
     node = types.SimpleNamespace(replicator=types.SimpleNamespace(propose_wait=propose_wait),
                                  store=MemoryStore())
-    trigger = TriggerLoop(node)
+    trigger = TriggerLoop(node, arm_ahead_ms=0)
     part = {"shard": 1, "token": 1, "upto_ms": 5, "items": [], "retries": []}
     await trigger._send(commands.fire_many(node="n1", at_ms=5, parts=[part, dict(part, shard=2)]))
     assert trigger.refused_fires_total == 1   # refused whole: one refusal, however many parts

@@ -17,6 +17,7 @@ from raftsched.executors.command import CommandExecutor
 from raftsched.replication.raft import Replicator
 from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.clock import ClusterClock
+from raftsched.runtime.armed import ArmedRuns
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
 from raftsched.runtime.node import EXIT_INVARIANT, Node, NodeConfig
@@ -235,6 +236,7 @@ async def test_stop_cancels_again_a_loop_that_lost_its_cancellation():
 # the fixture uses the stand-in.
 LOOP_FAULTS = {
     "trigger": (TriggerLoop, "maybe_fire_due"),
+    "armed": (ArmedRuns, "take_due"),
     "dispatcher": (Dispatcher, "_resume_open_runs"),
     "dispatcher.heartbeat": (Dispatcher, "send_heartbeats"),
     "reporter": (Reporter, "_take_batch"),

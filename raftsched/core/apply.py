@@ -26,9 +26,10 @@ from __future__ import annotations
 import traceback
 from typing import Callable
 
+from raftsched import limits
 from raftsched.core import (backfill, commands, keys, lifecycle, redrive, retention, runs,
                             tenancy, topics)
-from raftsched.core.firing import DEFAULT_MISFIRE, due_at_ms
+from raftsched.core.firing import DEFAULT_MISFIRE, armable, due_at_ms
 from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOBS, JOBS_BY_TENANT, LEASES,
                                NODES, READY, RECORD_VERSION, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS,
                                TABLES, TALLY_MISFIRE, TENANTS, TOKENS,
@@ -100,8 +101,10 @@ def _stack_text(exc: BaseException) -> str:
 def _arm(tx: Tx, job: dict) -> None:
     if job["next_ms"] is not None and job["status"] == "active":
         due_ms = due_at_ms(job, job["next_ms"])
-        tx.put(DUE, keys.due_key(job["shard"], due_ms, job["id"]),
-               keys.due_value(job["tenant"], job["spec"].get("priority")))
+        value = keys.due_value(job["tenant"], job["spec"].get("priority"))
+        if armable(job["spec"]):
+            value["a"] = 1   # the trigger may fire it ahead (runtime/trigger.py)
+        tx.put(DUE, keys.due_key(job["shard"], due_ms, job["id"]), value)
         tx.effects.append(DueArmed(shard=job["shard"], due_ms=due_ms))
 
 
@@ -196,6 +199,8 @@ def _update_job(tx: Tx, cmd: commands.Command) -> dict:
     refusal = tenancy.command_refusal_in(tx, job["tenant"], cmd.spec)
     if refusal is not None:
         return refusal
+    if _rearmed(job["spec"], cmd.spec):
+        runs.withdraw_armed(tx, job, cmd.at_ms, "the job's schedule was changed")
     _disarm(tx, job)
     job["spec"] = cmd.spec
     job["version"] += 1
@@ -216,6 +221,7 @@ def _delete_job(tx: Tx, cmd: commands.Command) -> dict:
     # The idempotency key stays reserved until its TTL (the purger removes it),
     # so a retried create of this job cannot create it again.
     _disarm(tx, job)
+    runs.withdraw_armed(tx, job, cmd.at_ms, "the job was deleted")
     job.update(status="deleted", next_ms=None, updated_ms=cmd.at_ms, version=job["version"] + 1)
     tx.put(JOBS, keys.job_key(job["id"]), job)
     tenancy.release_job(tx, job["tenant"])
@@ -235,7 +241,12 @@ def _pause_job(tx: Tx, cmd: commands.Command) -> dict:
         tx.put(JOBS, keys.job_key(job["id"]), job)
         tenancy.audit(tx, cmd, "job.pause", job["tenant"], job["id"])
         return {"ok": True, "job": job}
-    if job["status"] != "active":
+    if job["status"] not in ("active", "completed"):
+        return {"ok": True, "job": job}
+    # A one-off completes when it fires: fired ahead, its armed run is
+    # withdrawn and the job paused, as it would be had it not fired yet.
+    withdrawn = runs.withdraw_armed(tx, job, cmd.at_ms, "the job was paused")
+    if job["status"] == "completed" and not withdrawn:
         return {"ok": True, "job": job}
     _disarm(tx, job)
     job.update(status="paused", next_ms=None, updated_ms=cmd.at_ms, version=job["version"] + 1,
@@ -243,6 +254,16 @@ def _pause_job(tx: Tx, cmd: commands.Command) -> dict:
     tx.put(JOBS, keys.job_key(job["id"]), job)
     tenancy.audit(tx, cmd, "job.pause", job["tenant"], job["id"])
     return {"ok": True, "job": job}
+
+
+def _rearmed(old: dict, new: dict) -> bool:
+    """Does an update change when, or whether, the job's runs may be armed
+    (its schedule or run_at, its jitter, or what makes it armable)? Then the
+    runs armed under the old spec are withdrawn, and the new next occurrence
+    fires as any other. Any other change (its target, say) leaves them: the
+    call reads the job's spec as it is then."""
+    return (old["schedule"] != new["schedule"] or old.get("jitter_ms") != new.get("jitter_ms")
+            or armable(old) != armable(new))
 
 
 def _resume_job(tx: Tx, cmd: commands.Command) -> dict:
@@ -345,6 +366,11 @@ def _fire_part(tx: Tx, part: commands.Fire | commands.FirePart, node: str, at_ms
             stale += 1  # fired already
             continue
         assert occurrences[0] == due_ms, (job_id, due_ms, occurrences)
+        fires_at = due_at_ms(job, due_ms)
+        if fires_at > at_ms and (not armable(job["spec"]) or len(occurrences) != 1
+                                 or fires_at - at_ms > limits.arm_ahead_s_max * 1000):
+            stale += 1   # fired ahead though it may not be armed (so far ahead)
+            continue
         tx.delete(DUE, due)
         policy = job["spec"].get("misfire", DEFAULT_MISFIRE)
         jittered = bool(job["spec"].get("jitter_ms"))
@@ -355,6 +381,11 @@ def _fire_part(tx: Tx, part: commands.Fire | commands.FirePart, node: str, at_ms
                                            "schedule", part.token, run_state, reason)
             if created and jittered:
                 run["jitter_ms"] = due_at_ms(job, occurrence) - occurrence
+                runs.put_run(tx, run)
+            if created and fires_at > at_ms and run["state"] == lifecycle.QUEUED:
+                # Armed: its owner calls it at its second; an edit made
+                # before then withdraws it (runs.withdraw_armed).
+                run["armed_ms"] = at_ms
                 runs.put_run(tx, run)
             if run_state == lifecycle.QUEUED:
                 fired += int(created)

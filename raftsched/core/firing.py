@@ -14,6 +14,7 @@ Pure: the caller passes the job record and now_ms.
 from __future__ import annotations
 
 from raftsched.core.cost import catchup_fitting
+from raftsched.core.runs import worker_queue
 from raftsched.core.schedule import covered_occurrences, fire_delay_ms
 
 # The misfire policy of a job stored before jobs had one.
@@ -48,3 +49,18 @@ def fire_item(job: dict, due_ms: int, now_ms: int) -> tuple | None:
         catchup_fitting(spec, policy["catchup_max"]),
         None if window_ms is None else now_ms - window_ms)
     return job["id"], occurrence, next_ms, occurrences, omitted
+
+
+def armable(spec: dict) -> bool:
+    """May an occurrence of a job with this spec fire ahead of its second (be
+    armed, runtime/armed.py)? Only when nothing about its run is decided at
+    the call: a node executes it (a remote worker would claim it at once), it
+    is no DAG (its first tasks are released at the fire), and its concurrency
+    policy is `allow` (the others look at the job's open runs, which must be
+    judged when the run is due, not before). Anything else fires at its second."""
+    if "dag" in spec:
+        return False
+    concurrency = spec.get("concurrency") or {"policy": "allow"}
+    if concurrency["policy"] != "allow":
+        return False
+    return spec.get("target") is not None and worker_queue(spec) is None

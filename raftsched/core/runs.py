@@ -72,7 +72,13 @@ def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str, at_ms: int, trig
     by_job = keys.runs_by_job_key(job["id"], scheduled_ms, 1)
     existing = tx.get(RUNS_BY_JOB, by_job)
     if existing is not None:
-        return get_run(tx, existing), False
+        earlier = get_run(tx, existing)
+        if earlier is None or not earlier.get("withdrawn"):
+            return earlier, False
+        # An armed run withdrawn by an edit, whose occurrence the job's
+        # schedule brought back (a resume or a PATCH before its second): the
+        # occurrence runs after all, in a new record under the same ids.
+        job["runs_count"] = max(0, job.get("runs_count", 0) - 1)
     run = {"v": RECORD_VERSION, "id": keys.run_id(job["id"], scheduled_ms, 1),
            "job_id": job["id"], "tenant": job["tenant"], "scheduled_ms": scheduled_ms,
            "attempt": 1, "execution_id": keys.execution_id(job["id"], scheduled_ms),
@@ -281,6 +287,12 @@ def reassign(tx: Tx, run: dict, from_node: str, to_node: str, at_ms: int) -> boo
         return False
     _dequeue(tx, run)
     _move(run, "reassign")
+    job = tx.get(JOBS, keys.job_key(run["job_id"]))
+    state = tx.get(SHARDS, keys.shard_key(job["shard"])) if job is not None else None
+    if state is not None and state["owner"] == to_node:
+        # Moved to the shard's owner (a run fired ahead, say, whose owner died
+        # before its second): it calls under its own fencing token.
+        run["token"] = state["token"]
     _enqueue(tx, run, to_node, at_ms)
     put_run(tx, run)
     return True
@@ -315,6 +327,10 @@ def cancel(tx: Tx, job: dict, run: dict, at_ms: int, reason: str) -> None:
         dagrun.cancel_tasks(tx, job, run, at_ms, reason)
     elif previous == QUEUED:
         _dequeue(tx, run)
+        if not run.get("queue") and run["node"] is not None:
+            # Its node may hold it armed until its second (runtime/armed.py).
+            tx.effects.append(RunCancelled(run_id=run["id"], holder=run["node"],
+                                           attempt=run["attempt"]))
     elif previous == RUNNING:
         tx.effects.append(RunCancelled(run_id=run["id"], holder=run["holder"],
                                        attempt=run["attempt"]))
@@ -328,6 +344,27 @@ def cancel(tx: Tx, job: dict, run: dict, at_ms: int, reason: str) -> None:
     if previous in ACTIVE and "dag_run" not in run:
         settle(tx, job, run, at_ms)
     put_run(tx, run)
+
+
+def withdraw_armed(tx: Tx, job: dict, at_ms: int, why: str) -> int:
+    """Withdraw the job's armed runs that are not due yet by `at_ms` (the
+    editing command's time): fired ahead of their second (`armed_ms`), queued
+    and not started, so not called. Each ends cancelled, saying why, and its
+    node drops it (RunCancelled); an occurrence the job's schedule brings back
+    fires again (create_run). A run already due by at_ms is left to run.
+    Bounded by job_active_runs_max (the job's open runs). The caller puts the job."""
+    withdrawn = 0
+    for run_id in list(job.get("active", [])):
+        run = get_run(tx, run_id)
+        if run is None or run["state"] != QUEUED or run.get("armed_ms") is None:
+            continue
+        if run["scheduled_ms"] + run.get("jitter_ms", 0) <= at_ms:
+            continue
+        cancel(tx, job, run, at_ms, f"withdrawn: {why} before its due second")
+        run["withdrawn"] = True
+        put_run(tx, run)
+        withdrawn += 1
+    return withdrawn
 
 
 def _raise_alert(tx: Tx, job: dict, run: dict, at_ms: int) -> None:

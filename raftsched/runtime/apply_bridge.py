@@ -83,7 +83,7 @@ class ApplyBridge:
             if transition.tallies:   # what apply did, for GET /metrics (runtime/metrics.py)
                 self._node.applied_counts.add(transition.tallies)
             if tag in ("fire", "fire_many") and transition.result.get("node") == self._node.node_id:
-                self._note_trigger_lateness(transition.effects)
+                self._note_arming_lead(transition.effects)
             self._log_refusal(index, tag or "malformed", transition.result)
             if tag == "check_digest":
                 return self._record_digest(index, transition.result)
@@ -118,16 +118,17 @@ class ApplyBridge:
                         "heartbeat meanwhile", index, tag or "malformed", cpu_s * 1000,
                         limits.apply_entry_slow_s * 1000)
 
-    def _note_trigger_lateness(self, effects: tuple) -> None:
+    def _note_arming_lead(self, effects: tuple) -> None:
         """Raft thread, right after this node's own fire became durable here:
-        each run it queued is as late as now minus its scheduled time
-        (runtime/lateness.py)."""
+        each run it queued was armed this long before it is due (0 when the
+        fire came at or after it; runtime/lateness.py). How late the call
+        then was is the dispatcher's to record (trigger_lateness)."""
         now = self._node.now_ms()
         for effect in effects:
             if isinstance(effect, RunQueued) and effect.run["attempt"] == 1:
                 # A jittered job's run is due at its occurrence plus its delay.
-                self._node.trigger_lateness.record(now - effect.run["scheduled_ms"]
-                                                   - effect.run.get("jitter_ms", 0))
+                lead = effect.run["scheduled_ms"] + effect.run.get("jitter_ms", 0) - now
+                self._node.arming_lead.record(max(0, lead))
 
     @staticmethod
     def _log_refusal(index: int, tag: str, result: dict) -> None:

@@ -116,6 +116,12 @@ class Dispatcher:
     # --- inputs (loop thread) ---------------------------------------------------------
 
     def submit(self, run: dict) -> None:
+        """Never blocks. A run fired ahead is held until its second, or handed
+        to its shard's owner (runtime/armed.py), which enqueues it then."""
+        if not self._node.armed.hold(run):
+            self.enqueue(run)
+
+    def enqueue(self, run: dict) -> None:
         """Never blocks: on overflow, a rescan of the open-runs index picks the run up."""
         try:
             self._queue.put_nowait(run)
@@ -126,7 +132,9 @@ class Dispatcher:
                       "by the next rescan", limits.dispatch_queue_max, run["id"])
 
     def cancelled(self, run_id: str, attempt: int) -> None:
-        """From apply's RunCancelled: stop the call (HTTP aborted, process group killed)."""
+        """From apply's RunCancelled: stop the call (HTTP aborted, process group killed),
+        or drop the run if it is held until its second."""
+        self._node.armed.withdraw(run_id)
         entry = self._running.get(run_id)
         if entry is not None and entry[0] == attempt:
             self.cancelled_total += 1
@@ -290,9 +298,9 @@ class Dispatcher:
         deadline_ms = node.now_ms() + int(target.get("timeout_s", 30) * 1000)
         attempt = attempt_of(run)
         if run["attempt"] == 1 and run.get("trigger") == "schedule" and "dag_run" not in run:
-            # Call lateness: the first call of a run its schedule fired, against
+            # Trigger lateness: the first call of a run its schedule fired, against
             # when it was due (a backfill's or a DAG task's time is not a due time).
-            node.call_lateness.record(node.now_ms() - run["scheduled_ms"]
+            node.trigger_lateness.record(node.now_ms() - run["scheduled_ms"]
                                       - run.get("jitter_ms", 0))
         if target["type"] == "http":
             outcome = await node.http_executor.run(attempt, target, deadline_ms)

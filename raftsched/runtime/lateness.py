@@ -1,8 +1,9 @@
-"""Trigger lateness, measured where it happens: when a fire this node proposed
-is committed and applied here, every run it queued is as late as this node's
-clock minus the run's scheduled time. (The fire's own `at_ms` is when it was
-proposed, not when it became durable: a fire proposed on time and committed
-20 s later is 20 s late.)
+"""Lateness histograms, measured where it matters. Trigger lateness: when the
+dispatcher begins the first call of a scheduled run, the cluster's time minus
+the run's due time (runtime/dispatcher.py), whether the run was fired at its
+second or ahead of it (runtime/armed.py). Arming lead: when a fire this node
+proposed is committed and applied here, how long before its due time each run
+it queued is (0 when at or after it: runtime/apply_bridge.py).
 
 Kept as a histogram with fixed, log-spaced buckets (each 25% wider than the
 one before, from 1 ms to about 20 minutes), so every run counts and the

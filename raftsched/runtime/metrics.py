@@ -83,11 +83,12 @@ class NodeCollector(Collector):
     def _lateness(self) -> Iterator[Metric]:
         node = self._node
         yield histogram("trigger_lateness_seconds",
-                        "Runs this node's fires queued, by how late their fire was applied "
-                        "here after the run was due", node.trigger_lateness.snapshot())
-        yield histogram("call_lateness_seconds",
                         "First calls of scheduled runs this node made, by how late the call "
-                        "began after the run was due", node.call_lateness.snapshot())
+                        "began after the run was due", node.trigger_lateness.snapshot())
+        yield histogram("arming_lead_seconds",
+                        "Runs this node's fires queued, by how long before the run was due "
+                        "the fire was applied here (0: at or after it)",
+                        node.arming_lead.snapshot())
 
     def _firing(self) -> Iterator[Metric]:
         node = self._node
@@ -95,6 +96,8 @@ class NodeCollector(Collector):
         yield counter("fired", "Runs queued by the fires this node proposed", trigger.fired_total)
         yield counter("refused_fires", "Fires this node proposed that apply refused (a stale "
                       "fencing token, or refused whole)", trigger.refused_fires_total)
+        yield gauge("armed_runs", "Runs fired ahead that this node holds until their second",
+                    len(node.armed))
         yield counter("trigger_stale_items", "Items of this node's fires that apply skipped as "
                       "stale (the job changed or had fired)", trigger.stale_items_total)
         stale = sum(state["stale_fires"] for _, state in node.store.scan(SHARDS))

@@ -36,6 +36,7 @@ from raftsched.executors.netguard import policy_for
 from raftsched.replication.raft import Replicator
 from raftsched.runtime.admission import ClientProposals
 from raftsched.runtime.apply_bridge import EXIT_INVARIANT, ApplyBridge
+from raftsched.runtime.armed import ArmedRuns, run_reader, shard_owner_reader
 from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.clock import ClusterClock
 from raftsched.runtime.coordinator import Coordinator
@@ -110,6 +111,9 @@ class NodeConfig:
     # cluster's time (the median of the nodes' clocks) owns no shards
     # (runtime/clock.py). Positive; give every node the same.
     max_clock_skew_ms: int = limits.max_clock_skew_ms_default
+    # --arm-ahead-s: fire armable occurrences this far ahead of their second
+    # and call them at it (runtime/armed.py); 0 fires at the second.
+    arm_ahead_ms: int = int(limits.arm_ahead_s_default * 1000)
     # --tls-cert / --tls-key: serve the API over TLS (both or neither);
     # --tls-ca: the CAs a node verifies the other nodes' certificates by (None:
     # the system's). Give every node the same CA (docs/security.md).
@@ -193,7 +197,13 @@ class Node:
                                      names_limit="waited_names_max",
                                      per_tenant_limit="waited_names_per_tenant_max",
                                      what="topics")
-        self.trigger = TriggerLoop(self)
+        self.trigger = TriggerLoop(self, arm_ahead_ms=config.arm_ahead_ms)
+        # Runs fired ahead, held until their second (runtime/armed.py).
+        self.armed = ArmedRuns(node_id=config.node_id, now_ms=self.now_ms,
+                               synced=self.clock.synced, call=self.dispatcher.enqueue,
+                               owner_of=shard_owner_reader(self.store),
+                               run_of=run_reader(self.store), propose=self.propose,
+                               spawn=lambda name, coro: self.supervisor.spawn(name, coro))
         # A node that just learnt the cluster's time may fire what is due at once.
         self.clock.on_synced = self.trigger.ownership_changed
         self.coordinator = Coordinator(self)
@@ -202,9 +212,11 @@ class Node:
         self._runner: web.AppRunner | None = None
         self.started_ms = self.now_ms()
         self._quotas: dict[str, tuple[float, dict[str, int]]] = {}
-        self.trigger_lateness = LatenessHistogram()
         # First calls of scheduled runs, against when they were due (runtime/dispatcher.py).
-        self.call_lateness = LatenessHistogram()
+        self.trigger_lateness = LatenessHistogram()
+        # How long before its due instant each run this node fired was queued
+        # here (0 for one fired at or after it: runtime/apply_bridge.py).
+        self.arming_lead = LatenessHistogram()
         # What apply did on this replica (Transition.tallies), and GET /metrics,
         # which reads these and the rest of the node at each scrape.
         self.applied_counts = AppliedCounts()
@@ -361,7 +373,8 @@ class Node:
         """Each loop restarts when it fails, and the node exits when one cannot
         go on (runtime/supervise.py). Leader-only loops run on every node and
         act while this node leads."""
-        loops = {"trigger": self.trigger.run, "dispatcher": self.dispatcher.run,
+        loops = {"trigger": self.trigger.run, "armed": self.armed.run,
+                 "dispatcher": self.dispatcher.run,
                  "dispatcher.heartbeat": self.dispatcher.heartbeat_loop,
                  "reporter": self.reporter.run, "reaper": self.reaper.run,
                  "coordinator": self.coordinator.run, "renew": self.coordinator.renew_loop,

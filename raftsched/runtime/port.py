@@ -164,9 +164,12 @@ class NodeAdapter(StoreQueries):
                 # This node's wall clock judged against the cluster's (runtime/clock.py).
                 "clock": node.clock.status(),
                 "fired_total": node.trigger.fired_total,
-                # Every run this node's fires queued: applied here minus scheduled
-                # (runtime/lateness.py).
+                # The first call of every scheduled run this node made: call start
+                # minus its due time; and how long before that each run its fires
+                # queued was armed (runtime/lateness.py, runtime/armed.py).
                 "trigger_lateness": node.trigger_lateness.snapshot(),
+                "arming_lead": node.arming_lead.snapshot(),
+                "armed_runs": len(node.armed),
                 "refused_fires_total": node.trigger.refused_fires_total,
                 # The most CPU one Raft entry's apply took on this node since
                 # start, and that entry's tag (runtime/apply_bridge.py).

@@ -20,6 +20,20 @@ outage, for the job's misfire policy) and the next occurrence after now
 (core/firing.py: a job's jitter and catch-up window count there too).
 A retry's due entry (a run in retry_wait) fires the same way: its next
 attempt is queued on this node, under this shard's token.
+
+Firing ahead (--arm-ahead-s): an occurrence whose due entry apply marked
+armable (core/firing.py `armable`: one a node calls, not a DAG, concurrency
+`allow`) fires up to the arming window before it is due; its run is queued
+here and held until its second (runtime/armed.py). Anything else, retries
+included, fires at its second. Arming is background work: a pass fires ahead
+only while none of this node's fires is in flight, and reads at most
+`arm_fire_items_max` entries ahead of now, shard by shard from the earliest
+due, so followers apply small entries and the event loop reads little while
+creates and calls go on. When what a shard's window showed holds only
+entries that may not be armed, the shard is `_held` (fired at its next due
+instant, not ahead) until an entry is armed in it or its own fire is
+answered, so passes do not read them again and again; what it holds back
+fires no later than without arming.
 """
 
 from __future__ import annotations
@@ -33,8 +47,8 @@ from typing import TYPE_CHECKING
 from raftsched import limits
 from raftsched.core import commands, cost
 from raftsched.core.apply import DUE, JOBS, RUNS, SHARDS
-from raftsched.core.firing import fire_item
-from raftsched.core.keys import KIND_RETRY, job_key, parse_due_key, shard_prefix
+from raftsched.core.firing import armable, fire_item
+from raftsched.core.keys import KIND_RETRY, due_upto_key, job_key, parse_due_key, shard_prefix
 from raftsched.errors import Unavailable
 from raftsched.runtime.fair import drr_order
 from raftsched.storage.base import due_rows
@@ -46,13 +60,17 @@ log = logging.getLogger("raftsched.trigger")
 
 
 class TriggerLoop:
-    def __init__(self, node: "Node") -> None:
+    def __init__(self, node: "Node", arm_ahead_ms: int) -> None:
+        """`arm_ahead_ms`: the arming window (--arm-ahead-s); 0 fires at the second."""
         self._node = node
         self._wake = asyncio.Event()
         self._planned_wake_ms = 0
         self._owned: dict[int, int] = {}          # shard -> fencing token
         self._next_due: dict[int, int | None] = {}  # shard -> earliest due_ms
         self._inflight: dict[int, int] = {}      # shard -> fires not yet answered
+        # Shards whose arming window holds nothing armable: fired at their due instant.
+        self._held: set[int] = set()
+        self._arm_ahead_ms = arm_ahead_ms
         # Items and retries in those fires, by tenant.
         self._inflight_items: collections.Counter[str] = collections.Counter()
         self._resynced_at = 0.0
@@ -65,10 +83,11 @@ class TriggerLoop:
     def wake(self, shard: int, due_ms: int) -> None:
         if shard not in self._owned:
             return
+        self._held.discard(shard)   # what was armed may be armable
         current = self._next_due.get(shard)
         if current is None or due_ms < current:
             self._next_due[shard] = due_ms
-        if due_ms < self._planned_wake_ms:
+        if due_ms - self._arm_ahead_ms < self._planned_wake_ms:
             self._wake.set()
 
     def ownership_changed(self) -> None:
@@ -109,6 +128,7 @@ class TriggerLoop:
             log.info("now owning %d shards (+%d, -%d)", len(owned), len(gained), len(lost))
         self._owned = owned
         self._next_due = {shard: self._earliest(shard) for shard in owned}
+        self._held.clear()
         self._resynced_at = time.monotonic()
 
     def _earliest(self, shard: int) -> int | None:
@@ -123,18 +143,28 @@ class TriggerLoop:
         if not self._node.clock.synced():
             return None
         now = self._node.now_ms()
+        ahead_ms = self._ahead_ms()
         earliest: int | None = None
         due: list[int] = []
         for shard, due_ms in self._next_due.items():
             if due_ms is None or shard in self._inflight:
                 continue
-            if due_ms <= now:
+            act_ms = due_ms if shard in self._held else due_ms - ahead_ms
+            if act_ms <= now:
                 due.append(shard)
-            elif earliest is None or due_ms < earliest:
-                earliest = due_ms
+            elif earliest is None or act_ms < earliest:
+                earliest = act_ms
         if due:
             self._propose_pass(due, now)
         return earliest
+
+    def _ahead_ms(self) -> int:
+        """How far ahead this pass may fire: the arming window; 0 while a fire
+        of this node is in flight (arming waits for it: limits.arm_fire_items_max)
+        or while the node holds as many armed runs as it may (limits.armed_runs_max)."""
+        if self._arm_ahead_ms and not self._inflight and self._node.armed.room() > 0:
+            return self._arm_ahead_ms
+        return 0
 
     def _propose_pass(self, shards: list[int], now: int) -> None:
         """Propose the due items of `shards` in `fire_many` entries of up to
@@ -147,7 +177,21 @@ class TriggerLoop:
         tenant's items then commit in the first entry, and the log never holds
         a heavy tenant's whole backlog ahead of the others' starts and
         finishes."""
+        ahead_ms = self._ahead_ms()
+        # What is due first; then the window ahead, shard by shard from the
+        # earliest, reading at most arm_fire_items_max entries in all.
         collected = {shard: self._collect(shard, now) for shard in shards}
+        if ahead_ms:
+            budget = limits.arm_fire_items_max
+            for shard in sorted(shards, key=lambda s: self._next_due.get(s) or 0):
+                if budget <= 0 or shard in self._held:
+                    continue
+                ahead, read = self._collect_ahead(shard, now, ahead_ms, budget)
+                if read and not ahead and not collected[shard]:
+                    self._held.add(shard)   # nothing in its window may be armed
+                collected[shard] += ahead
+                budget -= read
+            collected = self._within_arming_room(collected, now)
         for shard, entries in collected.items():
             if not entries and not self._inflight.get(shard):
                 self._next_due[shard] = self._earliest(shard)   # nothing due after all
@@ -166,6 +210,30 @@ class TriggerLoop:
         order = drr_order(queues, lambda tenant: self._node.quota_of(tenant)["weight"])
         self._propose(self._within_room(order), now)
         # The rest waits for a fire to be answered, which wakes the loop.
+
+    @staticmethod
+    def _within_arming_room(collected: dict[int, list[tuple]], now: int
+                            ) -> dict[int, list[tuple]]:
+        """`collected` with every entry due by now, and only the earliest
+        arm_fire_items_max of those ahead of it; the rest are fired ahead by
+        the passes after this one's fires are answered."""
+        ahead = sorted(entry[3] for entries in collected.values() for entry in entries
+                       if entry[3] > now)
+        if len(ahead) <= limits.arm_fire_items_max:
+            return collected
+        last_ms = ahead[limits.arm_fire_items_max - 1]
+        room = sum(1 for due_ms in ahead if due_ms < last_ms)
+        room = limits.arm_fire_items_max - room   # entries at last_ms that fit
+        kept: dict[int, list[tuple]] = {}
+        for shard, entries in collected.items():
+            kept[shard] = []
+            for entry in entries:
+                if entry[3] <= now or entry[3] < last_ms:
+                    kept[shard].append(entry)
+                elif entry[3] == last_ms and room > 0:
+                    kept[shard].append(entry)
+                    room -= 1
+        return kept
 
     def _within_room(self, order: list[tuple[int, tuple]]) -> list[tuple[int, tuple]]:
         """The items of `order`, in order, that fit their tenant's room: at
@@ -190,16 +258,30 @@ class TriggerLoop:
         """The shard's due entries: ((kind, id), tenant, priority rank, due_ms),
         read from the due index alone (its values name tenant and priority;
         an entry written without them is looked up)."""
-        node = self._node
-        entries: list[tuple] = []
-        for due_ms, kind, ident, value in due_rows(node.store, shard, now, limits.fire_batch_max):
-            tenant, rank = value.get("tn"), value.get("p", 1)
-            if tenant is None:
-                table, key = (RUNS, ident.encode()) if kind == KIND_RETRY else (JOBS, job_key(ident))
-                record = node.store.get(table, key)
-                tenant = record["tenant"] if record else "default"
-            entries.append(((kind, ident), tenant, rank, due_ms))
-        return entries
+        rows = due_rows(self._node.store, shard, now, limits.fire_batch_max)
+        return [self._entry(due_ms, kind, ident, value) for due_ms, kind, ident, value in rows]
+
+    def _collect_ahead(self, shard: int, now: int, ahead_ms: int,
+                       limit: int) -> tuple[list[tuple], int]:
+        """The entries of the shard due after now and within `ahead_ms` that
+        may be armed (their due value says so: core/apply.py `_arm`), from
+        at most `limit` read: (entries, rows read)."""
+        rows = self._node.store.scan(DUE, start=due_upto_key(shard, now),
+                                     stop=due_upto_key(shard, now + ahead_ms), limit=limit)
+        entries = []
+        for key, value in rows:
+            _, due_ms, kind, ident = parse_due_key(key)
+            if value.get("a"):
+                entries.append(self._entry(due_ms, kind, ident, value))
+        return entries, len(rows)
+
+    def _entry(self, due_ms: int, kind: bytes, ident: str, value: dict) -> tuple:
+        tenant, rank = value.get("tn"), value.get("p", 1)
+        if tenant is None:
+            table, key = (RUNS, ident.encode()) if kind == KIND_RETRY else (JOBS, job_key(ident))
+            record = self._node.store.get(table, key)
+            tenant = record["tenant"] if record else "default"
+        return ((kind, ident), tenant, rank, due_ms)
 
     def _fire_item(self, kind: bytes, ident: str, due_ms: int,
                    now: int) -> tuple[str, tuple, int] | None:
@@ -209,6 +291,8 @@ class TriggerLoop:
         if kind == KIND_RETRY:
             return "retries", (ident, due_ms), 1
         job = self._node.store.get(JOBS, job_key(ident))
+        if job is not None and due_ms > now and not armable(job["spec"]):
+            return None   # its due entry is being rewritten (an update in flight)
         item = None if job is None else fire_item(job, due_ms, now)
         if item is None:
             return None
@@ -273,6 +357,7 @@ class TriggerLoop:
                     self._inflight[shard] = left
                 elif shard in self._owned:
                     self._next_due[shard] = self._earliest(shard)
+                    self._held.discard(shard)
             self._wake.set()
 
     def _count_answer(self, shards: str, result: dict) -> None:

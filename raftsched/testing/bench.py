@@ -16,10 +16,9 @@ Scenario `burst N`: N one-off jobs, created with batchCreate, all due on the
 same second, HTTP targets at the fast sink (testing/fastsink.py: aiohttp on
 uvloop in a process of its own, keep-alive, answers at once). It prints:
 
-- trigger lateness of every run, from each node's histogram of its own fires
-  (applied on the node that proposed the fire, by that node's clock, minus
-  the scheduled time: runtime/lateness.py), as the difference of the
-  histograms before and after;
+- trigger lateness of every run, from each node's histogram of its own
+  first calls (the call's start, by the cluster's time, minus the due time:
+  runtime/lateness.py), as the difference of the histograms before and after;
 - call lateness of every call, at the sink (arrival minus scheduled time);
 - runs seen, duplicates (an attempt called twice) and redeliveries (a later
   attempt of a run whose lease was lost);

@@ -15,7 +15,8 @@ what the sink received, what the API acknowledged and what the run records say:
                 superseded when the occurrence was due                    (must be 0)
   digests       replica state digests after healing                       (must be equal)
 
-and reports trigger lateness (run created - scheduled) and call lateness
+and reports trigger lateness (run started - scheduled: a run fired ahead of
+its second is created before it) and call lateness
 (sink arrival - scheduled) per phase. Every random choice comes from the
 printed seed; `--seed N` replays the same choices.
 """
@@ -422,8 +423,8 @@ class Chaos:
             for run in runs["runs"]:
                 due = _ts(run["scheduled_for"])
                 scheduled.add(int(round(due)))
-                if run["state"] not in ("missed", "skipped"):
-                    trigger_late.append((due, _ts(run["created_at"]) - due))
+                if run["state"] not in ("missed", "skipped") and run.get("started_at"):
+                    trigger_late.append((due, _ts(run["started_at"]) - due))
             expected = range(int(first) + 1, int(end) - 3)
             lost += sum(1 for t in expected if t not in scheduled)
         return lost, trigger_late

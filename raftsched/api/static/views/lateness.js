@@ -79,7 +79,7 @@ function stats(points, node) {
      duration(sorted[sorted.length - 1] ?? null)]];
   if (node) {   // null for a tenant's token: the node's figures are every tenant's
     const t = node.trigger_lateness || {};
-    rows.push([`queued by ${node.id}'s fires, since it started`, String(t.count ?? 0), "", "",
+    rows.push([`first calls made by ${node.id}, since it started`, String(t.count ?? 0), "", "",
                "", duration(t.max_ms ?? null)]);
   }
   return table(["", "runs", "p50", "p95", "p99", "max"], rows, {id: "lateness-stats"});
