@@ -258,6 +258,23 @@ node_lease_s = 1.5
 # and each node renews its liveness (one small Raft entry each time).
 coordinator_period_s = 0.25
 renew_period_s = 0.25
+# A node's shard lease, on its own monotonic clock: it holds its shards (and
+# the runs fired in them, which it calls without a `start` entry) until
+# node_lease_s after it proposed its latest renewal that it has seen applied,
+# less this margin (seconds). The leader judges the node dead node_lease_s
+# after it applied that renewal, which is later than it was proposed; the
+# margin covers the two monotonic clocks' drift over a lease (well under 1 ms
+# at 500 ppm) and a call that begins right at the lease's end (one renewal
+# period), so a node frozen past its lease never calls when it wakes.
+shard_lease_margin_s = 0.25
+# Open runs of one shard a new owner takes over in one entry (run ids): a
+# `take_over_runs` entry rewrites each run, so it is bounded as the reaper's are.
+take_over_batch_max = 1000
+# How long a node waits before it sends again the finish of a run it holds
+# that was not applied (dropped at run_update_pending_max, or its batch
+# refused), in seconds: a node-executed run has no lease that would expire
+# and retry it, so its holder keeps reporting until the finish is applied.
+finish_resend_s = 1.0
 # Recorded digest checks a node keeps, for callers comparing replicas; and
 # digests computed at once (each holds an LMDB read open, so pages stay pinned);
 # a check past this records no digest at its index, and the caller asks again.

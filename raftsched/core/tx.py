@@ -18,7 +18,7 @@ JOBS = "jobs"
 DUE = "due"
 RUNS = "runs"
 RUNS_BY_JOB = "runs_by_job"
-RUNS_OPEN = "runs_open"      # node | run_id: runs a node must execute (queued or running)
+RUNS_OPEN = "runs_open"      # shard | run_id: node-executed runs not ended, by job shard
 SHARDS = "shards"
 IDEM = "idem"
 NODES = "nodes"
@@ -140,6 +140,8 @@ class Transition:
 # policy (label: policy:state).
 TALLY_RUN_ENDED = "run_ended"
 TALLY_RETRY = "retry"
+# A held run's next attempt went to its shard's new owner (runs.take_over).
+TALLY_REDELIVERED = "redelivered"
 TALLY_DEAD_LETTER = "dead_letter"
 TALLY_MISFIRE = "misfire"
 

@@ -42,6 +42,10 @@ class Coordinator:
         self._renewed: dict[str, float] = {}   # node id -> time.monotonic() of apply
         self._started = time.monotonic()
         self._no_candidates_logged = False
+        # This node's shard lease, on its monotonic clock (node.monotonic): the
+        # end of what its latest renewal seen applied here covers.
+        self._lease_until = float("-inf")
+        self.lease_lapses_total = 0
 
     def renewed(self, node_id: str, at_ms: int) -> None:
         """Loop thread, from apply's NodeRenewed effect. A renewal proposed more
@@ -70,13 +74,37 @@ class Coordinator:
         return sorted(live)
 
     async def renew_loop(self) -> None:
+        """Renew, and with each renewal seen applied here extend this node's
+        shard lease: node_lease_s from when it was proposed, less
+        shard_lease_margin_s. The leader judges this node dead node_lease_s
+        after it applied the renewal, which is later than it was proposed,
+        and by the time this node has applied its own renewal it has applied
+        every reassignment committed before it (the log is in order)."""
         node = self._node
         while True:
+            sent = node.monotonic()
             try:
                 await node.propose(commands.renew(node=node.node_id, at_ms=node.now_ms()))
             except Unavailable:
                 pass   # no quorum: the lease lapses, which is the point
+            else:
+                self.extend_lease(sent)
             await asyncio.sleep(limits.renew_period_s)
+
+    def extend_lease(self, sent: float) -> None:
+        """A renewal proposed at monotonic `sent` was applied here."""
+        until = sent + limits.node_lease_s - limits.shard_lease_margin_s
+        if self._node.monotonic() >= self._lease_until > float("-inf"):
+            self.lease_lapses_total += 1
+            log.warning("this node's shard lease had lapsed (no renewal applied for over "
+                        "%.2f s); its runs were not called meanwhile",
+                        limits.node_lease_s - limits.shard_lease_margin_s)
+        self._lease_until = max(self._lease_until, until)
+
+    def shard_lease_valid(self) -> bool:
+        """Does this node hold its shards now, by its monotonic clock? Its runs
+        are called only while it does (runtime/dispatcher.py)."""
+        return self._node.monotonic() < self._lease_until
 
     def owners(self) -> dict[int, str | None]:
         return {int.from_bytes(key, "big"): state["owner"]
