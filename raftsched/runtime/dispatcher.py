@@ -238,14 +238,22 @@ class Dispatcher:
         state = node.store.get(SHARDS, keys.shard_key(shard))
         if state is None or state["owner"] != node.node_id:
             return False
-        run_ids = []
+        run_ids, total = [], 0
         for key, _ in node.store.scan(RUNS_OPEN, start=keys.open_run_prefix(shard),
                                       stop=keys.open_run_prefix_end(shard),
                                       limit=limits.take_over_batch_max):
             run = node.store.get(RUNS, key[2:])
-            if run is not None and (run.get("holder") != node.node_id
-                                    or run["token"] != state["token"]):
-                run_ids.append(run["id"])
+            if run is None or (run.get("holder") == node.node_id
+                               and run["token"] == state["token"]):
+                continue
+            # Taking a DAG task run over rewrites its DAG run: an entry holds
+            # at most apply_entry_cost_max (core/cost.py); the rest is next.
+            job = node.store.get(JOBS, keys.job_key(run["job_id"])) if "dag_run" in run else None
+            item_cost = report_cost(job, run, "start")
+            if run_ids and total + item_cost > limits.apply_entry_cost_max:
+                break
+            total += item_cost
+            run_ids.append(run["id"])
         if not run_ids:
             return False
         result = await node.propose(commands.take_over_runs(
@@ -255,7 +263,7 @@ class Dispatcher:
             self.taken_over_total += result["taken"]
             log.warning("took over %d open runs of shard %d (their holder lost the shard); "
                         "each is called again as its next attempt", result["taken"], shard)
-        return result.get("ok", False) and len(run_ids) >= limits.take_over_batch_max
+        return bool(result.get("ok")) and result["taken"] > 0
 
     def _resume_open_runs(self) -> None:
         """Submit the runs this node holds in the shards it owns (at start-up,
