@@ -45,6 +45,7 @@ class Coordinator:
         # This node's shard lease, on its monotonic clock (node.monotonic): the
         # end of what its latest renewal seen applied here covers.
         self._lease_until = float("-inf")
+        self._lease_extended = asyncio.Event()   # set (and replaced) at each extension
         self.lease_lapses_total = 0
 
     def renewed(self, node_id: str, at_ms: int) -> None:
@@ -100,6 +101,15 @@ class Coordinator:
                         "%.2f s); its runs were not called meanwhile",
                         limits.node_lease_s - limits.shard_lease_margin_s)
         self._lease_until = max(self._lease_until, until)
+        self._lease_extended.set()
+        self._lease_extended = asyncio.Event()
+
+    async def wait_lease_extended(self, timeout_s: float) -> None:
+        """Return at this node's next lease extension, or after timeout_s."""
+        try:
+            await asyncio.wait_for(self._lease_extended.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
 
     def shard_lease_valid(self) -> bool:
         """Does this node hold its shards now, by its monotonic clock? Its runs

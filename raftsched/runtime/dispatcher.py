@@ -352,7 +352,9 @@ class Dispatcher:
                 return False
             if node.coordinator.shard_lease_valid():
                 return True
-            await asyncio.sleep(limits.renew_period_s / 5)
+            # Look again at the next renewal seen applied (or at the latest
+            # after a lease's length, for a reassignment that came first).
+            await node.coordinator.wait_lease_extended(limits.node_lease_s)
 
     async def _call(self, job: dict | None, run: dict) -> Outcome:
         node = self._node
