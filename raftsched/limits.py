@@ -270,6 +270,16 @@ shard_lease_margin_s = 0.25
 # Open runs of one shard a new owner takes over in one entry (run ids): a
 # `take_over_runs` entry rewrites each run, so it is bounded as the reaper's are.
 take_over_batch_max = 1000
+# How long a shard's new owner waits, after it gained the shard, before it
+# takes over the shard's open runs (seconds). A former owner that is alive
+# but slow (its renewals late under load, or its shards rebalanced) may have
+# called runs whose finishes are still on their way through the log: taken
+# over at once, they would be called twice with no fault. Waiting this long
+# lets those finishes land first (the former owner calls nothing more of the
+# shard once it has applied the reassignment). It is what a run's lease
+# (run_lease_ms_default) gave before the lease was taken at fire, so a dead
+# owner's open runs are called again as soon as they were then.
+take_over_grace_s = 5.0
 # How long a node waits before it sends again the finish of a run it holds
 # that was not applied (dropped at run_update_pending_max, or its batch
 # refused), in seconds: a node-executed run has no lease that would expire

@@ -233,12 +233,52 @@ async def test_a_node_whose_shard_lease_is_past_does_not_call(cluster):
     start(n2)
     cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=AT_MS + 2000))
     n1.renew()
+    await until(lambda: n1.dispatcher.not_called_total == 1, "n1 to drop the run")
+    n2.mono_s += limits.take_over_grace_s
+    n2.renew()   # n2 renewed all along
+    await n2.dispatcher.take_over_pending()
     await until(lambda: state(cluster, run_id) == "succeeded", "the new owner's call")
     assert calls == {("n2", run_id): 1}
     assert n1.dispatcher.not_called_total == 1
 
 
-async def test_a_moved_shards_runs_are_taken_over_once_and_the_old_finish_is_refused(cluster):
+async def test_a_dead_holders_runs_are_taken_over_once_and_its_late_finish_is_refused(
+        cluster):
+    calls: collections.Counter = collections.Counter()
+    n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
+    make_job(cluster)
+    for node in (n1, n2):
+        node.renew()
+    n1.http_executor.release.clear()   # n1's calls never answer: it died calling
+    start(n1)
+    start(n2)
+    run_ids = fire(cluster, "n1", limits.runs_inflight_max + 3)
+    await until(lambda: len(calls) == limits.runs_inflight_max, "n1's calls")
+    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=AT_MS + 5000))
+    # Not before the grace: a live former owner's finishes may be on their way.
+    await n2.dispatcher.take_over_pending()
+    assert cluster.tags["take_over_runs"] == 0
+    n2.mono_s += limits.take_over_grace_s
+    n2.renew()   # n2 renewed all along
+    await n2.dispatcher.take_over_pending()
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
+                "n2 to call every run")
+    # Each run taken over once: its next attempt, called once by n2; the three
+    # n1 had not called yet it never calls.
+    assert cluster.tags["take_over_runs"] == 1
+    for run_id in run_ids:
+        run = cluster.get_run(run_id)
+        assert (run["attempt"], run["redeliveries"]) == (2, 1)
+        assert calls[("n2", run_id)] == 1
+    assert sum(1 for node, _ in calls if node == "n1") == limits.runs_inflight_max
+    assert n1.dispatcher.cancelled_total == limits.runs_inflight_max
+    # n1's late finish of attempt 1 is refused.
+    late = commands.run_finish(run_id=run_ids[0], holder="n1", attempt=1, at_ms=AT_MS + 6000,
+                               ok=True)
+    assert cluster.run(commands.run_updates(updates=[late]))["accepted"] == [False]
+
+
+async def test_a_live_holders_calls_are_not_repeated_when_its_shard_moves(cluster):
     calls: collections.Counter = collections.Counter()
     n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
     make_job(cluster)
@@ -250,18 +290,14 @@ async def test_a_moved_shards_runs_are_taken_over_once_and_the_old_finish_is_ref
     run_ids = fire(cluster, "n1", limits.runs_inflight_max + 3)
     await until(lambda: len(calls) == limits.runs_inflight_max, "n1's calls")
     cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=AT_MS + 5000))
+    n1.http_executor.release.set()   # its calls end and their finishes land in the grace
+    called = [r for r in run_ids if ("n1", r) in calls]
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in called)
+                and n1.dispatcher.not_called_total >= 3, "n1 to finish its calls, drop the rest")
+    n2.mono_s += limits.take_over_grace_s
+    n2.renew()   # n2 renewed all along
+    await n2.dispatcher.take_over_pending()
     await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
-                "n2 to take over and call every run")
-    # Each run taken over once: its next attempt, called once by n2; the three
-    # n1 had not called yet it never calls.
-    assert cluster.tags["take_over_runs"] >= 1
-    for run_id in run_ids:
-        run = cluster.get_run(run_id)
-        assert (run["attempt"], run["holder"], run["redeliveries"]) == (2, None, 1)
-        assert calls[("n2", run_id)] == 1
-    assert sum(1 for node, _ in calls if node == "n1") == limits.runs_inflight_max
-    assert n1.dispatcher.cancelled_total == limits.runs_inflight_max
-    # n1's late finish of attempt 1 is refused.
-    late = commands.run_finish(run_id=run_ids[0], holder="n1", attempt=1, at_ms=AT_MS + 6000,
-                               ok=True)
-    assert cluster.run(commands.run_updates(updates=[late]))["accepted"] == [False]
+                "every run to succeed")
+    assert sorted(calls.values()) == [1] * len(run_ids)   # no occurrence called twice
+    assert sorted(node for node, _ in calls) == ["n1"] * limits.runs_inflight_max + ["n2"] * 3

@@ -122,7 +122,9 @@ class Dispatcher:
         self.taken_over_total = 0
         # Shards gained whose open runs another node may hold: the takeover
         # loop proposes take_over_runs for them.
-        self._to_take_over: set[int] = set()
+        # shard -> when (node.monotonic) this node gained it; at most one entry
+        # per shard (shard_count_max).
+        self._to_take_over: dict[int, float] = {}
         self._take_over_wake = asyncio.Event()
 
     # --- inputs (loop thread) ---------------------------------------------------------
@@ -149,8 +151,9 @@ class Dispatcher:
         self._rescan = True
 
     def shard_gained(self, shard: int) -> None:
-        """From apply's ShardsAssigned naming this node: take over the shard's open runs."""
-        self._to_take_over.add(shard)
+        """From apply's ShardsAssigned naming this node: take over the shard's
+        open runs, take_over_grace_s from now."""
+        self._to_take_over[shard] = self._node.monotonic()
         self._take_over_wake.set()
 
     def running(self) -> int:
@@ -219,9 +222,13 @@ class Dispatcher:
             await self.take_over_pending()
 
     async def take_over_pending(self) -> None:
-        """One pass: each shard gained and not yet swept."""
-        for shard in sorted(self._to_take_over):
-            self._to_take_over.discard(shard)
+        """One pass: each shard gained at least take_over_grace_s ago and not
+        yet swept."""
+        now = self._node.monotonic()
+        for shard, gained in sorted(self._to_take_over.items()):
+            if now - gained < limits.take_over_grace_s:
+                continue
+            del self._to_take_over[shard]
             try:
                 more = await self.maybe_take_over(shard)
             except Unavailable as exc:
@@ -229,7 +236,7 @@ class Dispatcher:
                             exc.detail)
                 more = True
             if more:
-                self._to_take_over.add(shard)
+                self._to_take_over.setdefault(shard, gained)
 
     async def maybe_take_over(self, shard: int) -> bool:
         """Take over the open runs of `shard` held under an older token (or by
@@ -275,7 +282,7 @@ class Dispatcher:
             if state["owner"] != node.node_id:
                 continue
             shard = int.from_bytes(key, "big")
-            self._to_take_over.add(shard)
+            self._to_take_over.setdefault(shard, node.monotonic())
             for open_key, _ in node.store.scan(RUNS_OPEN, start=keys.open_run_prefix(shard),
                                                stop=keys.open_run_prefix_end(shard),
                                                limit=limits.dispatch_queue_max - resumed):
