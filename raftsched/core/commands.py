@@ -670,6 +670,16 @@ class ReassignRuns(Command, tag="reassign_runs", kw_only=True):
     at_ms: TimeMs
 
 
+class TakeOverRuns(Command, tag="take_over_runs", kw_only=True):
+    """A shard's new owner takes over the shard's open node-executed runs
+    (core/runs.take_over), under the shard's current token."""
+    node: NodeId
+    shard: Shard
+    token: Token
+    run_ids: Annotated[list[RunId], Meta(max_length=limits.take_over_batch_max)]
+    at_ms: TimeMs
+
+
 class CancelRun(_Scoped, tag="cancel_run", kw_only=True):
     run_id: RunId
     reason: CommandText
@@ -835,7 +845,7 @@ SHAPES: dict[str, type[Command]] = {
     cls.__struct_config__.tag: cls for cls in (
         CreateJob, CreateJobs, UpdateJob, DeleteJob, PauseJob, ResumeJob, TriggerJob, RetryRun,
         Fire, FireMany, AssignShards, RunUpdates, RegisterNode, Renew, CheckDigest,
-        ExpireLeases, ReassignRuns, CancelRun, AlertDone, Publish, CommitOffset, Purge,
+        ExpireLeases, ReassignRuns, TakeOverRuns, CancelRun, AlertDone, Publish, CommitOffset, Purge,
         CreateToken, RevokeToken, PutTenant, DeleteTenant, CreateBackfill, BackfillStep,
         CancelBackfill)}
 TAGS = frozenset(SHAPES)
@@ -1220,6 +1230,12 @@ def run_updates(*, updates: list) -> RunUpdates:
 def expire_leases(*, items: list[tuple[str, int, int]], at_ms: int) -> ExpireLeases:
     """The reaper's: (run_id, attempt, retry_delay_ms) for leases expired by at_ms."""
     return ExpireLeases(items=[ExpiredLease(*i) for i in items], at_ms=at_ms)
+
+
+def take_over_runs(*, node: str, shard: int, token: int, run_ids: list[str],
+                   at_ms: int) -> TakeOverRuns:
+    """A shard's new owner's: the shard's open runs it takes over."""
+    return TakeOverRuns(node=node, shard=shard, token=token, run_ids=list(run_ids), at_ms=at_ms)
 
 
 def reassign_runs(*, items: list[tuple[str, str, str]], at_ms: int) -> ReassignRuns:

@@ -281,6 +281,8 @@ class ApplyBridge:
                 node.trigger.wake(effect.shard, effect.due_ms)
             elif isinstance(effect, ShardsAssigned):
                 node.trigger.ownership_changed()
+                if effect.owner == node.node_id:
+                    node.dispatcher.shard_gained(effect.shard)
             elif isinstance(effect, NodeRenewed):
                 node.coordinator.renewed(effect.node, effect.at_ms)
             elif isinstance(effect, RunsPurged):

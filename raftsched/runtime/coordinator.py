@@ -47,6 +47,11 @@ class Coordinator:
         # right, and when (time.monotonic()) it read the shards: see maybe_rebalance.
         self._settled: tuple[tuple[int, tuple[str, ...]], float] | None = None
         self.placement_reads_total = 0
+        # This node's shard lease, on its monotonic clock (node.monotonic): the
+        # end of what its latest renewal seen applied here covers.
+        self._lease_until = float("-inf")
+        self._lease_extended = asyncio.Event()   # set (and replaced) at each extension
+        self.lease_lapses_total = 0
 
     def renewed(self, node_id: str, at_ms: int) -> None:
         """Loop thread, from apply's NodeRenewed effect. A renewal proposed more
@@ -75,18 +80,50 @@ class Coordinator:
         return sorted(live)
 
     async def renew_loop(self) -> None:
-        """Renew at each multiple of renew_period_s on the cluster's time: every
-        node renews at about the same instant, so the leader replicates and
-        commits their renewals in one round of append-entries rather than one
-        round each."""
+        """Renew, and with each renewal seen applied here extend this node's
+        shard lease: node_lease_s from when it was proposed, less
+        shard_lease_margin_s. It renews at each multiple of renew_period_s on
+        the cluster's time: every node renews at about the same instant, so the
+        leader replicates and commits their renewals in one round of
+        append-entries rather than one round each. The leader judges this node
+        dead node_lease_s after it applied the renewal, which is later than it
+        was proposed, and by the time this node has applied its own renewal it has applied
+        every reassignment committed before it (the log is in order)."""
         node = self._node
         period_ms = max(1, round(limits.renew_period_s * 1000))
         while True:
+            sent = node.monotonic()
             try:
                 await node.propose(commands.renew(node=node.node_id, at_ms=node.now_ms()))
             except Unavailable:
                 pass   # no quorum: the lease lapses, which is the point
+            else:
+                self.extend_lease(sent)
             await asyncio.sleep((period_ms - node.now_ms() % period_ms) / 1000)
+
+    def extend_lease(self, sent: float) -> None:
+        """A renewal proposed at monotonic `sent` was applied here."""
+        until = sent + limits.node_lease_s - limits.shard_lease_margin_s
+        if self._node.monotonic() >= self._lease_until > float("-inf"):
+            self.lease_lapses_total += 1
+            log.warning("this node's shard lease had lapsed (no renewal applied for over "
+                        "%.2f s); its runs were not called meanwhile",
+                        limits.node_lease_s - limits.shard_lease_margin_s)
+        self._lease_until = max(self._lease_until, until)
+        self._lease_extended.set()
+        self._lease_extended = asyncio.Event()
+
+    async def wait_lease_extended(self, timeout_s: float) -> None:
+        """Return at this node's next lease extension, or after timeout_s."""
+        try:
+            await asyncio.wait_for(self._lease_extended.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+
+    def shard_lease_valid(self) -> bool:
+        """Does this node hold its shards now, by its monotonic clock? Its runs
+        are called only while it does (runtime/dispatcher.py)."""
+        return self._node.monotonic() < self._lease_until
 
     def owners(self) -> dict[int, str | None]:
         return {int.from_bytes(key, "big"): state["owner"]

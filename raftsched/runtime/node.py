@@ -70,7 +70,8 @@ class NodeConfig:
     shard_count: int = limits.shard_count_default
     advertise_http: str | None = None   # URL other nodes and clients use for this node
     raft_snapshot_entries: int = limits.log_compaction_entries_default
-    # A running attempt's lease, and how often its holder extends it.
+    # A remote worker's running attempt's lease, and how often it extends it
+    # (a node-executed run is held under its node's shard lease instead).
     run_lease_ms: int = limits.run_lease_ms_default
     run_heartbeat_ms: int = limits.run_heartbeat_ms_default
     # Where alerts of jobs without alert.webhook_url go (None: logged only).
@@ -375,7 +376,7 @@ class Node:
         act while this node leads."""
         loops = {"trigger": self.trigger.run, "armed": self.armed.run,
                  "dispatcher": self.dispatcher.run,
-                 "dispatcher.heartbeat": self.dispatcher.heartbeat_loop,
+                 "dispatcher.takeover": self.dispatcher.takeover_loop,
                  "reporter": self.reporter.run, "reaper": self.reaper.run,
                  "coordinator": self.coordinator.run, "renew": self.coordinator.renew_loop,
                  "sync": self._sync_loop, "prune_outputs": self._prune_outputs_loop,
