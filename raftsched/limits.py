@@ -270,6 +270,12 @@ shard_lease_margin_s = 0.25
 # Open runs of one shard a new owner takes over in one entry (run ids): a
 # `take_over_runs` entry rewrites each run, so it is bounded as the reaper's are.
 take_over_batch_max = 1000
+# Renewals of one node proposed and not yet applied here: a renewal is
+# proposed every renew_period_s without waiting for the one before, so that
+# a slow round trip under load does not space them out; past this many in
+# flight (a lease's worth) the node is cut off or the log far behind, and
+# more would only queue.
+renewals_inflight_max = 6
 # How long a shard's new owner waits, after it gained the shard, before it
 # takes over the shard's open runs (seconds). A former owner that is alive
 # but slow (its renewals late under load, or its shards rebalanced) may have
