@@ -86,6 +86,11 @@ async def test_the_placement_is_read_again_at_the_recheck_period(monkeypatch):
     assert node.store.scans[SHARDS] == 3
 
 
+def _spawner() -> SimpleNamespace:
+    """The supervisor's spawn, as the renew loop uses it (one task a renewal)."""
+    return SimpleNamespace(spawn=lambda name, coro: asyncio.ensure_future(coro))
+
+
 async def test_renewals_are_spaced_a_third_of_the_lease_apart(monkeypatch):
     proposed_at: list[float] = []
 
@@ -94,7 +99,8 @@ async def test_renewals_are_spaced_a_third_of_the_lease_apart(monkeypatch):
         return {"ok": True}
 
     monkeypatch.setattr(limits, "renew_period_s", limits.node_lease_s / 3 / 20)
-    node = SimpleNamespace(node_id="n1", now_ms=lambda: 0, propose=propose)
+    node = SimpleNamespace(node_id="n1", now_ms=lambda: 0, propose=propose,
+                           monotonic=time.monotonic, supervisor=_spawner())
     task = asyncio.ensure_future(Coordinator(node).renew_loop())   # type: ignore[arg-type]
     try:
         deadline = time.monotonic() + 10
@@ -119,7 +125,8 @@ async def test_renewals_fall_on_multiples_of_the_period_on_the_cluster_time(monk
         at_ms.append(command.at_ms)
         return {"ok": True}
 
-    node = SimpleNamespace(node_id="n1", now_ms=now_ms, propose=propose)
+    node = SimpleNamespace(node_id="n1", now_ms=now_ms, propose=propose,
+                           monotonic=time.monotonic, supervisor=_spawner())
     task = asyncio.ensure_future(Coordinator(node).renew_loop())   # type: ignore[arg-type]
     try:
         deadline = time.monotonic() + 10

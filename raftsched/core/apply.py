@@ -382,7 +382,8 @@ def _fire_part(tx: Tx, part: commands.Fire | commands.FirePart, node: str, at_ms
             if created and jittered:
                 run["jitter_ms"] = due_at_ms(job, occurrence) - occurrence
                 runs.put_run(tx, run)
-            if created and fires_at > at_ms and run["state"] == lifecycle.QUEUED:
+            if created and fires_at > at_ms and run_state == lifecycle.QUEUED \
+                    and run["state"] in (lifecycle.QUEUED, lifecycle.RUNNING):
                 # Armed: its owner calls it at its second; an edit made
                 # before then withdraws it (runs.withdraw_armed).
                 run["armed_ms"] = at_ms

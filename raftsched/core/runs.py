@@ -327,6 +327,16 @@ def take_over(tx: Tx, run: dict, node: str, token: int, at_ms: int) -> bool:
         return False
     if run["state"] == QUEUED:
         _hold(tx, run, node, token, at_ms)
+    elif run["state"] == RUNNING and run["token"] < token and not_due(run, at_ms):
+        # Fired ahead and not due by the taker's clock (with a margin for the
+        # nodes' clocks): its holder, which calls nothing early, cannot have
+        # called it, so the same attempt moves to the new owner; the old
+        # holder drops it (its report would name a holder it no longer is).
+        tx.effects.append(RunCancelled(run_id=run["id"], holder=run["holder"],
+                                       attempt=run["attempt"]))
+        run["node"], run["token"], run["holder"] = node, token, node
+        run["attempts"][-1]["holder"] = node
+        tx.effects.append(RunQueued(run=run))
     elif run["state"] == RUNNING and run["token"] < token:
         old = run["holder"]
         tx.effects.append(RunCancelled(run_id=run["id"], holder=old, attempt=run["attempt"]))
@@ -344,6 +354,13 @@ def take_over(tx: Tx, run: dict, node: str, token: int, at_ms: int) -> bool:
     if "dag_run" in run:
         dagrun.task_moved(tx, run)
     return True
+
+
+def not_due(run: dict, at_ms: int) -> bool:
+    """Is `run` one fired ahead of its second (armed) that is not due by
+    `at_ms` with take_over_armed_margin_ms to spare?"""
+    return run.get("armed_ms") is not None and \
+        run["scheduled_ms"] + run.get("jitter_ms", 0) > at_ms + limits.take_over_armed_margin_ms
 
 
 def reassign(tx: Tx, run: dict, from_node: str, to_node: str, at_ms: int) -> bool:
@@ -414,15 +431,16 @@ def cancel(tx: Tx, job: dict, run: dict, at_ms: int, reason: str) -> None:
 
 def withdraw_armed(tx: Tx, job: dict, at_ms: int, why: str) -> int:
     """Withdraw the job's armed runs that are not due yet by `at_ms` (the
-    editing command's time): fired ahead of their second (`armed_ms`), queued
-    and not started, so not called. Each ends cancelled, saying why, and its
+    editing command's time): fired ahead of their second (`armed_ms`), held
+    by their shard's owner (or queued for its first owner), so not called: a
+    node calls nothing before its second. Each ends cancelled, saying why, and its
     node drops it (RunCancelled); an occurrence the job's schedule brings back
     fires again (create_run). A run already due by at_ms is left to run.
     Bounded by job_active_runs_max (the job's open runs). The caller puts the job."""
     withdrawn = 0
     for run_id in list(job.get("active", [])):
         run = get_run(tx, run_id)
-        if run is None or run["state"] != QUEUED or run.get("armed_ms") is None:
+        if run is None or run["state"] not in (QUEUED, RUNNING) or run.get("armed_ms") is None:
             continue
         if run["scheduled_ms"] + run.get("jitter_ms", 0) <= at_ms:
             continue

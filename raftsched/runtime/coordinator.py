@@ -51,6 +51,9 @@ class Coordinator:
         # end of what its latest renewal seen applied here covers.
         self._lease_until = float("-inf")
         self._lease_extended = asyncio.Event()   # set (and replaced) at each extension
+        # Renewals of this node in flight: at_ms -> node.monotonic() when proposed
+        # (at most renewals_inflight_max), for renewal_applied on the Raft thread.
+        self._renewals_sent: dict[int, float] = {}
         self.lease_lapses_total = 0
 
     def renewed(self, node_id: str, at_ms: int) -> None:
@@ -87,19 +90,46 @@ class Coordinator:
         leader replicates and commits their renewals in one round of
         append-entries rather than one round each. The leader judges this node
         dead node_lease_s after it applied the renewal, which is later than it
-        was proposed, and by the time this node has applied its own renewal it has applied
-        every reassignment committed before it (the log is in order)."""
+        was proposed, and by the time this node has applied its own renewal it
+        has applied every reassignment committed before it (the log is in order)."""
         node = self._node
         period_ms = max(1, round(limits.renew_period_s * 1000))
+        inflight: set[asyncio.Task] = set()
         while True:
-            sent = node.monotonic()
-            try:
-                await node.propose(commands.renew(node=node.node_id, at_ms=node.now_ms()))
-            except Unavailable:
-                pass   # no quorum: the lease lapses, which is the point
-            else:
-                self.extend_lease(sent)
+            # Every renew_period_s, whether the renewals before have come back
+            # or not: under load a renewal's round trip (commit, apply, this
+            # loop's turn) can take longer than the period, and renewals that
+            # waited for each other would reach the leader too far apart.
+            if len(inflight) < limits.renewals_inflight_max:
+                command = commands.renew(node=node.node_id, at_ms=node.now_ms())
+                sent = node.monotonic()
+                self._renewals_sent[command.at_ms] = sent
+                task = node.supervisor.spawn("renew.propose", self._renew(command, sent))
+                inflight.add(task)
+                task.add_done_callback(inflight.discard)
             await asyncio.sleep((period_ms - node.now_ms() % period_ms) / 1000)
+
+    async def _renew(self, command: commands.Renew, sent: float) -> None:
+        try:
+            await self._node.propose(command)
+        except Unavailable:
+            return   # no quorum: the lease lapses, which is the point
+        finally:
+            self._renewals_sent.pop(command.at_ms, None)
+        self.extend_lease(sent)
+
+    def renewal_applied(self, effects: tuple) -> None:
+        """Raft thread, right after a renewal was committed here: if it is one
+        of this node's in flight, its lease counts from its proposal now,
+        before the loop gets to it (a float assignment; the loop's
+        extend_lease follows and wakes the waiters)."""
+        for effect in effects:
+            if getattr(effect, "node", None) == self._node.node_id:
+                sent = self._renewals_sent.get(effect.at_ms)
+                if sent is not None:
+                    self._lease_until = max(self._lease_until,
+                                            sent + limits.node_lease_s
+                                            - limits.shard_lease_margin_s)
 
     def extend_lease(self, sent: float) -> None:
         """A renewal proposed at monotonic `sent` was applied here."""

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from raftsched import limits
-from raftsched.core import commands, cost, dag, keys, retry, tenancy
+from raftsched.core import commands, cost, dag, keys, retry, runs, tenancy
 from raftsched.core.apply import JOBS, RUNS, RUNS_OPEN, SHARDS, TENANTS
 from raftsched.core.redact import redact_output, redact_text, secret_values
 from raftsched.errors import Unavailable
@@ -125,6 +125,9 @@ class Dispatcher:
         # shard -> when (node.monotonic) this node gained it; at most one entry
         # per shard (shard_count_max).
         self._to_take_over: dict[int, float] = {}
+        # Shards of _to_take_over whose armed runs not due yet were taken over
+        # already, in their grace (a subset of it).
+        self._armed_swept: set[int] = set()
         self._take_over_wake = asyncio.Event()
 
     # --- inputs (loop thread) ---------------------------------------------------------
@@ -235,8 +238,20 @@ class Dispatcher:
         now = self._node.monotonic()
         for shard, gained in sorted(self._to_take_over.items()):
             if now - gained < limits.take_over_grace_s:
+                # Runs fired ahead and not due yet cannot have been called
+                # (no node calls a run early): taken over at once, so a dead
+                # owner's armed runs are called on time (core/runs.py take_over).
+                if shard not in self._armed_swept:
+                    self._armed_swept.add(shard)
+                    try:
+                        await self.maybe_take_over(shard, not_due_only=True)
+                    except Unavailable as exc:
+                        self._armed_swept.discard(shard)
+                        log.warning("takeover of shard %d's armed runs not committed: %s",
+                                    shard, exc.detail)
                 continue
             del self._to_take_over[shard]
+            self._armed_swept.discard(shard)
             try:
                 more = await self.maybe_take_over(shard)
             except Unavailable as exc:
@@ -246,10 +261,12 @@ class Dispatcher:
             if more:
                 self._to_take_over.setdefault(shard, gained)
 
-    async def maybe_take_over(self, shard: int) -> bool:
+    async def maybe_take_over(self, shard: int, not_due_only: bool = False) -> bool:
         """Take over the open runs of `shard` held under an older token (or by
-        nobody), if this node owns it; say whether some may be left."""
+        nobody), if this node owns it; say whether some may be left.
+        `not_due_only`: only those fired ahead and not due yet."""
         node = self._node
+        at_ms = node.now_ms()
         state = node.store.get(SHARDS, keys.shard_key(shard))
         if state is None or state["owner"] != node.node_id:
             return False
@@ -260,6 +277,8 @@ class Dispatcher:
             run = node.store.get(RUNS, key[2:])
             if run is None or (run.get("holder") == node.node_id
                                and run["token"] == state["token"]):
+                continue
+            if not_due_only and not runs.not_due(run, at_ms):
                 continue
             # Taking a DAG task run over rewrites its DAG run: an entry holds
             # at most apply_entry_cost_max (core/cost.py); the rest is next.
@@ -273,8 +292,14 @@ class Dispatcher:
             return False
         result = await node.propose(commands.take_over_runs(
             node=node.node_id, shard=shard, token=state["token"], run_ids=run_ids,
-            at_ms=node.now_ms()))
-        if result.get("ok"):
+            at_ms=at_ms))
+        if result.get("ok") and not_due_only:
+            self.taken_over_total += result["taken"]
+            if result["taken"]:
+                log.info("took over %d runs of shard %d fired ahead and not due yet (their "
+                         "holder lost the shard); each is called here at its second",
+                         result["taken"], shard)
+        elif result.get("ok"):
             self.taken_over_total += result["taken"]
             log.warning("took over %d open runs of shard %d (their holder lost the shard); "
                         "each is called again as its next attempt", result["taken"], shard)

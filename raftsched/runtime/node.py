@@ -36,7 +36,7 @@ from raftsched.executors.netguard import policy_for
 from raftsched.replication.raft import Replicator
 from raftsched.runtime.admission import ClientProposals
 from raftsched.runtime.apply_bridge import EXIT_INVARIANT, ApplyBridge
-from raftsched.runtime.armed import ArmedRuns, run_reader, shard_owner_reader
+from raftsched.runtime.armed import ArmedRuns
 from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.clock import ClusterClock
 from raftsched.runtime.coordinator import Coordinator
@@ -201,10 +201,7 @@ class Node:
         self.trigger = TriggerLoop(self, arm_ahead_ms=config.arm_ahead_ms)
         # Runs fired ahead, held until their second (runtime/armed.py).
         self.armed = ArmedRuns(node_id=config.node_id, now_ms=self.now_ms,
-                               synced=self.clock.synced, call=self.dispatcher.enqueue,
-                               owner_of=shard_owner_reader(self.store),
-                               run_of=run_reader(self.store), propose=self.propose,
-                               spawn=lambda name, coro: self.supervisor.spawn(name, coro))
+                               synced=self.clock.synced, call=self.dispatcher.enqueue)
         # A node that just learnt the cluster's time may fire what is due at once.
         self.clock.on_synced = self.trigger.ownership_changed
         self.coordinator = Coordinator(self)
