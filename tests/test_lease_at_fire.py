@@ -194,6 +194,25 @@ async def test_a_node_executed_run_is_called_and_finished_with_no_start_entry(cl
     assert cluster.get_run(run_id)["attempts"][0]["holder"] == "n1"
 
 
+async def test_an_ended_attempts_start_is_when_its_node_began_the_call(cluster):
+    """Held from its fire, a run's start is its fire until the finish brings
+    the call's own start (what a user and the lateness checks read)."""
+    calls: collections.Counter = collections.Counter()
+    n1 = FakeNode(cluster, "n1", calls)
+    make_job(cluster)
+    n1.renew()
+    n1.http_executor.release.clear()
+    (run_id,) = fire(cluster, "n1", 1)
+    fired_ms = cluster.get_run(run_id)["started_ms"]
+    n1.clock_ms = fired_ms + 700   # the call begins 0.7 s after the fire
+    start(n1)
+    await until(lambda: len(calls) == 1, "the call to begin")
+    n1.http_executor.release.set()
+    await until(lambda: state(cluster, run_id) == "succeeded", "the run to succeed")
+    run = cluster.get_run(run_id)
+    assert run["started_ms"] == run["attempts"][0]["started_ms"] == fired_ms + 700
+
+
 async def test_a_backlog_held_past_the_run_lease_is_called_once_and_never_reaped(cluster):
     calls: collections.Counter = collections.Counter()
     n1 = FakeNode(cluster, "n1", calls)

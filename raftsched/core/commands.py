@@ -614,6 +614,9 @@ class RunFinish(_RunUpdate, tag="finish", kw_only=True):
     exit_code: Union[ExitCode, None] = None
     error: Union[CommandText, None] = None
     output_node: Union[NodeId, None] = None
+    # When its node began the call (a node-executed run, held from its fire:
+    # docs/execution.md); None for a worker's attempt, which starts at its claim.
+    called_ms: Union[TimeMs, None] = None
 
     def check_rules(self) -> None:
         if not self.ok and self.retryable is not False and self.retry_delay_ms is None:
@@ -1188,14 +1191,16 @@ def run_heartbeat(*, run_id: str, holder: str, attempt: int, at_ms: int,
 def run_finish(*, run_id: str, holder: str, attempt: int, at_ms: int, ok: bool,
                retryable: bool | None = None, retry_delay_ms: int | None = None,
                http_status: int | None = None, exit_code: int | None = None,
-               error: str | None = None, output_node: str | None = None) -> RunFinish:
+               error: str | None = None, output_node: str | None = None,
+               called_ms: int | None = None) -> RunFinish:
     """The attempt ended: ok, or a failure that is retryable (None: it is) after
     retry_delay_ms (drawn by the proposer); error is short, output_node is where
-    the attempt's output is kept."""
+    the attempt's output is kept, called_ms when a node began its call."""
     return RunFinish(run_id=run_id, holder=holder, attempt=attempt, at_ms=at_ms, ok=ok,
                      retryable=UNSET if retryable is None else retryable,
                      retry_delay_ms=retry_delay_ms, http_status=http_status,
-                     exit_code=exit_code, error=error, output_node=output_node)
+                     exit_code=exit_code, error=error, output_node=output_node,
+                     called_ms=called_ms)
 
 
 def run_update(update: dict | RunStart | RunHeartbeat | RunFinish) -> RunUpdate:

@@ -258,6 +258,10 @@ def finish(tx: Tx, run: dict, update: commands.RunUpdate) -> bool:
     summary = {name: getattr(update, name) for name in ("http_status", "exit_code", "error",
                                                      "output_node")}
     run["attempts"][-1].update(summary, finished_ms=at_ms)
+    if update.called_ms is not None and not run.get("queue"):
+        # Held from its fire, the attempt began its call then: what a user
+        # reads as its start once it has ended.
+        run["attempts"][-1]["started_ms"] = run["started_ms"] = update.called_ms
     run.update({k: v for k, v in summary.items() if k != "output_node"})
     policy = retry.policy_of(dag.retry_of(job["spec"], run.get("task_id")))
     # A re-driven run counts its attempts from the re-drive (core/redrive.py).

@@ -57,7 +57,7 @@ def attempt_of(run: dict) -> Attempt:
 
 
 def finish_update(node: "Node", run: dict, holder: str, outcome: Outcome,
-                  policy: dict) -> commands.RunFinish:
+                  policy: dict, called_ms: int | None = None) -> commands.RunFinish:
     """The finish report for an attempt; the proposer draws the retry delay."""
     return commands.run_finish(
         run_id=run["id"], holder=holder, attempt=run["attempt"], at_ms=node.now_ms(),
@@ -65,7 +65,7 @@ def finish_update(node: "Node", run: dict, holder: str, outcome: Outcome,
         retry_delay_ms=None if outcome.ok else
         retry.draw_delay_ms(policy, run["attempt"], random.random),
         http_status=outcome.http_status, exit_code=outcome.exit_code, error=outcome.error,
-        output_node=node.node_id if outcome.output else None)
+        output_node=node.node_id if outcome.output else None, called_ms=called_ms)
 
 
 def report_cost(job: dict | None, run: dict, event: str = "finish") -> int:
@@ -342,13 +342,14 @@ class Dispatcher:
             assert task is not None
             self._running[run["id"]] = (run["attempt"], task)
             job = node.store.get(JOBS, keys.job_key(run["job_id"]))
+            called_ms = node.now_ms()
             try:
                 outcome = await self._call(job, run)
             except asyncio.CancelledError:
                 return   # apply cancelled it or took it over: nothing to report
             finally:
                 self._running.pop(run["id"], None)
-            self._report(job, run, outcome)
+            self._report(job, run, outcome, called_ms)
             settled_here = False
         except Exception as exc:
             # The supervisor logs the traceback and counts it. The run is held
@@ -461,7 +462,8 @@ class Dispatcher:
         return Outcome(ok=True, output={"published": f"{target['topic']} offset "
                                                      f"{result['offset']}{again}"})
 
-    def _report(self, job: dict | None, run: dict, outcome: Outcome) -> None:
+    def _report(self, job: dict | None, run: dict, outcome: Outcome,
+                called_ms: int | None = None) -> None:
         node = self._node
         outcome = masked_outcome(job, outcome)
         if outcome.output:
@@ -470,7 +472,7 @@ class Dispatcher:
                                   http_status=outcome.http_status, exit_code=outcome.exit_code),
                              now_ms=node.now_ms(), tenant=run["tenant"])
         policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
-        update = finish_update(node, run, node.node_id, outcome, policy)
+        update = finish_update(node, run, node.node_id, outcome, policy, called_ms)
         task = node.supervisor.spawn("dispatcher.finish",
                                      self._send_finish(run, update, report_cost(job, run)))
         task.add_done_callback(lambda _: self._active.discard(run["id"]))
