@@ -335,8 +335,9 @@ renewals_inflight_max = 6
 # over at once, they would be called twice with no fault. Waiting this long
 # lets those finishes land first (the former owner calls nothing more of the
 # shard once it has applied the reassignment). It is what a run's lease
-# (run_lease_ms_default) gave before the lease was taken at fire, so a dead
-# owner's open runs are called again as soon as they were then.
+# (run_lease_ms_default) gave before the lease was taken at fire. A former
+# owner the new one judges dead (Coordinator.live_nodes) is not waited for,
+# nor are runs fired ahead and not due yet (take_over_armed_margin_ms).
 take_over_grace_s = 5.0
 # How long a node waits before it sends again the finish of a run it holds
 # that was not applied (dropped at run_update_pending_max, or its batch

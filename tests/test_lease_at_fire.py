@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import types
 
 import pytest
 
 from raftsched import limits
 from raftsched.core import commands, keys
-from raftsched.core.apply import LEASES, RunCancelled, RunQueued, ShardsAssigned
+from raftsched.core.apply import LEASES, NodeRenewed, RunCancelled, RunQueued, ShardsAssigned
 from raftsched.executors.base import Outcome
 from raftsched.executors.breaker import Breaker
 from raftsched.runtime.armed import ArmedRuns
@@ -96,7 +97,11 @@ class FakeNode:
         self.dispatcher = Dispatcher(self)
         self.armed = ArmedRuns(node_id=node_id, now_ms=self.now_ms, synced=lambda: True,
                                call=self.dispatcher.enqueue)
+        # Every Raft link up: liveness is the renewals' (Coordinator.live_nodes).
+        self.replicator = types.SimpleNamespace(peer_liveness=lambda: {})
         cluster.nodes[node_id] = self
+        cluster.run(commands.register_node(node=node_id, http=f"http://{node_id}",
+                                           raft=f"raft-{node_id}", at_ms=AT_MS - 20_000))
 
     def monotonic(self) -> float:
         return self.mono_s
@@ -123,6 +128,8 @@ class FakeNode:
             self.dispatcher.cancelled(effect.run_id, effect.attempt)
         elif isinstance(effect, ShardsAssigned) and effect.owner == self.node_id:
             self.dispatcher.shard_gained(effect.shard)
+        elif isinstance(effect, NodeRenewed):
+            self.coordinator.renewed(effect.node, effect.at_ms)
 
 
 def make_job(cluster: Cluster, owner: str = "n1") -> None:
@@ -268,7 +275,34 @@ async def test_a_node_whose_shard_lease_is_past_does_not_call(cluster):
     assert n1.dispatcher.not_called_total == 1
 
 
-async def test_a_dead_holders_runs_are_taken_over_once_and_its_late_finish_is_refused(
+async def test_a_dead_holders_runs_are_taken_over_at_once_without_the_grace(cluster):
+    """A holder that stopped renewing while the others went on is dead to
+    the new owner: its runs are taken over when the shard is gained, not
+    take_over_grace_s later."""
+    calls: collections.Counter = collections.Counter()
+    n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
+    make_job(cluster)
+    for node in (n1, n2):
+        node.renew()
+    n1.http_executor.release.clear()   # n1 dies calling
+    start(n1)
+    start(n2)
+    run_ids = fire(cluster, "n1", limits.runs_inflight_max)
+    await until(lambda: len(calls) == limits.runs_inflight_max, "n1's calls")
+    # n2 renews on, a lease and its margin later by the cluster's time; n1 does not.
+    n2.clock_ms += int((limits.node_lease_s + limits.shard_lease_margin_s) * 1000)
+    n2.renew()
+    assert n2.coordinator.live_nodes() == ["n2"]
+    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=n2.clock_ms))
+    await n2.dispatcher.take_over_pending()   # no time has passed: within the grace
+    assert cluster.tags["take_over_runs"] == 1
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
+                "n2 to call every run")
+    for run_id in run_ids:
+        assert (cluster.get_run(run_id)["attempt"], calls[("n2", run_id)]) == (2, 1)
+
+
+async def test_a_live_holders_runs_are_taken_over_after_the_grace_and_its_late_finish_refused(
         cluster):
     calls: collections.Counter = collections.Counter()
     n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
@@ -281,7 +315,8 @@ async def test_a_dead_holders_runs_are_taken_over_once_and_its_late_finish_is_re
     run_ids = fire(cluster, "n1", limits.runs_inflight_max + 3)
     await until(lambda: len(calls) == limits.runs_inflight_max, "n1's calls")
     cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=AT_MS + 5000))
-    # Not before the grace: a live former owner's finishes may be on their way.
+    # Not before the grace: n1 renewed as recently as n2, so its finishes may
+    # be on their way.
     await n2.dispatcher.take_over_pending()
     assert cluster.tags["take_over_runs"] == 0
     n2.mono_s += limits.take_over_grace_s

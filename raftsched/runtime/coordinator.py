@@ -40,7 +40,11 @@ class Coordinator:
     def __init__(self, node: "Node") -> None:
         self._node = node
         self.rebalances_total = 0
-        self._renewed: dict[str, float] = {}   # node id -> time.monotonic() of apply
+        # node id -> the cluster time (at_ms) of its latest renewal applied here,
+        # and the latest of all: liveness is judged against the log's own
+        # progress (live_nodes), so a log that lags under load judges no one.
+        self._renewed: dict[str, int] = {}
+        self._latest_renewal_ms = 0
         self._started = time.monotonic()
         self._no_candidates_logged = False
         # (Raft term, candidates) of the last pass that found the placement
@@ -57,28 +61,37 @@ class Coordinator:
         self.lease_lapses_total = 0
 
     def renewed(self, node_id: str, at_ms: int) -> None:
-        """Loop thread, from apply's NodeRenewed effect. A renewal proposed more
-        than a lease ago by its sender's clock is a replay (a journal read after a
-        restart) and says nothing about now."""
-        if self._node.now_ms() - at_ms < limits.node_lease_s * 1000:
-            self._renewed[node_id] = time.monotonic()
+        """Loop thread, from apply's NodeRenewed effect."""
+        if at_ms > self._renewed.get(node_id, -1):
+            self._renewed[node_id] = at_ms
+        self._latest_renewal_ms = max(self._latest_renewal_ms, at_ms)
 
     def live_nodes(self) -> list[str]:
+        """This node, and each registered node whose Raft link is up and whose
+        latest renewal applied here was proposed less than node_lease_s (plus
+        shard_lease_margin_s) before the latest renewal of any node applied
+        here. Judged against the log's progress rather than this node's clock:
+        when the log falls behind under load, every node's renewals are late
+        alike and none lapses, while a node that stopped renewing (dead,
+        frozen, cut off) falls behind the others' renewals and lapses. A node
+        whose renewal is applied so late still holds its shards by its own
+        monotonic clock only until node_lease_s after it proposed it, less
+        the margin (shard_lease_valid), which is before it can lapse here."""
         node = self._node
-        now = time.monotonic()
         registered = [rec for _, rec in node.store.scan(NODES)]
         by_raft = {rec["raft"]: rec["id"] for rec in registered}
         down = {by_raft.get(addr) for addr, age_s in node.replicator.peer_liveness().items()
                 if age_s is None}
+        bound_ms = (limits.node_lease_s + limits.shard_lease_margin_s) * 1000
         live = {node.node_id}
         for rec in registered:
             nid = rec["id"]
-            seen = self._renewed.get(nid)
+            seen_ms = self._renewed.get(nid)
             if nid in down:
                 continue
-            if seen is not None and now - seen < limits.node_lease_s:
+            if seen_ms is not None and self._latest_renewal_ms - seen_ms < bound_ms:
                 live.add(nid)
-            elif seen is None and now - self._started < limits.node_lease_s:
+            elif seen_ms is None and time.monotonic() - self._started < limits.node_lease_s:
                 live.add(nid)   # just started: no renewal heard yet is no evidence
         return sorted(live)
 

@@ -125,8 +125,8 @@ class Dispatcher:
         # shard -> when (node.monotonic) this node gained it; at most one entry
         # per shard (shard_count_max).
         self._to_take_over: dict[int, float] = {}
-        # Shards of _to_take_over whose armed runs not due yet were taken over
-        # already, in their grace (a subset of it).
+        # Shards of _to_take_over swept early already, in their grace (a
+        # subset of it): see take_over_pending.
         self._armed_swept: set[int] = set()
         self._take_over_wake = asyncio.Event()
 
@@ -238,13 +238,15 @@ class Dispatcher:
         now = self._node.monotonic()
         for shard, gained in sorted(self._to_take_over.items()):
             if now - gained < limits.take_over_grace_s:
-                # Runs fired ahead and not due yet cannot have been called
-                # (no node calls a run early): taken over at once, so a dead
-                # owner's armed runs are called on time (core/runs.py take_over).
+                # At once, without the grace: the runs of a holder this node
+                # judges dead (its calls died with it or stopped with its
+                # shard lease; nothing of it is on its way through the log),
+                # and runs fired ahead and not due yet, which no node can
+                # have called (none calls early): core/runs.py take_over.
                 if shard not in self._armed_swept:
                     self._armed_swept.add(shard)
                     try:
-                        await self.maybe_take_over(shard, not_due_only=True)
+                        await self.maybe_take_over(shard, early=True)
                     except Unavailable as exc:
                         self._armed_swept.discard(shard)
                         log.warning("takeover of shard %d's armed runs not committed: %s",
@@ -261,12 +263,14 @@ class Dispatcher:
             if more:
                 self._to_take_over.setdefault(shard, gained)
 
-    async def maybe_take_over(self, shard: int, not_due_only: bool = False) -> bool:
+    async def maybe_take_over(self, shard: int, early: bool = False) -> bool:
         """Take over the open runs of `shard` held under an older token (or by
         nobody), if this node owns it; say whether some may be left.
-        `not_due_only`: only those fired ahead and not due yet."""
+        `early`: only those fired ahead and not due yet, and those of a
+        holder this node judges dead (not live to its coordinator)."""
         node = self._node
         at_ms = node.now_ms()
+        live = set(node.coordinator.live_nodes()) if early else set()
         state = node.store.get(SHARDS, keys.shard_key(shard))
         if state is None or state["owner"] != node.node_id:
             return False
@@ -278,7 +282,7 @@ class Dispatcher:
             if run is None or (run.get("holder") == node.node_id
                                and run["token"] == state["token"]):
                 continue
-            if not_due_only and not runs.not_due(run, at_ms):
+            if early and run.get("holder") in live and not runs.not_due(run, at_ms):
                 continue
             # Taking a DAG task run over rewrites its DAG run: an entry holds
             # at most apply_entry_cost_max (core/cost.py); the rest is next.
@@ -293,16 +297,11 @@ class Dispatcher:
         result = await node.propose(commands.take_over_runs(
             node=node.node_id, shard=shard, token=state["token"], run_ids=run_ids,
             at_ms=at_ms))
-        if result.get("ok") and not_due_only:
-            self.taken_over_total += result["taken"]
-            if result["taken"]:
-                log.info("took over %d runs of shard %d fired ahead and not due yet (their "
-                         "holder lost the shard); each is called here at its second",
-                         result["taken"], shard)
-        elif result.get("ok"):
+        if result.get("ok"):
             self.taken_over_total += result["taken"]
             log.warning("took over %d open runs of shard %d (their holder lost the shard); "
-                        "each is called again as its next attempt", result["taken"], shard)
+                        "each is called here (as its next attempt if it may have been "
+                        "called)", result["taken"], shard)
         return bool(result.get("ok")) and result["taken"] > 0
 
     def _resume_open_runs(self) -> None:
