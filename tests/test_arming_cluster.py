@@ -7,28 +7,18 @@ import time
 
 import pytest
 
-from raftsched.runtime.clock import TEST_SHIFT_ENV
-from raftsched.testing.cluster import LocalCluster
+from raftsched.testing.cluster import LocalCluster, shift_clock, shiftable_cluster
 from raftsched.testing.http import wait_until
 
 pytestmark = pytest.mark.integration
 
-SHIFT_FILE = "clock-shift-ms"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
-    """One 3-node cluster (default --arm-ahead-s) whose nodes honour the clock-shift seam."""
-    base = tmp_path_factory.mktemp("arming")
-    for nid in ("n1", "n2", "n3"):
-        (base / nid).mkdir()
-    local = LocalCluster(base, extra_env={TEST_SHIFT_ENV: SHIFT_FILE})
-    with local:
-        local.wait_ready()
+    """One 3-node cluster (default --arm-ahead-s) whose clocks a test may shift."""
+    with shiftable_cluster(tmp_path_factory.mktemp("arming")) as local:
         yield local
-        for nid in local.ids:
-            print(f"----- {nid} log (tail) -----")
-            print(local.logs(nid, 4000))
 
 
 def at(seconds: float) -> str:
@@ -104,12 +94,12 @@ def test_a_node_skewed_ahead_never_calls_an_armed_run_early(cluster, sink):
     jobs = [one_off(cluster, sink, 3.5 + i * 0.1) for i in range(20)]
     armed = wait_armed(cluster, [j["job_id"] for j in jobs])
     assert any(run["node"] == victim for run in armed.values()), "none armed on the victim"
-    (cluster.base / victim / SHIFT_FILE).write_text("5000")
+    shift_clock(cluster, victim, 5000)
     try:
         wait_until(lambda: all(j["job_id"] in sink.by_job() for j in jobs), 15,
                    "every one-off called")
     finally:
-        (cluster.base / victim / SHIFT_FILE).write_text("0")
+        shift_clock(cluster, victim, 0)
     calls = sink.by_job()
     for job in jobs:
         assert len(calls[job["job_id"]]) == 1, calls[job["job_id"]]
@@ -118,7 +108,9 @@ def test_a_node_skewed_ahead_never_calls_an_armed_run_early(cluster, sink):
                f"{victim} owning shards again")
 
 
-def test_an_armed_runs_owner_frozen_its_runs_are_called_once_by_the_new_owner(cluster, sink):
+def armed_on_a_follower(cluster: LocalCluster, sink) -> tuple[str, str, list[dict], list[str]]:
+    """20 one-offs due in about 4 s, fired ahead, some of them on a follower
+    (the victim): (leader, victim, the jobs, the victim's job ids)."""
     leader = cluster.wait_ready()
     victim = next(nid for nid in cluster.ids if nid != leader)
     wait_until(lambda: cluster.api(victim, "GET", "/v1/node").body["shards_owned"] > 0, 15,
@@ -127,6 +119,11 @@ def test_an_armed_runs_owner_frozen_its_runs_are_called_once_by_the_new_owner(cl
     armed = wait_armed(cluster, [j["job_id"] for j in jobs], via=leader)
     mine = [job_id for job_id, run in armed.items() if run["node"] == victim]
     assert mine, "no one-off was armed on the victim"
+    return leader, victim, jobs, mine
+
+
+def test_an_armed_runs_owner_frozen_its_runs_are_called_once_by_the_new_owner(cluster, sink):
+    leader, victim, jobs, mine = armed_on_a_follower(cluster, sink)
     cluster.pause(victim)
     try:
         wait_until(lambda: all(j["job_id"] in sink.by_job() for j in jobs), 20,
@@ -149,14 +146,7 @@ def test_an_armed_runs_owner_frozen_its_runs_are_called_once_by_the_new_owner(cl
 
 
 def test_an_armed_runs_owner_killed_its_runs_are_called_once_by_the_new_owner(cluster, sink):
-    leader = cluster.wait_ready()
-    victim = next(nid for nid in cluster.ids if nid != leader)
-    wait_until(lambda: cluster.api(victim, "GET", "/v1/node").body["shards_owned"] > 0, 15,
-               f"{victim} owning shards")
-    jobs = [one_off(cluster, sink, 4.0 + i * 0.05, via=leader) for i in range(20)]
-    armed = wait_armed(cluster, [j["job_id"] for j in jobs], via=leader)
-    mine = [job_id for job_id, run in armed.items() if run["node"] == victim]
-    assert mine, "no one-off was armed on the victim"
+    leader, victim, jobs, mine = armed_on_a_follower(cluster, sink)
     cluster.kill(victim)
     try:
         wait_until(lambda: all(j["job_id"] in sink.by_job() for j in jobs), 20,

@@ -9,30 +9,19 @@ import time
 
 import pytest
 
-from raftsched.runtime.clock import TEST_SHIFT_ENV
-from raftsched.testing.cluster import LocalCluster
+from raftsched.testing.cluster import LocalCluster, shift_clock, shiftable_cluster
 from raftsched.testing.http import wait_until
 
 pytestmark = pytest.mark.integration
 
-SHIFT_FILE = "clock-shift-ms"
 BOUND_MS = 500   # --max-clock-skew-ms, the default
 JOBS = 30
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
-    """One 3-node cluster whose nodes honour the clock-shift test seam."""
-    base = tmp_path_factory.mktemp("skew")
-    for nid in ("n1", "n2", "n3"):
-        (base / nid).mkdir()
-    local = LocalCluster(base, extra_env={TEST_SHIFT_ENV: SHIFT_FILE})
-    with local:
-        local.wait_ready()
+    with shiftable_cluster(tmp_path_factory.mktemp("skew"), log_tail=6000) as local:
         yield local
-        for nid in local.ids:
-            print(f"----- {nid} log (tail) -----")
-            print(local.logs(nid, 6000))
 
 
 @pytest.fixture
@@ -41,12 +30,8 @@ def calm(cluster):
     wait_balanced(cluster)
     yield cluster
     for nid in cluster.ids:
-        shift(cluster, nid, 0)
+        shift_clock(cluster, nid, 0)
     wait_balanced(cluster)
-
-
-def shift(cluster: LocalCluster, nid: str, ms: int) -> None:
-    (cluster.base / nid / SHIFT_FILE).write_text(str(ms))
 
 
 def shards_owned(cluster: LocalCluster, nid: str) -> int:
@@ -118,7 +103,7 @@ def check_skewed_node(cluster: LocalCluster, sink, victim: str, shift_ms: int) -
     victims_jobs = [j for j, shard in jobs.items() if before[shard][0] == victim]
     assert victims_jobs, "no one-off fell in the victim's shards"
     shifted_at = time.monotonic()
-    shift(cluster, victim, shift_ms)
+    shift_clock(cluster, victim, shift_ms)
     wait_until(lambda: shards_owned(cluster, victim) == 0, 5, f"{victim} owning no shards")
     lost_after_s = time.monotonic() - shifted_at
 
@@ -146,7 +131,7 @@ def check_skewed_node(cluster: LocalCluster, sink, victim: str, shift_ms: int) -
                      + ("ahead of" if shift_ms > 0 else "behind"), said), said[-3000:]
 
     back_at = time.monotonic()
-    shift(cluster, victim, 0)
+    shift_clock(cluster, victim, 0)
     wait_until(lambda: shards_owned(cluster, victim) > 0, 5, f"{victim} owning shards again")
     print(f"{victim} shifted {shift_ms:+d} ms: its offset as measured by each node {measured}, "
           f"shards lost after {lost_after_s:.2f} s, regained {time.monotonic() - back_at:.2f} s "

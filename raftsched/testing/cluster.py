@@ -14,6 +14,7 @@ node's output goes to <base>/<id>.log for post-mortems.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -23,8 +24,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+from raftsched.runtime.clock import TEST_SHIFT_ENV
 from raftsched.testing.http import ADMIN_TOKEN, call, wait_until
 from raftsched.testing.netproxy import LinkProxy
 from raftsched.testing.tls import TlsFiles
@@ -277,3 +279,30 @@ class LocalCluster:
         if len({d["digest"] for d in found.values()}) != 1:
             raise AssertionError(f"replica state digests differ at one index: {found}")
         return found
+
+
+# The file, in each node's folder, whose number of milliseconds that node adds
+# to its wall clock (runtime/clock.py's test seam), once a cluster is started
+# by shiftable_cluster.
+SHIFT_FILE = "clock-shift-ms"
+
+
+@contextlib.contextmanager
+def shiftable_cluster(base: Path, log_tail: int = 4000) -> Iterator[LocalCluster]:
+    """A ready 3-node cluster whose nodes honour the clock-shift test seam
+    (`shift_clock`); each node's log tail is printed when it stops, for the
+    post-mortem of a failed test."""
+    for nid in ("n1", "n2", "n3"):
+        (base / nid).mkdir(exist_ok=True)
+    local = LocalCluster(base, extra_env={TEST_SHIFT_ENV: SHIFT_FILE})
+    with local:
+        local.wait_ready()
+        yield local
+        for nid in local.ids:
+            print(f"----- {nid} log (tail) -----")
+            print(local.logs(nid, log_tail))
+
+
+def shift_clock(cluster: LocalCluster, nid: str, ms: int) -> None:
+    """Move node `nid`'s wall clock `ms` from true time (0: back to it)."""
+    (cluster.base / nid / SHIFT_FILE).write_text(str(ms))
