@@ -72,7 +72,10 @@ def test_paging_is_stable_while_runs_are_added(shared_cluster, sink):
                                                                if token else "")
         page = c.api("n2", "GET", f"/v1/runs?{query}").body
         seen += [r["run_id"] for r in page["runs"]]
-        scheduled += [r["scheduled_for"] for r in page["runs"]]
+        # As instants: the text leaves out a whole second's milliseconds, so
+        # "…18Z" sorts after "…18.154Z" as text though it is earlier.
+        scheduled += [dt.datetime.fromisoformat(r["scheduled_for"].replace("Z", "+00:00"))
+                      for r in page["runs"]]
         trigger(c, job_id, "n3")
         token = page["next_page_token"]
         if token is None:
