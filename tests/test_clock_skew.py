@@ -164,7 +164,7 @@ def test_skew_within_the_bound_moves_nothing_and_fires_nothing_early(calm, sink)
     victim = follower(calm)
     before = placement(calm, victim)
     logged = log_size(calm, victim)
-    shift(calm, victim, BOUND_MS * 2 // 5)
+    shift_clock(calm, victim, BOUND_MS * 2 // 5)
     wait_until(lambda: abs((offsets_seen(calm, victim)[victim] or 0) - BOUND_MS * 2 // 5) <= 50,
                5, f"{victim} measuring its own shift")
     jobs = create_one_offs(calm, sink, first_s=1.5, spread_s=1.0)
@@ -185,7 +185,7 @@ def test_a_cluster_restarted_with_a_clock_5_s_ahead_fires_nothing_early(calm, si
     before = placement(calm, victim)
     assert any(before[shard][0] == victim for shard in jobs.values())
     calm.kill_all()
-    shift(calm, victim, +5000)
+    shift_clock(calm, victim, +5000)
     calm.start()
     lateness = wait_all_called(sink, jobs)
     assert min(lateness.values()) >= 0.0, sorted(lateness.values())[:5]
