@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from raftsched import limits
 from raftsched.runtime.armed import ArmedRuns
 
 
