@@ -362,3 +362,27 @@ async def test_a_live_holders_calls_are_not_repeated_when_its_shard_moves(cluste
                 "every run to succeed")
     assert sorted(calls.values()) == [1] * len(run_ids)   # no occurrence called twice
     assert sorted(node for node, _ in calls) == ["n1"] * limits.runs_inflight_max + ["n2"] * 3
+
+
+async def test_a_live_former_holder_hands_over_the_runs_it_did_not_call(cluster):
+    """The runs a live node held in a shard it lost and did not call are
+    taken over by the new owner at once, at the former holder's word,
+    instead of after take_over_grace_s."""
+    calls: collections.Counter = collections.Counter()
+    n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
+    make_job(cluster)
+    for node in (n1, n2):
+        node.renew()
+    n1.http_executor.release.clear()   # n1 is calling when its shard moves
+    start(n1)
+    start(n2)
+    run_ids = fire(cluster, "n1", limits.runs_inflight_max + 3)
+    await until(lambda: len(calls) == limits.runs_inflight_max, "n1's calls")
+    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=AT_MS + 5000))
+    n1.http_executor.release.set()
+    # No clock moves: n2's grace never ends in this test.
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
+                "every run to succeed within n2's grace")
+    assert n1.dispatcher.handed_over_total == 3
+    assert sorted(calls.values()) == [1] * len(run_ids)
+    assert sorted(node for node, _ in calls) == ["n1"] * limits.runs_inflight_max + ["n2"] * 3

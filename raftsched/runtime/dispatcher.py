@@ -128,6 +128,10 @@ class Dispatcher:
         # Shards of _to_take_over swept early already, in their grace (a
         # subset of it): see take_over_pending.
         self._armed_swept: set[int] = set()
+        # Shards this node lost -> runs it held there and is not calling, for
+        # their new owner to take over at once (hand_over_pending).
+        self._handing: dict[int, set[str]] = {}
+        self.handed_over_total = 0
         self._take_over_wake = asyncio.Event()
 
     # --- inputs (loop thread) ---------------------------------------------------------
@@ -230,7 +234,40 @@ class Dispatcher:
             except asyncio.TimeoutError:
                 pass
             self._take_over_wake.clear()
+            await self.hand_over_pending()
             await self.take_over_pending()
+
+    def _hand_over(self, shard: int, run_id: str) -> None:
+        """A run this node still holds in a shard it lost, and is not calling:
+        its new owner may take it over now instead of after take_over_grace_s
+        (the grace waits for calls of this node that it says it is not making).
+        At most take_over_batch_max a shard at once; the rest wait the grace."""
+        ids = self._handing.setdefault(shard, set())
+        if len(ids) < limits.take_over_batch_max:
+            ids.add(run_id)
+        self._take_over_wake.set()
+
+    async def hand_over_pending(self) -> None:
+        """Propose, for each shard this node lost, that its owner take over
+        the runs this node held there and did not call (take_over_runs, under
+        the owner's name and token: apply checks both)."""
+        node = self._node
+        for shard in sorted(self._handing):
+            run_ids = sorted(self._handing.pop(shard))
+            state = node.store.get(SHARDS, keys.shard_key(shard))
+            if state is None or state["owner"] in (None, node.node_id):
+                continue
+            try:
+                result = await node.propose(commands.take_over_runs(
+                    node=state["owner"], shard=shard, token=state["token"], run_ids=run_ids,
+                    at_ms=node.now_ms()))
+            except Unavailable as exc:
+                log.warning("hand-over of %d runs of shard %d to %s not committed: %s",
+                            len(run_ids), shard, state["owner"], exc.detail)
+                self._handing.setdefault(shard, set()).update(run_ids)
+                continue
+            if result.get("ok"):
+                self.handed_over_total += result["taken"]
 
     async def take_over_pending(self) -> None:
         """One pass: each shard gained at least take_over_grace_s ago and not
@@ -389,6 +426,11 @@ class Dispatcher:
                 log.warning("run %s attempt %d not called: this node no longer holds it "
                             "(shard %d moved, or the run was cancelled or taken over)",
                             run["id"], run["attempt"], run["shard"])
+                if state is not None and state["owner"] not in (None, node.node_id) \
+                        and current is not None and current["state"] == "running" \
+                        and current.get("holder") == node.node_id \
+                        and current["attempt"] == run["attempt"] and "dag_run" not in run:
+                    self._hand_over(run["shard"], run["id"])
                 return False
             if node.coordinator.shard_lease_valid():
                 return True
