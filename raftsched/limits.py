@@ -310,6 +310,46 @@ renew_period_s = node_lease_s / 3
 # candidate nodes changed since a pass that found the placement right, and at
 # least this often (seconds) regardless (runtime/coordinator.py).
 placement_recheck_period_s = 5.0
+# A node's shard lease, on its own monotonic clock: it holds its shards (and
+# the runs fired in them, which it calls without a `start` entry) until
+# node_lease_s after it proposed its latest renewal that it has seen applied,
+# less this margin (seconds). The leader judges the node dead node_lease_s
+# after it applied that renewal, which is later than it was proposed; the
+# margin covers the two monotonic clocks' drift over a lease (well under 1 ms
+# at 500 ppm) and a call that begins right at the lease's end (one coordinator
+# period), so a node frozen past its lease never calls when it wakes.
+shard_lease_margin_s = 0.25
+# Open runs of one shard a new owner takes over in one entry (run ids): a
+# `take_over_runs` entry rewrites each run, so it is bounded as the reaper's are.
+take_over_batch_max = 1000
+# Renewals of one node proposed and not yet applied here: a renewal is
+# proposed every renew_period_s without waiting for the one before, so that
+# a slow round trip under load does not space them out; past this many in
+# flight (a lease's worth) the node is cut off or the log far behind, and
+# more would only queue.
+renewals_inflight_max = 6
+# How long a shard's new owner waits, after it gained the shard, before it
+# takes over the shard's open runs (seconds). A former owner that is alive
+# but slow (its renewals late under load, or its shards rebalanced) may have
+# called runs whose finishes are still on their way through the log: taken
+# over at once, they would be called twice with no fault. Waiting this long
+# lets those finishes land first (the former owner calls nothing more of the
+# shard once it has applied the reassignment). It is what a run's lease
+# (run_lease_ms_default) gave before the lease was taken at fire. A former
+# owner the new one judges dead (Coordinator.live_nodes) is not waited for,
+# nor are runs fired ahead and not due yet (take_over_armed_margin_ms).
+take_over_grace_s = 5.0
+# How long a node waits before it sends again the finish of a run it holds
+# that was not applied (dropped at run_update_pending_max, or its batch
+# refused), in seconds: a node-executed run has no lease that would expire
+# and retry it, so its holder keeps reporting until the finish is applied.
+finish_resend_s = 1.0
+# A shard's new owner takes over at once (without take_over_grace_s) the runs
+# fired ahead of their second that are not due by its clock with this much to
+# spare (ms): no node calls a run early, so none of them can have been called.
+# The margin covers the two nodes' estimates of the cluster's time, which
+# differ by at most their measurement errors (docs/operations.md, "Clocks").
+take_over_armed_margin_ms = 1000
 # Recorded digest checks a node keeps, for callers comparing replicas; and
 # digests computed at once (each holds an LMDB read open, so pages stay pinned);
 # a check past this records no digest at its index, and the caller asks again.
@@ -369,10 +409,6 @@ arm_ahead_s_max = 300.0
 # while creates and calls share the log (a 2000-item entry of armed runs beside
 # a burst of creates cost leader elections on a loaded 2-core machine).
 arm_fire_items_max = 250
-# A hand-over of armed runs to their shard's new owner that was not committed is
-# tried again after this (ms): the runs are queued on this node, which is live,
-# so nothing else would move them.
-armed_hand_over_retry_ms = 500
 # Armed runs one node holds in memory (runtime/armed.py), about 1 kB each
 # with the run record. Past it the trigger arms nothing more and fires at the
 # due second, as with --arm-ahead-s 0, until armed runs are called.

@@ -81,9 +81,9 @@ def test_fire_creates_the_run_once_and_arms_the_next_occurrence():
     run = created[0]
     assert run["id"] == keys.run_id("job_a1", 10_000, 1)
     assert run["execution_id"] == keys.execution_id("job_a1", 10_000)
-    assert run["state"] == lifecycle.QUEUED
-    assert log.store.get(RUNS_OPEN, keys.open_run_key("n1", run["id"])) == 1
+    assert (run["state"], run["holder"]) == (lifecycle.RUNNING, "n1")   # held from its fire
     shard = keys.shard_of("job_a1", SHARDS)
+    assert log.store.get(RUNS_OPEN, keys.open_run_key(shard, run["id"])) == 1
     assert due_until(log.store, shard, 20_000, 10) == [(12_000, "job_a1")]
     assert log.store.get(JOBS, b"job_a1")["next_ms"] == 12_000
 
@@ -148,9 +148,10 @@ def test_run_updates_follow_the_lifecycle_and_count_duplicates():
                 "lease_ms": 15_050, "ok": ok, "retryable": True, "retry_delay_ms": 0,
                 "http_status": 200, "exit_code": None, "error": None, "output_node": None}
     result = log.run(commands.run_updates(updates=[upd("start"), upd("finish")]))
-    assert result["applied"] == 2
+    assert result["accepted"] == [False, True]   # held from its fire: no start
     assert log.store.get(RUNS, run_id.encode())["state"] == "succeeded"
-    assert log.store.get(RUNS_OPEN, keys.open_run_key("n1", run_id)) is None
+    shard = keys.shard_of("job_a1", SHARDS)
+    assert log.store.get(RUNS_OPEN, keys.open_run_key(shard, run_id)) is None
     again = log.run(commands.run_updates(updates=[upd("finish", ok=False),
                                                   upd("start", node="n9")]))
     assert again == {"ok": True, "applied": 0, "stale": 2, "accepted": [False, False]}
@@ -179,12 +180,15 @@ def test_unknown_versions_and_tags_are_refused_loudly():
 def test_trigger_runs_a_paused_job_now():
     log = Log()
     create(log)
+    own(log, keys.shard_of("job_a1", SHARDS), "n1")
     log.run(commands.pause_job(job_id="job_a1", at_ms=2_000))
     result = log.run(commands.trigger_job(job_id="job_a1", scheduled_ms=3_000, node="n2",
                                           at_ms=3_000))
     assert result["created"] is True
     assert result["run"]["trigger"] == "manual"
-    assert result["run"]["node"] == "n2"
+    # n2 took the request; the shard's owner holds the run, as a fired one.
+    assert (result["run"]["node"], result["run"]["holder"], result["run"]["state"]) == \
+        ("n1", "n1", "running")
 
 
 _job_ids = st.sampled_from(["job_a1", "job_b2", "job_c3"])
@@ -271,7 +275,7 @@ def test_fire_once_runs_the_latest_missed_occurrence_and_records_the_rest():
     fire(log, "job_a1", 10_000, 18_000, occurrences=[10_000, 12_000, 14_000, 16_000],
          at_ms=16_500)
     runs = {r["scheduled_ms"]: r for _, r in log.store.scan(RUNS)}
-    assert runs[16_000]["state"] == "queued"
+    assert runs[16_000]["state"] == "running"
     assert [runs[t]["state"] for t in (10_000, 12_000, 14_000)] == ["missed"] * 3
     assert "fire_once" in runs[10_000]["reason"]
     dispatched = [e.run["scheduled_ms"] for e in log.effects if isinstance(e, RunQueued)]

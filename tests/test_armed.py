@@ -4,11 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
-from raftsched import limits
-from raftsched.core import commands
-from raftsched.errors import Unavailable
 from raftsched.runtime.armed import ArmedRuns
 
 
@@ -30,35 +25,16 @@ def run(run_id: str, scheduled_ms: int, jitter_ms: int = 0) -> dict:
             "jitter_ms": jitter_ms, "tenant": "default"}
 
 
-def heap(clock: Clock, capacity: int = 100, owner: str | None = "n1", token: int = 7,
-         answer=None, stored: dict | None = None) -> tuple[ArmedRuns, list[dict], list]:
-    """`answer(command)`: what a proposal answers (default: every run moved);
-    `stored`: the runs as the replica has them (default: each queued on n1)."""
+def heap(clock: Clock, capacity: int = 100) -> tuple[ArmedRuns, list[dict]]:
     called: list[dict] = []
-    proposed: list = []
-
-    async def propose(command) -> dict:
-        proposed.append(command)
-        if answer is not None:
-            return answer(command)
-        return {"ok": True, "moved": len(command.items)}
-
-    def run_of(run_id: str) -> dict | None:
-        if stored is not None:
-            return stored.get(run_id)
-        return {"id": run_id, "state": "queued", "node": "n1"}
     armed = ArmedRuns(node_id="n1", now_ms=lambda: clock.now_ms, synced=lambda: clock.synced,
-                      call=called.append,
-                      owner_of=lambda r: None if owner is None else (owner, token), run_of=run_of,
-                      propose=propose,
-                      spawn=lambda name, coro: asyncio.ensure_future(coro), capacity=capacity,
-                      tick_ms=20)
-    return armed, called, proposed
+                      call=called.append, capacity=capacity, tick_ms=20)
+    return armed, called
 
 
 def test_a_run_is_held_until_its_second_and_never_taken_before_it():
     clock = Clock(10_000)
-    armed, _, _ = heap(clock)
+    armed, _ = heap(clock)
     assert armed.hold(run("a", 12_000)) is True
     assert armed.hold(run("b", 11_000, jitter_ms=1_500)) is True   # due at 12,500
     for now in (10_000, 11_000, 11_999):
@@ -75,7 +51,7 @@ def test_a_run_is_held_until_its_second_and_never_taken_before_it():
 
 def test_runs_come_out_in_due_order():
     clock = Clock(0)
-    armed, _, _ = heap(clock)
+    armed, _ = heap(clock)
     for run_id, due in (("c", 3_000), ("a", 1_000), ("d", 3_500), ("b", 2_000)):
         armed.hold(run(run_id, due))
     clock.now_ms = 3_000
@@ -85,7 +61,7 @@ def test_runs_come_out_in_due_order():
 
 def test_a_due_run_is_not_held_and_nothing_is_taken_while_the_clock_is_not_synced():
     clock = Clock(5_000)
-    armed, _, _ = heap(clock)
+    armed, _ = heap(clock)
     assert armed.hold(run("due", 5_000)) is False   # the caller calls it now
     clock.synced = False
     assert armed.hold(run("unsure", 4_000)) is True   # no cluster time: held
@@ -96,7 +72,7 @@ def test_a_due_run_is_not_held_and_nothing_is_taken_while_the_clock_is_not_synce
 
 def test_the_heap_is_bounded_and_a_run_is_held_once():
     clock = Clock(0)
-    armed, _, _ = heap(clock, capacity=2)
+    armed, _ = heap(clock, capacity=2)
     assert armed.hold(run("a", 1_000)) and armed.hold(run("a", 1_000))
     assert armed.hold(run("b", 2_000))
     assert armed.room() == 0
@@ -108,7 +84,7 @@ def test_the_heap_is_bounded_and_a_run_is_held_once():
 
 def test_a_withdrawn_run_is_dropped():
     clock = Clock(0)
-    armed, _, _ = heap(clock)
+    armed, _ = heap(clock)
     armed.hold(run("a", 1_000))
     armed.hold(run("b", 1_000))
     assert armed.withdraw("a") and not armed.withdraw("a")
@@ -118,7 +94,7 @@ def test_a_withdrawn_run_is_dropped():
 
 async def test_the_loop_calls_each_run_at_its_second():
     clock = Clock(0)
-    armed, called, _ = heap(clock)
+    armed, called = heap(clock)
     task = asyncio.ensure_future(armed.run())
     try:
         armed.hold(run("a", 1_000))
@@ -132,87 +108,28 @@ async def test_the_loop_calls_each_run_at_its_second():
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_a_run_whose_shard_moved_is_handed_to_the_owner_not_called():
+def test_a_due_run_is_handed_to_the_dispatcher_as_it_is():
+    """Whether this node may still call it (its shard, its token, its shard
+    lease) is the dispatcher's to judge at the call, not the heap's."""
     clock = Clock(0)
-    armed, called, proposed = heap(clock, owner="n2")
-    armed.hold(run("a", 1_000))
+    armed, called = heap(clock)
+    armed.hold(dict(run("a", 1_000), token=3))
     clock.now_ms = 1_000
     armed._dispatch(armed.take_due())
-    await until(lambda: armed.handed_over_total == 1)
-    assert called == []
-    [command] = proposed
-    assert isinstance(command, commands.ReassignRuns)
-    assert [(i.run_id, i.from_node, i.to_node) for i in command.items] == [("a", "n1", "n2")]
-    assert armed.handed_over_total == 1
+    assert [(r["id"], r["token"]) for r in called] == [("a", 3)]
 
 
-@pytest.mark.parametrize("owner", [None, "n1"])
-def test_a_run_of_this_node_or_of_a_gone_job_is_called(owner):
-    clock = Clock(0)
-    armed, called, proposed = heap(clock, owner=owner)
-    armed.hold(run("a", 1_000))
-    clock.now_ms = 1_000
-    armed._dispatch(armed.take_due())
-    assert [r["id"] for r in called] == ["a"] and proposed == []
-
-
-async def test_a_hand_over_not_committed_is_tried_again_until_the_run_is_moved():
-    clock = Clock(0)
-    stored = {"a": {"id": "a", "state": "queued", "node": "n1"}}
-    answers = []
-
-    def answer(command):
-        answers.append(command)
-        if len(answers) == 1:
-            raise Unavailable("not committed: the leader changed; retry", reason="leader_changed")
-        stored["a"] = dict(stored["a"], node="n2")
-        return {"ok": True, "moved": 1}
-    armed, called, proposed = heap(clock, owner="n2", answer=answer, stored=stored)
-    armed.hold(run("a", 1_000))
-    clock.now_ms = 1_000
-    armed._dispatch(armed.take_due())
-    await until(lambda: len(armed) == 1)   # held again, for a retry
-    assert armed.take_due() == []
-    clock.now_ms = 1_000 + limits.armed_hand_over_retry_ms
-    armed._dispatch(armed.take_due())
-    await until(lambda: armed.handed_over_total == 1)
-    assert len(proposed) == 2 and called == [] and len(armed) == 0
-
-
-def test_a_run_moved_off_this_node_meanwhile_is_neither_called_nor_handed_over():
-    clock = Clock(0)
-    armed, called, proposed = heap(clock, owner="n2",
-                                   stored={"a": {"id": "a", "state": "queued", "node": "n2"}})
-    armed.hold(run("a", 1_000))
-    clock.now_ms = 1_000
-    armed._dispatch(armed.take_due())
-    assert called == [] and proposed == [] and len(armed) == 0
-
-
-def test_a_run_is_called_under_the_shards_token_at_its_second():
-    clock = Clock(0)
-    armed, called, _ = heap(clock, owner="n1", token=9)
-    armed.hold(dict(run("a", 1_000), token=3))   # fired under token 3; the shard moved and back
-    clock.now_ms = 1_000
-    armed._dispatch(armed.take_due())
-    assert [(r["id"], r["token"]) for r in called] == [("a", 9)]
-
-
-async def test_a_due_run_fired_ahead_is_dispatched_under_the_current_token_or_handed_over():
+def test_a_due_run_fired_ahead_is_dispatched_at_once_and_any_other_left_to_the_caller():
     clock = Clock(5_000)
-    armed, called, _ = heap(clock, owner="n1", token=9)
-    assert armed.hold(dict(run("plain", 4_000), token=3)) is False   # not fired ahead: as before
-    assert armed.hold(dict(run("moved", 4_000), token=3, armed_ms=1_000)) is True
-    assert [(r["id"], r["token"]) for r in called] == [("moved", 9)]
-    elsewhere, called_there, proposed = heap(clock, owner="n2")
-    assert elsewhere.hold(dict(run("other", 4_000), armed_ms=1_000)) is True
-    await until(lambda: elsewhere.handed_over_total == 1)
-    assert called_there == [] and len(proposed) == 1   # handed to n2, not called here
+    armed, called = heap(clock)
+    assert armed.hold(run("plain", 4_000)) is False   # not fired ahead: the caller calls it
+    assert armed.hold(dict(run("taken", 4_000), armed_ms=1_000)) is True
+    assert [r["id"] for r in called] == ["taken"] and len(armed) == 0
 
 
 def test_a_run_held_again_at_a_later_due_is_not_taken_at_the_earlier_one():
     clock = Clock(0)
-    armed, _, _ = heap(clock)
+    armed, _ = heap(clock)
     armed.hold(run("a", 1_000))
     armed.withdraw("a")
     armed.hold(run("a", 2_000))   # withdrawn, then held again (its jitter changed, say)
@@ -224,7 +141,7 @@ def test_a_run_held_again_at_a_later_due_is_not_taken_at_the_earlier_one():
 
 def test_the_heap_sheds_its_stale_entries():
     clock = Clock(0)
-    armed, _, _ = heap(clock, capacity=10_000)
+    armed, _ = heap(clock, capacity=10_000)
     for i in range(1_000):
         armed.hold(run(f"r{i}", 10_000 + i))
         armed.withdraw(f"r{i}")

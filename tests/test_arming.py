@@ -7,6 +7,7 @@ import types
 
 import pytest
 
+from raftsched import limits
 from raftsched.core import commands, keys, lifecycle
 from raftsched.core.apply import DUE, RunCancelled, RunQueued
 from raftsched.core.apply import SHARDS as SHARDS_TABLE
@@ -56,7 +57,9 @@ def armed(log: Replica) -> dict:
     result = fire_ahead(log)
     assert result["fired"] == 1, result
     run = armed_run(log)
-    assert run["state"] == lifecycle.QUEUED and run["armed_ms"] == ARMED_AT_MS
+    # Held by its shard's owner from the fire (the lease is taken at fire).
+    assert run["state"] == lifecycle.RUNNING and run["holder"] == NODE
+    assert run["armed_ms"] == ARMED_AT_MS
     log.effects.clear()
     return run
 
@@ -119,7 +122,7 @@ def test_a_run_already_due_is_not_withdrawn():
     armed(log)
     assert log.run(commands.pause_job(job_id="job_a1", at_ms=DUE_MS))["ok"]
     run = armed_run(log)
-    assert run["state"] == lifecycle.QUEUED
+    assert run["state"] == lifecycle.RUNNING
     assert not [e for e in log.effects if isinstance(e, RunCancelled)]
 
 
@@ -129,7 +132,7 @@ def test_an_update_that_keeps_the_schedule_keeps_the_armed_run():
     changed = dict(log.job()["spec"], name="renamed")   # as a PATCH merges it
     assert log.run(commands.update_job(job_id="job_a1", spec=changed, expected_version=1,
                                        next_ms=None, at_ms=DUE_MS - 1_500))["ok"]
-    assert armed_run(log)["state"] == lifecycle.QUEUED
+    assert armed_run(log)["state"] == lifecycle.RUNNING
 
 
 def test_a_withdrawn_occurrence_the_schedule_brings_back_fires_again():
@@ -145,7 +148,7 @@ def test_a_withdrawn_occurrence_the_schedule_brings_back_fires_again():
     again = fire_ahead(log, at_ms=DUE_MS - 1_000, next_ms=DUE_MS + 60_000)
     assert again["fired"] == 1
     run = armed_run(log)
-    assert run["state"] == lifecycle.QUEUED and not run.get("withdrawn")
+    assert run["state"] == lifecycle.RUNNING and not run.get("withdrawn")
     assert [e.run["id"] for e in log.effects if isinstance(e, RunQueued)] == [run["id"]]
 
 
@@ -230,14 +233,39 @@ def test_the_arming_window_flag_is_bounded(value, tmp_path, capsys):
     assert "--arm-ahead-s must be a number from 0 to 300" in capsys.readouterr().err
 
 
-def test_an_armed_run_moved_to_the_shards_new_owner_takes_its_token():
+def _move_shard(log: Replica, at_ms: int) -> tuple[int, int]:
+    shard = keys.shard_of("job_a1", SHARDS)
+    log.run(commands.assign_shards(assignments=[(shard, "n2")], at_ms=at_ms))
+    return shard, log.store.get(SHARDS_TABLE, keys.shard_key(shard))["token"]
+
+
+def test_a_moved_shards_armed_run_not_yet_due_is_taken_over_as_the_same_attempt():
+    """Its holder calls nothing early, so it cannot have called it: the new
+    owner holds the same attempt, with no redelivery, and the old holder is
+    told to drop it."""
     log = setup()
     run = armed(log)
-    shard = keys.shard_of("job_a1", SHARDS)
-    log.run(commands.assign_shards(assignments=[(shard, "n2")], at_ms=ARMED_AT_MS + 1))
-    token = log.store.get(SHARDS_TABLE, keys.shard_key(shard))["token"]
-    assert token > run["token"]
-    moved = log.run(commands.reassign_runs(items=[(run["id"], NODE, "n2")],
-                                           at_ms=ARMED_AT_MS + 2))
-    assert moved["moved"] == 1
-    assert armed_run(log)["node"] == "n2" and armed_run(log)["token"] == token
+    shard, token = _move_shard(log, ARMED_AT_MS + 1)
+    log.effects.clear()
+    taken = log.run(commands.take_over_runs(node="n2", shard=shard, token=token,
+                                            run_ids=[run["id"]], at_ms=ARMED_AT_MS + 2))
+    assert taken["taken"] == 1, taken
+    after = armed_run(log)
+    assert (after["state"], after["holder"], after["token"], after["attempt"]) == \
+        (lifecycle.RUNNING, "n2", token, 1)
+    assert not after.get("redeliveries") and after["attempts"][-1]["holder"] == "n2"
+    assert [(e.run_id, e.holder) for e in log.effects if isinstance(e, RunCancelled)] == \
+        [(run["id"], NODE)]
+    assert [e.run["node"] for e in log.effects if isinstance(e, RunQueued)] == ["n2"]
+
+
+def test_a_moved_shards_armed_run_due_within_the_margin_is_taken_over_as_its_next_attempt():
+    log = setup()
+    run = armed(log)
+    shard, token = _move_shard(log, ARMED_AT_MS + 1)
+    at_ms = DUE_MS - limits.take_over_armed_margin_ms
+    taken = log.run(commands.take_over_runs(node="n2", shard=shard, token=token,
+                                            run_ids=[run["id"]], at_ms=at_ms))
+    assert taken["taken"] == 1, taken
+    after = armed_run(log)
+    assert (after["holder"], after["attempt"], after["redeliveries"]) == ("n2", 2, 1)

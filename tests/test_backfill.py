@@ -148,13 +148,11 @@ def step(replica: Replica, bf_id: str = "bf_1", at_ms: int = NOW) -> dict | None
 def finish(replica: Replica, run_id: str, ok: bool = True) -> None:
     run = replica.store.get(RUNS, run_id.encode())
     holder = run["node"]
-    result = replica.run(commands.run_updates(updates=[
-        {"run_id": run_id, "event": "start", "holder": holder, "attempt": 1, "at_ms": NOW,
-         "lease_ms": NOW + 5000},
+    result = replica.run(commands.run_updates(updates=[   # held from its launch: no start
         {"run_id": run_id, "event": "finish", "holder": holder, "attempt": 1, "at_ms": NOW,
          "ok": ok, "retryable": False, "retry_delay_ms": None, "http_status": 200,
          "exit_code": None, "error": None, "output_node": holder}]))
-    assert result["applied"] == 2, result
+    assert result["applied"] == 1, result
 
 
 def backfill_runs(replica: Replica) -> list[dict]:
@@ -172,7 +170,8 @@ def test_a_backfill_runs_each_occurrence_once_paced_by_its_room():
     for run in runs:
         assert run["id"] == keys.run_id(JOB, run["scheduled_ms"], 1)
         assert run["execution_id"] == keys.execution_id(JOB, run["scheduled_ms"])
-        assert (run["node"], run["state"]) == ("n2", lifecycle.QUEUED)   # the shard's owner
+        # Held by the shard's owner from its launch (the lease is taken at fire).
+        assert (run["node"], run["holder"], run["state"]) == ("n2", "n2", lifecycle.RUNNING)
         assert run["token"] == replica.store.get(SHARDS, keys.shard_key(
             keys.shard_of(JOB, SHARD_COUNT)))["token"]
     while record(replica)["state"] == backfill.RUNNING:
@@ -259,7 +258,7 @@ def test_allow_runs_do_not_meet_the_jobs_own_policy():
     assert job["runs_count"] == 3
     triggered = replica.run(commands.trigger_job(job_id=JOB, scheduled_ms=NOW, node="n1",
                                                  at_ms=NOW))
-    assert triggered["run"]["state"] == lifecycle.QUEUED
+    assert triggered["run"]["state"] == lifecycle.RUNNING
 
 
 def test_overlap_job_obeys_the_policy_one_run_at_a_time():
@@ -285,10 +284,7 @@ def test_cancel_cancels_its_own_open_runs_only():
     step(replica)
     ours = [run_id for run_id, created in record(replica)["open"] if created]
     running = ours[0]
-    holder = replica.store.get(RUNS, running.encode())["node"]
-    replica.run(commands.run_updates(updates=[{
-        "run_id": running, "event": "start", "holder": holder, "attempt": 1, "at_ms": NOW,
-        "lease_ms": NOW + 5000}]))
+    holder = replica.store.get(RUNS, running.encode())["holder"]
     replica.effects.clear()
     cancelled = replica.run(commands.scoped(commands.cancel_backfill(
         backfill_id="bf_1", reason=None, at_ms=NOW), tenant="default", actor="tok_1"))
@@ -299,7 +295,7 @@ def test_cancel_cancels_its_own_open_runs_only():
         assert replica.store.get(RUNS, run_id.encode())["state"] == lifecycle.CANCELLED
     assert RunCancelled(run_id=running, holder=holder, attempt=1) in replica.effects
     scheduled = replica.store.get(RUNS, keys.run_id(JOB, T0, 1).encode())
-    assert scheduled["state"] == lifecycle.QUEUED   # the schedule's run is left alone
+    assert scheduled["state"] == lifecycle.RUNNING   # the schedule's run is left alone
     # Nothing more is launched, and a second cancel answers the same.
     assert replica.run(commands.backfill_step(node="n1", at_ms=NOW, items=[
         {"backfill_id": "bf_1", "occurrences": [T0 + 3 * HOUR_MS], "exhausted": True}])

@@ -51,7 +51,7 @@ def test_every_key_layout_fits_lmdb_at_the_bounds():
     ms = 2 ** 64 - 1
     layouts = [
         keys.job_key(job), keys.due_key(65_535, ms, job), keys.retry_due_key(65_535, ms, run),
-        keys.runs_by_job_key(job, ms, limits.run_attempt_max), keys.open_run_key(node, run),
+        keys.runs_by_job_key(job, ms, limits.run_attempt_max), keys.open_run_key(65_535, run),
         keys.runs_by_tenant_key(tenant, ms, run),
         keys.lease_key(ms, run), keys.ready_key(keys.scoped(tenant, part(limits.queue_bytes_max)), 2, ms, run),
         keys.topic_key(topic, ms),
@@ -235,6 +235,7 @@ def _one_of_each_tag() -> list:
         c.run_updates(updates=[start, failed, done]),
         c.expire_leases(items=[("r", 1, 4)], at_ms=1),
         c.reassign_runs(items=[("r", "a", "b")], at_ms=1),
+        c.take_over_runs(node="n2", shard=3, token=4, run_ids=["r", "s"], at_ms=1),
         c.assign_shards(assignments=[(1, "n1")], at_ms=1),
         c.purge(at_ms=1, history_max_runs=5, history_max_age_ms=0, finished_job_retention_ms=0,
                 idempotency_ttl_ms=0, runs=[("r", "j")], jobs=["j"], idem=[("t", "k")]),

@@ -333,7 +333,8 @@ class Log(Replica):
                 "error": None if ok else f"HTTP 500 from {tid}", "output_node": "n1"}
 
     def run_task(self, dag_run: str, tid: str, ok: bool) -> None:
-        assert self.report(self.start(dag_run, tid)) == [True]
+        if self.task_run(dag_run, tid)["queue"]:   # a node's task run is held at release
+            assert self.report(self.start(dag_run, tid)) == [True]
         assert self.report(self.finish(dag_run, tid, ok)) == [True]
 
     def fire_retry(self, run_id: str) -> None:
@@ -348,18 +349,17 @@ def test_the_seed_workflow_runs_in_order_with_fx_retried_once():
     log = Log()
     log.make(SEED, retry_policy={"max_attempts": 3})
     dag_run = log.fire()
-    assert log.states(dag_run) == {"ingest": "queued", "fx": "queued", "reconcile": "pending",
-                                   "settle": "pending", "report": "pending",
-                                   "cleanup": "pending", "alert": "pending"}
-    assert log.get(dag_run)["state"] == "queued"
-    # Only the roots have runs, queued on the shard's owner, not in the job's history.
+    assert log.states(dag_run) == {"ingest": "running", "fx": "running",
+                                   "reconcile": "pending", "settle": "pending",
+                                   "report": "pending", "cleanup": "pending", "alert": "pending"}
+    assert log.get(dag_run)["state"] == "running"   # its first tasks are held at release
+    # Only the roots have runs, held by the shard's owner, not in the job's history.
     assert log.task_run(dag_run, "reconcile") is None
     ingest = log.task_run(dag_run, "ingest")
-    assert (ingest["state"], ingest["node"], ingest["dag_run"]) == ("queued", "n1", dag_run)
-    assert log.store.get(RUNS_OPEN, keys.open_run_key("n1", ingest["id"])) is not None
-    assert log.store.get(RUNS_OPEN, keys.open_run_key("n1", dag_run)) is None
-    assert log.report(log.start(dag_run, "ingest"), log.start(dag_run, "fx")) == [True, True]
-    assert log.get(dag_run)["state"] == "running"
+    assert (ingest["state"], ingest["holder"], ingest["dag_run"]) == ("running", "n1", dag_run)
+    assert log.store.get(RUNS_OPEN, keys.open_run_key(log.shard, ingest["id"])) is not None
+    assert log.store.get(RUNS_OPEN, keys.open_run_key(log.shard, dag_run)) is None
+    assert log.report(log.start(dag_run, "ingest"), log.start(dag_run, "fx")) == [False, False]
     log.report(log.finish(dag_run, "ingest", True), log.finish(dag_run, "fx", False))
     assert log.states(dag_run)["fx"] == "retry_wait"
     assert log.task_run(dag_run, "reconcile") is None   # fx has not ended
@@ -367,7 +367,7 @@ def test_the_seed_workflow_runs_in_order_with_fx_retried_once():
     log.run_task(dag_run, "fx", True)
     assert log.task_run(dag_run, "fx")["attempt"] == 2
     for tid in ("reconcile", "settle", "report", "cleanup"):
-        assert log.states(dag_run)[tid] == "queued"
+        assert log.states(dag_run)[tid] == "running"
         log.run_task(dag_run, tid, True)
     run = log.get(dag_run)
     assert run["state"] == "succeeded"
@@ -385,11 +385,10 @@ def test_two_upstream_tasks_ending_in_one_batch_release_their_child_once():
     log = Log()
     log.make(SEED)
     dag_run = log.fire()
-    log.report(log.start(dag_run, "ingest"), log.start(dag_run, "fx"))
     log.report(log.finish(dag_run, "ingest", True), log.finish(dag_run, "fx", True))
     reconcile = log.get(dag_run)["tasks"][2]
-    assert (reconcile["state"], reconcile["pending"]) == ("queued", 0)
-    assert log.task_run(dag_run, "reconcile")["state"] == "queued"
+    assert (reconcile["state"], reconcile["pending"]) == ("running", 0)
+    assert log.task_run(dag_run, "reconcile")["state"] == "running"
     queued = [e.run["id"] for e in log.effects if getattr(e, "run", None)
               and e.run.get("task_id") == "reconcile"]
     assert queued == [keys.task_run_id(dag_run, "reconcile")]
@@ -403,8 +402,8 @@ def test_a_failure_fails_the_run_runs_cleanup_and_the_alert_task_and_raises_one_
     log.run_task(dag_run, "fx", False)
     assert log.states(dag_run) == {"ingest": "succeeded", "fx": "failed",
                                    "reconcile": "upstream_failed", "settle": "upstream_failed",
-                                   "report": "upstream_failed", "cleanup": "queued",
-                                   "alert": "queued"}
+                                   "report": "upstream_failed", "cleanup": "running",
+                                   "alert": "running"}
     assert log.store.get(ALERTS, log.task_run(dag_run, "fx")["id"].encode()) is None
     log.run_task(dag_run, "alert", True)
     assert log.get(dag_run)["state"] == "running"
@@ -432,21 +431,21 @@ def test_a_redriven_dag_run_runs_its_failed_task_again_and_what_it_held_back():
     assert (alone["error"], dag_run in alone["detail"]) == ("conflict", True)
     assert log.run(commands.retry_run(run_id=dag_run, node="n1", at_ms=20_000))["ok"]
     run = log.get(dag_run)
-    assert (run["state"], run["attempt"], run["trigger"]) == ("queued", 2, "retry")
+    assert (run["state"], run["attempt"], run["trigger"]) == ("running", 2, "retry")
     # fx runs again as the next attempt of the same task run, under the same
     # execution id; what succeeded is kept; what fx held back waits for it.
-    assert log.states(dag_run) == {"ingest": "succeeded", "fx": "queued",
+    assert log.states(dag_run) == {"ingest": "succeeded", "fx": "running",
                                    "reconcile": "pending", "settle": "pending",
                                    "report": "pending", "cleanup": "succeeded",
                                    "alert": "succeeded"}
     fx = log.task_run(dag_run, "fx")
     assert (fx["id"], fx["attempt"], fx["state"], fx["execution_id"]) == \
-        (fx_id, 2, "queued", keys.task_execution_id(JOB, 10_000, "fx"))
-    assert log.store.get(RUNS_OPEN, keys.open_run_key("n1", fx_id)) is not None
+        (fx_id, 2, "running", keys.task_execution_id(JOB, 10_000, "fx"))
+    assert log.store.get(RUNS_OPEN, keys.open_run_key(log.shard, fx_id)) is not None
     log.run_task(dag_run, "fx", True)
     assert log.get(dag_run)["state"] == "running"
     for tid in ("reconcile", "settle", "report"):
-        assert log.states(dag_run)[tid] == "queued"
+        assert log.states(dag_run)[tid] == "running"
         log.run_task(dag_run, tid, True)
     run = log.get(dag_run)
     assert run["state"] == "succeeded"
@@ -515,8 +514,8 @@ def test_concurrency_policies_apply_to_dag_runs():
     log.run_task(first, "a", True)
     log.run_task(first, "b", True)
     assert log.get(first)["state"] == "succeeded"
-    assert log.get(second)["state"] == "queued"
-    assert log.task_run(second, "a")["state"] == "queued"
+    assert log.get(second)["state"] == "running"
+    assert log.task_run(second, "a")["state"] == "running"
 
     skipping = Log()
     skipping.make([task("a")], concurrency="skip_if_running")
@@ -528,25 +527,26 @@ def test_concurrency_policies_apply_to_dag_runs():
     replacing = Log()
     replacing.make([task("a"), task("b", ("a",))], concurrency="replace")
     old = replacing.fire(10_000)
-    replacing.report(replacing.start(old, "a"))
     new = replacing.fire(12_000)
     assert replacing.get(old)["state"] == "cancelled"
     assert replacing.task_run(old, "a")["state"] == "cancelled"
-    assert replacing.get(new)["state"] == "queued"
+    assert replacing.get(new)["state"] == "running"
 
 
-def test_a_task_whose_holder_died_is_retried_and_no_succeeded_task_runs_again():
+def test_a_task_whose_holder_died_is_taken_over_and_no_succeeded_task_runs_again():
     log = Log()
     log.make([task("a"), task("b", ("a",)), task("c", ("b",))],
              retry_policy={"max_attempts": 3})
     dag_run = log.fire()
     log.run_task(dag_run, "a", True)
-    log.report(log.start(dag_run, "b"))
     b = log.task_run(dag_run, "b")
-    assert log.run(commands.expire_leases(items=[(b["id"], 1, 50)],
-                                          at_ms=b["lease_ms"] + 1))["expired"] == 1
-    assert log.states(dag_run)["b"] == "retry_wait"
-    log.fire_retry(b["id"])
+    assert b["holder"] == "n1"
+    # n1 dies: its shard moves to n2, which takes the open task run over.
+    log.run(commands.assign_shards(assignments=[(log.shard, "n2")], at_ms=10_300))
+    assert log.run(commands.take_over_runs(node="n2", shard=log.shard, token=2,
+                                           run_ids=[b["id"]], at_ms=10_400))["taken"] == 1
+    assert (log.task_run(dag_run, "b")["holder"], log.get(dag_run)["tasks"][1]["attempt"]) == \
+        ("n2", 2)
     assert log.task_run(dag_run, "a")["attempt"] == 1
     log.run_task(dag_run, "b", True)
     log.run_task(dag_run, "c", True)
@@ -593,8 +593,9 @@ def test_a_dag_job_without_a_schedule_runs_when_triggered_and_never_completes():
                                 shard=shard, next_ms=None, at_ms=1_000))
     run = log.run(commands.trigger_job(job_id=JOB, scheduled_ms=5_000, node="n2",
                                        at_ms=5_000))["run"]
+    # No node owns the shard yet: the task run waits, held by nobody, for its first owner.
     assert run["tasks"][0]["state"] == "queued"
-    assert log.task_run(run["id"], "a")["node"] == "n2"
+    assert log.task_run(run["id"], "a")["node"] is None
     log.run(commands.pause_job(job_id=JOB, at_ms=6_000))
     log.run(commands.resume_job(job_id=JOB, next_ms=None, at_ms=7_000))
     assert log.store.get(JOBS, JOB.encode())["status"] == "active"

@@ -78,7 +78,10 @@ def test_the_seed_workflow_runs_in_order_with_fx_failing_once(shared_cluster):
 
     with Sink(status_for=status) as sink:
         job_id, run = trigger(shared_cluster, seed_workflow(sink.url, fx_attempts=3))
-        assert [t["state"] for t in run["tasks"]][:3] == ["queued", "queued", "pending"]
+        # The roots are released at once: held by the shard's owner (running),
+        # or queued for its first owner while the young cluster has placed no shard.
+        roots = [t["state"] for t in run["tasks"]][:3]
+        assert roots in (["running", "running", "pending"], ["queued", "queued", "pending"])
         run = ended(shared_cluster, run["run_id"], 30)
         calls = by_task(sink)
     assert run["state"] == "succeeded", run
@@ -239,7 +242,9 @@ def test_a_node_killed_mid_workflow_the_workflow_finishes_each_task_succeeding_o
     assert [c.headers["X-Raftsched-Attempt"] for c in calls["b"]] == ["1", "2"]
     assert len({c.headers["Idempotency-Key"] for c in calls["b"]}) == 1
     assert [a["holder"] == victim for a in b["attempts"]] == [True, False]
-    assert "lease expired" in b["attempts"][0]["error"]
+    # The shard's new owner took the held task run over (its next attempt).
+    assert f"{victim} no longer holds shard" in b["attempts"][0]["error"]
+    assert b["attempts"][1]["holder"] in b["attempts"][0]["error"]
     print(f"workflow finished {took_s:.1f} s after its node was killed")
     cluster.start(victim)
     cluster.ensure_same()

@@ -42,8 +42,11 @@ class Recorder(Replica):
         return transition.result
 
 
-def replica_with_dag_jobs(jobs: int, spec: dict) -> Recorder:
+def replica_with_dag_jobs(jobs: int, spec: dict, commands_granted: bool = False) -> Recorder:
     replica = Recorder()
+    if commands_granted:
+        replica.run(commands.put_tenant(tenant="acme", quota={}, actor=None,
+                                        at_ms=DUE_MS - 60_000, commands=True))
     replica.run(commands.assign_shards(assignments=[(s, NODE) for s in range(SHARDS)],
                                        at_ms=DUE_MS - 60_000))
     for i in range(jobs):
@@ -88,8 +91,9 @@ async def test_a_fire_of_many_maximal_dag_jobs_is_split_by_cost_and_every_task_r
     for i in range(jobs):
         run_id = keys.run_id(f"job_{i:04d}", DUE_MS, 1)
         run = replica.get_run(run_id)
-        assert run["state"] == "queued"
-        assert all(inst["state"] == "queued" for inst in run["tasks"])
+        # Every task starts at once, held by the shard's owner from its release.
+        assert run["state"] == "running"
+        assert all(inst["state"] == "running" for inst in run["tasks"])
         assert replica.job(f"job_{i:04d}")["next_ms"] == DUE_MS + 3_600_000
 
 
@@ -188,7 +192,9 @@ def test_the_entry_cost_measure_packs_a_dag_fire_into_bounded_entries():
 
 
 def fan_out_spec() -> dict:
-    target = {"type": "http", "url": "http://127.0.0.1:9/h"}
+    # Tasks for remote workers: their attempts hold leases of their own, which
+    # the reaper ends (a node's task runs are held under its shard lease).
+    target = {"type": "command", "argv": ["true"], "queue": "q"}
     return jobspec.validate_create({"schedule": {"cron": "0 * * * *"}, "dag": {"tasks": [
         {"id": "root", "target": target},
         *({"id": f"leaf{i}", "depends_on": ["root"], "target": target}
@@ -197,11 +203,11 @@ def fan_out_spec() -> dict:
 
 async def test_the_reaper_bounds_an_expiry_batch_by_what_it_may_release():
     spec = fan_out_spec()
-    replica = replica_with_dag_jobs(20, spec)
+    replica = replica_with_dag_jobs(20, spec, commands_granted=True)
     await fire_pass(trigger_over(replica), DUE_MS + 5)
     roots = [keys.task_run_id(keys.run_id(f"job_{i:04d}", DUE_MS, 1), "root") for i in range(20)]
     started = replica.run(commands.run_updates(updates=[
-        {"run_id": run_id, "event": "start", "holder": NODE, "attempt": 1,
+        {"run_id": run_id, "event": "start", "holder": "worker:w1", "attempt": 1,
          "at_ms": DUE_MS + 10, "lease_ms": DUE_MS + 1000} for run_id in roots]))
     assert started["applied"] == 20, started
     proposed: list[commands.ExpireLeases] = []

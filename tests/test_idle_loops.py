@@ -51,7 +51,7 @@ def _coordinator(owners: dict[int, str]) -> tuple[Coordinator, SimpleNamespace]:
         propose=propose)
     coordinator = Coordinator(node)   # type: ignore[arg-type]
     for nid in ("n1", "n2", "n3"):
-        coordinator._renewed[nid] = time.monotonic()
+        coordinator.renewed(nid, 10_000)
     return coordinator, node
 
 
@@ -72,7 +72,9 @@ async def test_a_settled_placement_is_not_read_again_in_the_same_term():
 async def test_a_changed_candidate_set_is_planned_at_once():
     coordinator, node = _coordinator(dict(BALANCED))
     assert await coordinator.maybe_rebalance() is False
-    coordinator._renewed["n3"] = time.monotonic() - 2 * limits.node_lease_s   # n3 lapsed
+    for at_ms in (11_000, 12_000):   # n1 and n2 renew on; n3 does not: it lapses
+        coordinator.renewed("n1", at_ms)
+        coordinator.renewed("n2", at_ms)
     assert await coordinator.maybe_rebalance() is True
     assert node.proposed and all(a.node != "n3" for a in
                                  node.proposed[-1].assignments)
@@ -86,6 +88,11 @@ async def test_the_placement_is_read_again_at_the_recheck_period(monkeypatch):
     assert node.store.scans[SHARDS] == 3
 
 
+def _spawner() -> SimpleNamespace:
+    """The supervisor's spawn, as the renew loop uses it (one task a renewal)."""
+    return SimpleNamespace(spawn=lambda name, coro: asyncio.ensure_future(coro))
+
+
 async def test_renewals_are_spaced_a_third_of_the_lease_apart(monkeypatch):
     proposed_at: list[float] = []
 
@@ -94,7 +101,8 @@ async def test_renewals_are_spaced_a_third_of_the_lease_apart(monkeypatch):
         return {"ok": True}
 
     monkeypatch.setattr(limits, "renew_period_s", limits.node_lease_s / 3 / 20)
-    node = SimpleNamespace(node_id="n1", now_ms=lambda: 0, propose=propose)
+    node = SimpleNamespace(node_id="n1", now_ms=lambda: 0, propose=propose,
+                           monotonic=time.monotonic, supervisor=_spawner())
     task = asyncio.ensure_future(Coordinator(node).renew_loop())   # type: ignore[arg-type]
     try:
         deadline = time.monotonic() + 10
@@ -119,7 +127,8 @@ async def test_renewals_fall_on_multiples_of_the_period_on_the_cluster_time(monk
         at_ms.append(command.at_ms)
         return {"ok": True}
 
-    node = SimpleNamespace(node_id="n1", now_ms=now_ms, propose=propose)
+    node = SimpleNamespace(node_id="n1", now_ms=now_ms, propose=propose,
+                           monotonic=time.monotonic, supervisor=_spawner())
     task = asyncio.ensure_future(Coordinator(node).renew_loop())   # type: ignore[arg-type]
     try:
         deadline = time.monotonic() + 10
@@ -204,3 +213,19 @@ async def test_the_backfiller_wakes_no_thread_while_no_backfill_is_open(monkeypa
 
     monkeypatch.setattr(backfiller, "plan", plan)
     assert await backfiller.maybe_step() is False
+
+
+def test_a_log_that_lags_behind_judges_no_node_dead():
+    """Liveness follows the log's progress: renewals applied late alike (a
+    backlog of fires and finishes ahead of them) lapse no one, however late
+    by this node's clock; a node whose renewals stop while the others' go on
+    lapses once the others' are node_lease_s (and the margin) ahead."""
+    coordinator, node = _coordinator(dict(BALANCED))
+    node.now_ms = lambda: 10_000 + 10_000   # every renewal applied 10 s after it was proposed
+    assert coordinator.live_nodes() == ["n1", "n2", "n3"]
+    lease_ms = int((limits.node_lease_s + limits.shard_lease_margin_s) * 1000)
+    coordinator.renewed("n1", 10_000 + lease_ms - 1)
+    coordinator.renewed("n2", 10_000 + lease_ms - 1)
+    assert coordinator.live_nodes() == ["n1", "n2", "n3"]
+    coordinator.renewed("n2", 10_000 + lease_ms)
+    assert coordinator.live_nodes() == ["n1", "n2"]

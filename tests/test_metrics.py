@@ -107,8 +107,8 @@ def _finish(log: Replica, job_id: str, scheduled_ms: int, ok: bool, attempt: int
             "at_ms": scheduled_ms + 600, "lease_ms": scheduled_ms + 9000}
     finish = dict(base, event="finish", ok=ok, retryable=True, retry_delay_ms=100,
                   http_status=200 if ok else 500, exit_code=None, error=None, output_node=None)
-    result = log.run(commands.run_updates(updates=[dict(base, event="start"), finish]))
-    return result["accepted"] == [True, True]
+    result = log.run(commands.run_updates(updates=[finish]))   # held from its fire: no start
+    return result["accepted"] == [True]
 
 
 def test_apply_counts_ended_runs_retries_dead_letters_and_misfires():
@@ -144,7 +144,8 @@ def fake_node(**overrides: object) -> SimpleNamespace:
             "shards": [(b"\x00\x01", {"stale_fires": 2}), (b"\x00\x02", {"stale_fires": 1})],
             "nodes": [(b"n2", {"id": "n2", "raft": "127.0.0.1:7002"})]}[table]),
         dispatcher=ns(queue_depths=lambda: {"acme": 3, "default": 0}, running=lambda: 2,
-                      parked_total=0, cancelled_total=0, dropped_notifications=0),
+                      parked_total=0, cancelled_total=0, dropped_notifications=0,
+                      taken_over_total=0, not_called_total=0),
         breaker=ns(opened_total=0), workers=ns(claimed_total=0, waits_refused=lambda: 1),
         topic_waiters=ns(refused_total=2),
         reporter=ns(pending=lambda: 0, dropped_total=0),
@@ -162,7 +163,7 @@ def fake_node(**overrides: object) -> SimpleNamespace:
             "synced": True, "in_bound": True, "max_clock_skew_ms": 500,
             "probes_failed_total": 4}),
         supervisor=ns(failures={"trigger": 1, "reaper": 0}),
-        reaper=ns(expired_total=0, reassigned_total=0, alerts_sent_total=0,
+        reaper=ns(expired_total=0, alerts_sent_total=0,
                   alerts_failed_total=0),
         coordinator=ns(rebalances_total=0),
         purger=ns(passes_total=0, refused_total=0, purged_runs_total=6, purged_jobs_total=0,

@@ -47,8 +47,8 @@ def report(log: Replica, *updates: dict) -> list[bool]:
 
 
 def fail(log: Replica, run_id: str, attempt: int = 1, holder: str = "n1") -> None:
-    assert report(log, update(run_id, "start", attempt, holder=holder),
-                  update(run_id, "finish", attempt, holder=holder)) == [True, True]
+    # The run is held by its shard's owner (n1) from its queueing on: no start.
+    assert report(log, update(run_id, "finish", attempt, holder=holder)) == [True]
 
 
 def retry_run(log: Replica, run_id: str, **extra) -> dict:
@@ -72,19 +72,20 @@ def test_a_failed_run_gets_a_new_attempt_under_the_same_ids():
     run = log.get_run(run_id)
     assert run["id"] == run_id
     assert run["execution_id"] == before["execution_id"] == keys.execution_id("job_a1", 10_000)
-    assert run["state"] == "queued"
+    assert run["state"] == "running"
     assert run["attempt"] == 2
     assert (run["trigger"], run["first_trigger"], run["redrives"]) == ("retry", "schedule", 1)
     assert run["finished_ms"] is None and run["error"] is None
-    assert run["node"] == "n2"
-    assert log.store.get(RUNS_OPEN, keys.open_run_key("n2", run_id)) == 1
+    # n2 took the request; the shard's owner holds the new attempt.
+    assert (run["node"], run["holder"]) == ("n1", "n1")
+    assert log.store.get(RUNS_OPEN, keys.open_run_key(log.job()["shard"], run_id)) == 1
     assert log.job()["active"] == [run_id]
     queued = [e.run for e in log.effects if isinstance(e, RunQueued)]
     assert queued[-1]["id"] == run_id and queued[-1]["attempt"] == 2
-    assert [a["attempt"] for a in run["attempts"]] == [1]   # the old attempt stays listed
+    # The old attempt stays listed; the new one is open (held from its queueing).
+    assert [(a["attempt"], a["finished_ms"]) for a in run["attempts"]] == [(1, 10_100), (2, None)]
     # The new attempt runs and succeeds: the run ends as any other.
-    assert report(log, update(run_id, "start", 2, holder="n2"),
-                  update(run_id, "finish", 2, ok=True, holder="n2")) == [True, True]
+    assert report(log, update(run_id, "finish", 2, ok=True)) == [True]
     run = log.get_run(run_id)
     assert run["state"] == "succeeded"
     assert [a["attempt"] for a in run["attempts"]] == [1, 2]
@@ -97,8 +98,8 @@ def test_only_a_failed_run_is_retried():
     log = Replica()
     make_job(log)
     run_id = fire_next(log)
-    assert retry_run(log, run_id)["error"] == "conflict"          # queued
-    report(log, update(run_id, "start"), update(run_id, "finish", ok=True))
+    assert retry_run(log, run_id)["error"] == "conflict"          # running
+    report(log, update(run_id, "finish", ok=True))
     refused = retry_run(log, run_id)
     assert refused["error"] == "conflict"
     assert "succeeded" in refused["detail"]
@@ -134,7 +135,7 @@ def test_the_retry_policy_applies_afresh_from_the_redrive():
     fail(log, run_id, attempt=2)
     assert log.get_run(run_id)["state"] == "failed"
     assert retry_run(log, run_id)["ok"]
-    fail(log, run_id, attempt=3, holder="n2")
+    fail(log, run_id, attempt=3)
     # Attempt 3 is the re-drive's first of two: it waits for a retry.
     assert log.get_run(run_id)["state"] == "retry_wait"
 
@@ -143,13 +144,13 @@ def test_skip_if_running_refuses_while_a_run_is_open_unless_overlap_allows():
     log = Replica()
     run_id = failed_run(log, concurrency={"policy": "skip_if_running"})
     open_run = fire_next(log)
-    assert log.get_run(open_run)["state"] == "queued"
+    assert log.get_run(open_run)["state"] == "running"
     refused = retry_run(log, run_id)
     assert refused["error"] == "conflict"
     assert "skip_if_running" in refused["detail"]
     assert log.get_run(run_id)["state"] == "failed"
     assert retry_run(log, run_id, overlap="allow")["ok"]
-    assert log.get_run(run_id)["state"] == "queued"
+    assert log.get_run(run_id)["state"] == "running"
     assert log.job()["active"] == [open_run, run_id]
 
 
@@ -162,9 +163,8 @@ def test_under_the_queue_policy_a_redrive_waits_its_turn():
     assert run["state"] == "scheduled"
     assert open_run in run["reason"]
     assert log.job()["waiting"] == [run_id]
-    report(log, update(open_run, "start", at_ms=12_100),
-           update(open_run, "finish", ok=True, at_ms=12_200))
-    assert log.get_run(run_id)["state"] == "queued"
+    report(log, update(open_run, "finish", ok=True, at_ms=12_200))
+    assert log.get_run(run_id)["state"] == "running"
     assert log.job()["active"] == [run_id]
 
 
@@ -174,7 +174,7 @@ def test_replace_cancels_the_open_run():
     open_run = fire_next(log)
     assert retry_run(log, run_id)["ok"]
     assert log.get_run(open_run)["state"] == "cancelled"
-    assert log.get_run(run_id)["state"] == "queued"
+    assert log.get_run(run_id)["state"] == "running"
 
 
 def test_redrives_are_bounded(monkeypatch: pytest.MonkeyPatch):
@@ -183,7 +183,7 @@ def test_redrives_are_bounded(monkeypatch: pytest.MonkeyPatch):
     run_id = failed_run(log)
     for attempt in (2, 3):
         assert retry_run(log, run_id)["ok"]
-        fail(log, run_id, attempt=attempt, holder="n2")
+        fail(log, run_id, attempt=attempt)
     refused = retry_run(log, run_id)
     assert refused["error"] == "limit"
     assert refused["limit"] == "run_redrives_max"
@@ -212,7 +212,7 @@ def test_trigger_with_overlap_allow_runs_despite_skip_if_running():
     assert plain["run"]["state"] == "skipped"
     forced = log.run(commands.trigger_job(job_id="job_a1", scheduled_ms=31_000, node="n1",
                                           at_ms=31_000, overlap="allow"))
-    assert forced["run"]["state"] == "queued"
+    assert forced["run"]["state"] == "running"
     assert forced["run"]["trigger"] == "manual"
     assert log.job()["active"] == [open_run, forced["run"]["id"]]
     # The override is for that one run: the next occurrence follows the policy again.

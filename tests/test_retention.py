@@ -75,13 +75,12 @@ def fire_next(log: Replica, job_id: str = "job_a1") -> str:
 
 
 def finish(log: Replica, run_id: str, at_ms: int, ok: bool = True) -> None:
-    start = {"run_id": run_id, "event": "start", "holder": "n1", "attempt": 1, "at_ms": at_ms,
-             "lease_ms": at_ms + 5000}
+    # The run is n1's from its fire on (the lease is taken at fire): no start.
     end = {"run_id": run_id, "event": "finish", "holder": "n1", "attempt": 1, "at_ms": at_ms,
            "ok": ok, "retryable": False, "retry_delay_ms": None, "http_status": 200,
            "exit_code": None, "error": None, "output_node": "n1"}
-    result = log.run(commands.run_updates(updates=[start, end]))
-    assert result["accepted"] == [True, True], result
+    result = log.run(commands.run_updates(updates=[end]))
+    assert result["accepted"] == [True], result
 
 
 def run_history(log: Replica, count: int, job_id: str = "job_a1") -> list[str]:
@@ -118,7 +117,7 @@ def test_count_bound_purges_the_oldest_finished_runs_and_keeps_open_ones(log):
     assert history(log) == finished[3:] + [open_run]
     for run_id in finished[:3]:
         assert log.store.get(RUNS, run_id.encode()) is None
-    assert log.store.get(RUNS, open_run.encode())["state"] == "queued"
+    assert log.store.get(RUNS, open_run.encode())["state"] == "running"
     assert log.store.get(JOBS, b"job_a1")["runs_count"] == 4
 
 
@@ -171,7 +170,7 @@ def test_open_runs_survive_every_bound_even_of_a_deleted_job(log):
     far = 11_000 + 100 * DAY_MS
     result = purge(log, far, runs=[(open_run, "job_a1")], jobs=["job_a1"])
     assert (result["runs"], result["jobs"], result["refused"]) == (0, 0, 2)
-    assert log.store.get(RUNS, open_run.encode())["state"] == "queued"
+    assert log.store.get(RUNS, open_run.encode())["state"] == "running"
     assert log.store.get(JOBS, b"job_a1")["status"] == "deleted"
 
 

@@ -64,24 +64,81 @@ def fire_retry(log: Replica, run_id: str) -> None:
 
 # --- leases and holders ---------------------------------------------------------------
 
-def test_only_the_holder_of_the_current_attempt_may_report():
+def test_a_fired_run_is_held_by_its_shards_owner_and_only_that_attempt_may_report():
     log = Replica()
-    make_job(log)
+    shard = make_job(log)
     run_id = fire_next(log)
-    assert report(log, update(run_id, "start", holder="n2")) == [False]   # not its node
-    assert report(log, update(run_id, "start")) == [True]
-    assert log.store.scan(LEASES) == [(keys.lease_key(15_000, run_id), "n1")]
-    assert report(log, update(run_id, "start")) == [False]              # started already
+    run = log.get_run(run_id)
+    # The lease is taken at fire: n1 owns the shard under token 1.
+    assert (run["state"], run["holder"], run["token"], run["lease_ms"]) == \
+        ("running", "n1", 1, None)
+    assert [(a["attempt"], a["holder"], a["started_ms"]) for a in run["attempts"]] == \
+        [(1, "n1", 10_000)]
+    assert log.store.scan(LEASES) == []   # no lease of its own: its holder's shard lease
+    assert log.store.get(RUNS_OPEN, keys.open_run_key(shard, run_id)) == 1
+    assert report(log, update(run_id, "start")) == [False]   # never started by report
+    assert report(log, update(run_id, "heartbeat", lease_ms=20_000)) == [False]
     assert report(log, update(run_id, "finish", holder="n2", ok=True)) == [False]
     assert report(log, update(run_id, "finish", attempt=2, ok=True)) == [False]
-    assert report(log, update(run_id, "heartbeat", lease_ms=20_000)) == [True]
-    assert log.store.scan(LEASES) == [(keys.lease_key(20_000, run_id), "n1")]
     assert report(log, update(run_id, "finish", ok=True)) == [True]
     run = log.get_run(run_id)
     assert run["state"] == "succeeded"
     assert log.store.scan(LEASES) == []
-    assert log.store.get(RUNS_OPEN, keys.open_run_key("n1", run_id)) is None
+    assert log.store.get(RUNS_OPEN, keys.open_run_key(shard, run_id)) is None
     assert log.job()["active"] == []
+
+
+def test_a_moved_shards_open_run_is_taken_over_once_and_the_old_finish_is_refused():
+    log = Replica()
+    shard = make_job(log)
+    run_id = fire_next(log)
+    log.run(commands.assign_shards(assignments=[(shard, "n2")], at_ms=11_000))
+
+    def take_over(node: str, token: int) -> dict:
+        return log.run(commands.take_over_runs(node=node, shard=shard, token=token,
+                                               run_ids=[run_id], at_ms=11_100))
+
+    # Only the shard's owner under its current token takes over.
+    assert take_over("n2", 1)["error"] == "stale_token"
+    assert take_over("n1", 2)["error"] == "stale_token"
+    assert log.get_run(run_id)["holder"] == "n1"
+    assert take_over("n2", 2) == {"ok": True, "taken": 1, "stale": 0}
+    run = log.get_run(run_id)
+    assert (run["state"], run["holder"], run["token"], run["attempt"], run["node"]) == \
+        ("running", "n2", 2, 2, "n2")
+    assert run["redeliveries"] == 1
+    assert run["execution_id"] == keys.execution_id("job_a1", 10_000)
+    assert "taken over by n2" in run["attempts"][0]["error"]
+    assert [(e.run_id, e.holder, e.attempt) for e in log.effects
+            if isinstance(e, RunCancelled)] == [(run_id, "n1", 1)]
+    assert [(e.run["attempt"], e.run["holder"]) for e in log.effects
+            if isinstance(e, RunQueued)] == [(1, "n1"), (2, "n2")]
+    assert take_over("n2", 2) == {"ok": True, "taken": 0, "stale": 1}   # once
+    assert report(log, update(run_id, "finish", ok=True)) == [False]      # n1's, late
+    assert report(log, update(run_id, "finish", holder="n2", attempt=2, ok=True)) == [True]
+    assert log.get_run(run_id)["state"] == "succeeded"
+    assert log.store.get(RUNS_OPEN, keys.open_run_key(shard, run_id)) is None
+
+
+def test_a_run_made_while_its_shard_has_no_owner_is_held_by_the_first_owner():
+    log = Replica()
+    spec = {"name": "j", "schedule": EVERY_2S, "target": HTTP, "retry": retry.DEFAULT_POLICY,
+            "concurrency": {"policy": "allow"}, "alert": {}, "metadata": {},
+            "misfire": {"policy": "fire_all", "tolerance_ms": 60_000, "catchup_max": 100}}
+    shard = keys.shard_of("job_a1", SHARDS)
+    log.run(commands.create_job(job_id="job_a1", tenant="default", spec=spec,
+                                idempotency_key=None, shard=shard, next_ms=10_000, at_ms=1_000))
+    run_id = log.run(commands.trigger_job(job_id="job_a1", scheduled_ms=5_000, node="n3",
+                                          at_ms=5_000))["run"]["id"]
+    run = log.get_run(run_id)
+    assert (run["state"], run["holder"], run["node"]) == ("queued", None, None)
+    assert not [e for e in log.effects if isinstance(e, RunQueued)]
+    log.run(commands.assign_shards(assignments=[(shard, "n1")], at_ms=6_000))
+    assert log.run(commands.take_over_runs(node="n1", shard=shard, token=1, run_ids=[run_id],
+                                           at_ms=6_100))["taken"] == 1
+    run = log.get_run(run_id)
+    assert (run["state"], run["holder"], run["token"], run["attempt"]) == ("running", "n1", 1, 1)
+    assert "redeliveries" not in run
 
 
 # --- retries ---------------------------------------------------------------------------
@@ -91,30 +148,30 @@ def test_a_retryable_failure_waits_in_a_durable_due_entry_and_keeps_the_executio
     shard = make_job(log, max_attempts=3)
     run_id = fire_next(log)
     execution_id = log.get_run(run_id)["execution_id"]
-    report(log, update(run_id, "start"), update(run_id, "finish", delay_ms=700))
+    report(log, update(run_id, "finish", delay_ms=700))
     run = log.get_run(run_id)
     assert run["state"] == "retry_wait"
     assert run["retry_due_ms"] == 10_800
     assert log.store.get(DUE, keys.retry_due_key(shard, 10_800, run_id)) == keys.due_value("default", None)
     fire_retry(log, run_id)
     run = log.get_run(run_id)
-    assert run["state"] == "queued"
+    assert (run["state"], run["holder"]) == ("running", "n1")   # held again at once
     assert run["attempt"] == 2
     assert run["execution_id"] == execution_id
     assert log.store.get(DUE, keys.retry_due_key(shard, 10_800, run_id)) is None
     # The next attempt is dispatched again, and attempt 1's holder is now stale.
     assert [e.run["attempt"] for e in log.effects if isinstance(e, RunQueued)] == [1, 2]
-    assert report(log, update(run_id, "start", attempt=1)) == [False]
-    assert report(log, update(run_id, "start", attempt=2)) == [True]
+    assert report(log, update(run_id, "finish", attempt=1, ok=True)) == [False]
+    assert report(log, update(run_id, "finish", attempt=2, ok=True)) == [True]
 
 
 def test_attempts_spent_fail_the_run_and_raise_one_alert():
     log = Replica()
     make_job(log, max_attempts=2, alert={"webhook_url": "http://127.0.0.1:9/alert"})
     run_id = fire_next(log)
-    report(log, update(run_id, "start"), update(run_id, "finish"))
+    report(log, update(run_id, "finish"))
     fire_retry(log, run_id)
-    report(log, update(run_id, "start", attempt=2), update(run_id, "finish", attempt=2))
+    report(log, update(run_id, "finish", attempt=2))
     run = log.get_run(run_id)
     assert run["state"] == "failed"
     assert len(run["attempts"]) == 2
@@ -135,7 +192,7 @@ def test_a_non_retryable_failure_fails_at_once():
     log = Replica()
     make_job(log, max_attempts=5)
     run_id = fire_next(log)
-    report(log, update(run_id, "start"), update(run_id, "finish", retryable=False))
+    report(log, update(run_id, "finish", retryable=False))
     assert log.get_run(run_id)["state"] == "failed"
     assert log.store.scan(DUE)[0][0][10:11] == keys.KIND_OCCURRENCE   # only the next occurrence
 
@@ -167,11 +224,20 @@ def test_http_statuses_that_are_not_retried():
 
 # --- the reaper ------------------------------------------------------------------------
 
+WORKER_TARGET = {"type": "command", "argv": ["true"], "env": {}, "cwd": None, "timeout_s": 5.0,
+                 "queue": "batch", "shell": False}
+
+
 def test_an_expired_lease_is_retried_and_a_live_one_is_not():
+    # Leases of their own are a remote worker's claim (a node's runs are held
+    # under its shard lease).
     log = Replica()
-    make_job(log, max_attempts=2)
+    log.run(commands.put_tenant(tenant="default", quota={}, actor=None, at_ms=1,
+                                commands=True))
+    make_job(log, target=WORKER_TARGET, max_attempts=2)
     run_id = fire_next(log)
-    report(log, update(run_id, "start", lease_ms=15_000))
+    worker = "worker:w1"
+    report(log, update(run_id, "start", holder=worker, lease_ms=15_000))
     assert log.run(commands.expire_leases(items=[(run_id, 1, 100)], at_ms=14_999)) == \
         {"ok": True, "expired": 0}
     assert log.run(commands.expire_leases(items=[(run_id, 1, 100)], at_ms=15_001))["expired"] == 1
@@ -180,75 +246,58 @@ def test_an_expired_lease_is_retried_and_a_live_one_is_not():
     assert "lease expired" in run["attempts"][0]["error"]
     assert run["holder"] is None
     # The late holder's report is refused.
-    assert report(log, update(run_id, "finish", ok=True)) == [False]
+    assert report(log, update(run_id, "finish", holder=worker, ok=True)) == [False]
     fire_retry(log, run_id)
-    report(log, update(run_id, "start", attempt=2, lease_ms=16_000))
+    report(log, update(run_id, "start", holder=worker, attempt=2, lease_ms=16_000))
     log.run(commands.expire_leases(items=[(run_id, 2, 100)], at_ms=16_001))
     assert log.get_run(run_id)["state"] == "failed"
 
 
-def test_queued_runs_of_a_dead_node_move_to_a_live_one():
-    log = Replica()
-    make_job(log)
-    run_id = fire_next(log)
-    assert log.run(commands.reassign_runs(items=[(run_id, "n2", "n3")], at_ms=11_000))["moved"] == 0
-    assert log.run(commands.reassign_runs(items=[(run_id, "n1", "n3")], at_ms=11_000))["moved"] == 1
-    assert log.get_run(run_id)["node"] == "n3"
-    assert log.store.get(RUNS_OPEN, keys.open_run_key("n1", run_id)) is None
-    assert log.store.get(RUNS_OPEN, keys.open_run_key("n3", run_id)) == 1
-    assert report(log, update(run_id, "start", holder="n1")) == [False]
-    assert report(log, update(run_id, "start", holder="n3")) == [True]
-
-
 # --- concurrency policies ---------------------------------------------------------------
-
-def start_and_hold(log: Replica, run_id: str) -> None:
-    assert report(log, update(run_id, "start")) == [True]
-
 
 def test_skip_if_running_records_the_overlap_as_skipped():
     log = Replica()
     make_job(log, concurrency={"policy": "skip_if_running"})
     first = fire_next(log)
-    start_and_hold(log, first)
+    assert log.get_run(first)["state"] == "running"   # held from its fire
     second = fire_next(log)
     assert log.get_run(second)["state"] == "skipped"
     assert first in log.get_run(second)["reason"]
     report(log, update(first, "finish", ok=True))
-    assert log.get_run(fire_next(log))["state"] == "queued"
+    assert log.get_run(fire_next(log))["state"] == "running"
 
 
 def test_queue_runs_one_after_another_and_is_bounded():
     log = Replica()
     make_job(log, concurrency={"policy": "queue", "queue_max": 2})
     first = fire_next(log)
-    start_and_hold(log, first)
+    assert log.get_run(first)["state"] == "running"   # held from its fire
     second, third, fourth = fire_next(log), fire_next(log), fire_next(log)
     assert [log.get_run(r)["state"] for r in (second, third, fourth)] == \
         ["scheduled", "scheduled", "skipped"]
     assert "queue_max 2" in log.get_run(fourth)["reason"]
     report(log, update(first, "finish", ok=True))
-    assert log.get_run(second)["state"] == "queued"
+    assert log.get_run(second)["state"] == "running"
     assert log.get_run(third)["state"] == "scheduled"
     assert log.job()["active"] == [second]
     # A retry keeps the queue waiting: the run is still open.
-    report(log, update(second, "start"), update(second, "finish"))
+    report(log, update(second, "finish"))
     assert log.get_run(second)["state"] == "retry_wait"
     assert log.get_run(third)["state"] == "scheduled"
     cancel = log.run(commands.cancel_run(run_id=second, reason="test", at_ms=20_000))
     assert cancel["ok"]
-    assert log.get_run(third)["state"] == "queued"
+    assert log.get_run(third)["state"] == "running"
 
 
 def test_replace_cancels_the_running_one_and_tells_its_holder():
     log = Replica()
     make_job(log, concurrency={"policy": "replace"})
     first = fire_next(log)
-    start_and_hold(log, first)
+    assert log.get_run(first)["state"] == "running"   # held from its fire
     second = fire_next(log)
     assert log.get_run(first)["state"] == "cancelled"
     assert "replace" in log.get_run(first)["reason"]
-    assert log.get_run(second)["state"] == "queued"
+    assert log.get_run(second)["state"] == "running"
     assert [(e.run_id, e.holder) for e in log.effects if isinstance(e, RunCancelled)] == \
         [(first, "n1")]
     assert log.store.scan(LEASES) == []
@@ -260,9 +309,9 @@ def test_allow_overlaps():
     log = Replica()
     make_job(log)
     first = fire_next(log)
-    start_and_hold(log, first)
+    assert log.get_run(first)["state"] == "running"   # held from its fire
     second = fire_next(log)
-    assert log.get_run(second)["state"] == "queued"
+    assert log.get_run(second)["state"] == "running"
     assert log.job()["active"] == [first, second]
 
 
@@ -270,7 +319,7 @@ def test_cancel_refuses_a_finished_run_and_clears_a_pending_retry():
     log = Replica()
     shard = make_job(log)
     run_id = fire_next(log)
-    report(log, update(run_id, "start"), update(run_id, "finish", delay_ms=1000))
+    report(log, update(run_id, "finish", delay_ms=1000))
     assert log.store.get(DUE, keys.retry_due_key(shard, 11_100, run_id)) is not None
     assert log.run(commands.cancel_run(run_id=run_id, reason="r", at_ms=10_200))["ok"]
     assert log.store.get(DUE, keys.retry_due_key(shard, 11_100, run_id)) is None

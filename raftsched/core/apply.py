@@ -382,7 +382,8 @@ def _fire_part(tx: Tx, part: commands.Fire | commands.FirePart, node: str, at_ms
             if created and jittered:
                 run["jitter_ms"] = due_at_ms(job, occurrence) - occurrence
                 runs.put_run(tx, run)
-            if created and fires_at > at_ms and run["state"] == lifecycle.QUEUED:
+            if created and fires_at > at_ms and run_state == lifecycle.QUEUED \
+                    and run["state"] in (lifecycle.QUEUED, lifecycle.RUNNING):
                 # Armed: its owner calls it at its second; an edit made
                 # before then withdraws it (runs.withdraw_armed).
                 run["armed_ms"] = at_ms
@@ -444,7 +445,8 @@ def _trigger_job(tx: Tx, cmd: commands.Command) -> dict:
     job = _scoped_job(tx, cmd)
     if job is None:
         return _refuse("not_found", f"job {cmd.job_id} not found")
-    run, created = runs.create_run(tx, job, cmd.scheduled_ms, cmd.node, cmd.at_ms,
+    # Held by the shard's owner, as a fired run is (cmd.node took the request).
+    run, created = runs.create_run(tx, job, cmd.scheduled_ms, None, cmd.at_ms,
                                    "manual", overlap=commands.given(cmd.overlap))
     job["last_run_id"] = run["id"]
     tx.put(JOBS, keys.job_key(job["id"]), job)
@@ -488,6 +490,7 @@ HANDLERS: dict[str, Callable[[Tx, dict], dict]] = {
     "run_updates": runs.handle_run_updates,
     "expire_leases": runs.handle_expire_leases,
     "reassign_runs": runs.handle_reassign_runs,
+    "take_over_runs": runs.handle_take_over_runs,
     "cancel_run": runs.handle_cancel_run,
     "alert_done": runs.handle_alert_done,
     "publish": topics.handle_publish,

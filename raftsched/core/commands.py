@@ -614,6 +614,9 @@ class RunFinish(_RunUpdate, tag="finish", kw_only=True):
     exit_code: Union[ExitCode, None] = None
     error: Union[CommandText, None] = None
     output_node: Union[NodeId, None] = None
+    # When its node began the call (a node-executed run, held from its fire:
+    # docs/execution.md); None for a worker's attempt, which starts at its claim.
+    called_ms: Union[TimeMs, None] = None
 
     def check_rules(self) -> None:
         if not self.ok and self.retryable is not False and self.retry_delay_ms is None:
@@ -667,6 +670,16 @@ class Reassignment(_Pair):
 
 class ReassignRuns(Command, tag="reassign_runs", kw_only=True):
     items: Annotated[list[Reassignment], Meta(max_length=limits.reaper_batch_max)]
+    at_ms: TimeMs
+
+
+class TakeOverRuns(Command, tag="take_over_runs", kw_only=True):
+    """A shard's new owner takes over the shard's open node-executed runs
+    (core/runs.take_over), under the shard's current token."""
+    node: NodeId
+    shard: Shard
+    token: Token
+    run_ids: Annotated[list[RunId], Meta(max_length=limits.take_over_batch_max)]
     at_ms: TimeMs
 
 
@@ -835,7 +848,7 @@ SHAPES: dict[str, type[Command]] = {
     cls.__struct_config__.tag: cls for cls in (
         CreateJob, CreateJobs, UpdateJob, DeleteJob, PauseJob, ResumeJob, TriggerJob, RetryRun,
         Fire, FireMany, AssignShards, RunUpdates, RegisterNode, Renew, CheckDigest,
-        ExpireLeases, ReassignRuns, CancelRun, AlertDone, Publish, CommitOffset, Purge,
+        ExpireLeases, ReassignRuns, TakeOverRuns, CancelRun, AlertDone, Publish, CommitOffset, Purge,
         CreateToken, RevokeToken, PutTenant, DeleteTenant, CreateBackfill, BackfillStep,
         CancelBackfill)}
 TAGS = frozenset(SHAPES)
@@ -1178,14 +1191,16 @@ def run_heartbeat(*, run_id: str, holder: str, attempt: int, at_ms: int,
 def run_finish(*, run_id: str, holder: str, attempt: int, at_ms: int, ok: bool,
                retryable: bool | None = None, retry_delay_ms: int | None = None,
                http_status: int | None = None, exit_code: int | None = None,
-               error: str | None = None, output_node: str | None = None) -> RunFinish:
+               error: str | None = None, output_node: str | None = None,
+               called_ms: int | None = None) -> RunFinish:
     """The attempt ended: ok, or a failure that is retryable (None: it is) after
     retry_delay_ms (drawn by the proposer); error is short, output_node is where
-    the attempt's output is kept."""
+    the attempt's output is kept, called_ms when a node began its call."""
     return RunFinish(run_id=run_id, holder=holder, attempt=attempt, at_ms=at_ms, ok=ok,
                      retryable=UNSET if retryable is None else retryable,
                      retry_delay_ms=retry_delay_ms, http_status=http_status,
-                     exit_code=exit_code, error=error, output_node=output_node)
+                     exit_code=exit_code, error=error, output_node=output_node,
+                     called_ms=called_ms)
 
 
 def run_update(update: dict | RunStart | RunHeartbeat | RunFinish) -> RunUpdate:
@@ -1220,6 +1235,12 @@ def run_updates(*, updates: list) -> RunUpdates:
 def expire_leases(*, items: list[tuple[str, int, int]], at_ms: int) -> ExpireLeases:
     """The reaper's: (run_id, attempt, retry_delay_ms) for leases expired by at_ms."""
     return ExpireLeases(items=[ExpiredLease(*i) for i in items], at_ms=at_ms)
+
+
+def take_over_runs(*, node: str, shard: int, token: int, run_ids: list[str],
+                   at_ms: int) -> TakeOverRuns:
+    """A shard's new owner's: the shard's open runs it takes over."""
+    return TakeOverRuns(node=node, shard=shard, token=token, run_ids=list(run_ids), at_ms=at_ms)
 
 
 def reassign_runs(*, items: list[tuple[str, str, str]], at_ms: int) -> ReassignRuns:

@@ -94,7 +94,8 @@ def _release(tx: Tx, run: dict, task_id: str, node: str | None, at_ms: int) -> N
         attempts=[], alert=None, dag_run=run["id"], task_id=task_id)
     runs.enqueue(tx, child, node or run["node"], at_ms)
     runs.put_run(tx, child)
-    inst.update(run_id=child_id, attempt=1, state=lifecycle.QUEUED)
+    inst.update(run_id=child_id)
+    _follow_held(run, inst, child)
 
 
 def redrive(run: dict) -> None:
@@ -113,7 +114,20 @@ def _reopen_task(tx: Tx, run: dict, inst: dict, child: dict, node: str | None,
     child["state"] = lifecycle.next_state(child["id"], child["state"], "redrive")
     runs.enqueue(tx, child, node or run["node"], at_ms)
     runs.put_run(tx, child)
-    inst.update(attempt=child["attempt"], state=lifecycle.QUEUED)
+    _follow_held(run, inst, child)
+
+
+def _follow_held(run: dict, inst: dict, child: dict) -> None:
+    """A released task run is queued (a worker's) or already held by its
+    shard's owner (the lease taken at release): its instance follows, and the
+    first task to run starts the DAG run, as task_moved does."""
+    inst.update(attempt=child["attempt"], state=child["state"])
+    if child["state"] == lifecycle.RUNNING:
+        if inst.get("started_ms") is None:
+            inst["started_ms"] = child["started_ms"]
+        if run["state"] == lifecycle.QUEUED:
+            run["state"] = lifecycle.next_state(run["id"], run["state"], "start")
+            run["started_ms"] = child["started_ms"]
 
 
 def _dag_run_of(tx: Tx, child: dict) -> tuple[dict, dict] | None:

@@ -108,12 +108,19 @@ def parse_runs_by_tenant_key(prefix: bytes, key: bytes) -> tuple[int, str]:
     return _U64.unpack_from(key, len(prefix))[0], key[len(prefix) + 8:].decode()
 
 
-def open_run_key(node: str, run: str) -> bytes:
-    return node.encode() + b"\x00" + run.encode()
+def open_run_key(shard: int, run: str) -> bytes:
+    """A node-executed run not yet ended, under its job's shard: what the
+    shard's owner calls, and what a new owner of the shard takes over."""
+    return _U16.pack(shard) + run.encode()
 
 
-def open_run_prefix(node: str) -> bytes:
-    return node.encode() + b"\x00"
+def open_run_prefix(shard: int) -> bytes:
+    return _U16.pack(shard)
+
+
+def open_run_prefix_end(shard: int) -> bytes:
+    """The first key after every open run of `shard`."""
+    return _U16.pack(shard + 1) if shard + 1 < 1 << 16 else b"\xff\xff\xff"
 
 
 def lease_key(expiry_ms: int, run: str) -> bytes:

@@ -18,6 +18,11 @@ fired) queues the next attempt. The reaper ends an attempt whose lease expired
 with `retry` or `fail`. `reassign` moves a queued run off a node that died
 before starting it.
 
+A node-executed run is `start`ed in the apply that queues it (the lease is
+taken at fire: its shard's owner holds it, core/runs.py). `take_over` ends
+its attempt when its shard moved to another node, which holds the next
+attempt at once (queued, then started in the same apply).
+
 A failed run is terminal, with one way out: `redrive` (POST /v1/runs/{id}:retry)
 gives it a new attempt under the same execution id, queued, or `redrive_wait`
 behind an open run of its job (the `queue` policy). Every other terminal state
@@ -57,6 +62,7 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (QUEUED, "reassign"): QUEUED,
     (QUEUED, "cancel"): CANCELLED,
     (RUNNING, "heartbeat"): RUNNING,
+    (RUNNING, "take_over"): QUEUED,
     (RUNNING, "succeed"): SUCCEEDED,
     (RUNNING, "fail"): FAILED,
     (RUNNING, "retry"): RETRY_WAIT,

@@ -4,11 +4,21 @@ attempts, durable retries, cancellation and alerts.
 Every state change goes through `lifecycle.next_state`; the indexes that
 follow a run's state are kept here and only here:
 
-  RUNS_OPEN  node | run   a node-executed run that is queued or running on it
+  RUNS_OPEN  shard | run  a node-executed run not yet ended, under its job's shard
   READY      queue | ms | run   a worker-executed run waiting to be claimed
-  LEASES     expiry | run        a running attempt (what the reaper scans)
+  LEASES     expiry | run        a worker's running attempt (what the reaper scans)
   DUE        shard | ms | r | run   a retry_wait run's next attempt
   job["active"], job["waiting"]  the job's open runs, for its concurrency policy
+
+The lease is taken at fire. A node-executed run (HTTP, publish, a command
+on the default queue) is created already held: running, its holder the
+owner of its job's shard, its token that shard's fencing token, its attempt
+record opened. There is no `start` entry and no per-run lease: the run is
+held while its holder holds the shard (runtime/dispatcher.py calls it only
+then). When the shard moves, the new owner takes the shard's open runs over
+(`take_over`: the next attempt, under the new token); the old holder's late
+finish is refused, as it no longer holds the attempt. Worker-executed runs
+keep their claim (`start`), lease and heartbeats.
 
 Callers that pass a `job` record in mutate it and must put it afterwards
 (`put_job`); run records are put here.
@@ -25,7 +35,7 @@ from raftsched.core import commands, dag, dagrun, keys, lifecycle, retry
 from raftsched.core.lifecycle import ACTIVE, QUEUED, RETRY_WAIT, RUNNING, SCHEDULED, SKIPPED
 from raftsched.core.tx import (ALERTS, DUE, JOBS, LEASES, READY, RECORD_VERSION, RUNS,
                                RUNS_BY_JOB, RUNS_BY_TENANT, RUNS_OPEN, SHARDS, TALLY_DEAD_LETTER,
-                               TALLY_RETRY, TALLY_RUN_ENDED, AlertPending, DueArmed, RunCancelled,
+                               TALLY_REDELIVERED, TALLY_RETRY, TALLY_RUN_ENDED, AlertPending, DueArmed, RunCancelled,
                                RunQueued, Tx)
 
 DEFAULT_QUEUE = "default"
@@ -61,14 +71,15 @@ def _move(run: dict, event: str) -> None:
 
 # --- creation --------------------------------------------------------------------------
 
-def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str, at_ms: int, trigger: str,
-               token: int = 0, state: str = QUEUED,
+def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str | None, at_ms: int,
+               trigger: str, token: int | None = None, state: str = QUEUED,
                reason: str | None = None, overlap: str | None = None) -> tuple[dict, bool]:
     """Create the run (job, scheduled_for) unless it exists: a second fire of
     the same occurrence is a no-op. A run asked for as queued goes through the
     job's concurrency policy first (`overlap="allow"` admits it as the allow
     policy would, whatever the job's); one created missed or skipped only
-    records the occurrence."""
+    records the occurrence. `node` and `token`: the shard's owner and token
+    when the caller checked them (a fire); None reads them from the shard."""
     by_job = keys.runs_by_job_key(job["id"], scheduled_ms, 1)
     existing = tx.get(RUNS_BY_JOB, by_job)
     if existing is not None:
@@ -83,11 +94,11 @@ def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str, at_ms: int, trig
            "job_id": job["id"], "tenant": job["tenant"], "scheduled_ms": scheduled_ms,
            "attempt": 1, "execution_id": keys.execution_id(job["id"], scheduled_ms),
            "state": SCHEDULED, "node": node, "queue": worker_queue(job["spec"]),
-           "trigger": trigger, "token": token, "created_ms": at_ms, "queued_ms": None,
+           "trigger": trigger, "token": token or 0, "created_ms": at_ms, "queued_ms": None,
            "started_ms": None, "finished_ms": None, "holder": None, "lease_ms": None,
            "retry_due_ms": None, "http_status": None, "exit_code": None, "error": None,
            "reason": reason, "attempts": [], "alert": None,
-           "priority": job["spec"].get("priority", "normal")}
+           "priority": job["spec"].get("priority", "normal"), "shard": job["shard"]}
     if state == QUEUED:
         state, run["reason"] = _admit(tx, job, run, at_ms, overlap)
     if "dag" in job["spec"]:
@@ -98,7 +109,7 @@ def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str, at_ms: int, trig
     job["runs_count"] = job.get("runs_count", 0) + 1
     if state == QUEUED:
         run["state"] = QUEUED
-        _enqueue(tx, run, node, at_ms)
+        _enqueue(tx, run, node, at_ms, token)
         job.setdefault("active", []).append(run["id"])
     elif state == SCHEDULED:
         job.setdefault("waiting", []).append(run["id"])
@@ -136,9 +147,12 @@ def _admit(tx: Tx, job: dict, run: dict, at_ms: int,
     return QUEUED, None
 
 
-def _enqueue(tx: Tx, run: dict, node: str | None, at_ms: int) -> None:
-    """Hand a queued run to its executor: the node named, or its worker queue.
-    A DAG run has no executor: its first tasks are released instead."""
+def _enqueue(tx: Tx, run: dict, node: str | None, at_ms: int, token: int | None = None) -> None:
+    """Hand a queued run to its executor: its worker queue, or the owner of
+    its shard, which holds it from here (`_hold`). A DAG run has no executor:
+    its first tasks are released instead. `node` and `token`: the shard's
+    owner and token when the caller knows them (a fire checked them), else
+    they are read from the shard."""
     assert run["state"] == QUEUED, run
     if dagrun.is_dag_run(run):
         dagrun.begin(tx, run, node, at_ms)
@@ -147,11 +161,33 @@ def _enqueue(tx: Tx, run: dict, node: str | None, at_ms: int) -> None:
     if run.get("queue"):
         run["node"] = None
         tx.put(READY, _ready_key(run, at_ms), 1)
-    else:
-        assert node is not None, run["id"]
-        run["node"] = node
-        tx.put(RUNS_OPEN, keys.open_run_key(node, run["id"]), 1)
+        tx.effects.append(RunQueued(run=run))
+        return
+    if token is None or node is None:
+        node, token = _shard_holder(tx, run["shard"])
+    tx.put(RUNS_OPEN, keys.open_run_key(run["shard"], run["id"]), 1)
+    if node is None:
+        run["node"] = None   # no owner yet: the shard's first owner takes it over
+        return
+    _hold(tx, run, node, token, at_ms)
+
+
+def _hold(tx: Tx, run: dict, node: str, token: int, at_ms: int) -> None:
+    """The lease taken at fire: the run's attempt is held by `node` (its
+    shard's owner) under the shard's fencing token, and begins now."""
+    run["node"], run["token"] = node, token
+    _move(run, "start")
+    run.update(holder=node, lease_ms=None, started_ms=at_ms)
+    run["attempts"] = run.get("attempts", []) + [
+        {"attempt": run["attempt"], "holder": node, "started_ms": at_ms,
+         "finished_ms": None, "http_status": None, "exit_code": None, "error": None,
+         "output_node": None, "retry_delay_ms": None}]
     tx.effects.append(RunQueued(run=run))
+
+
+def _shard_holder(tx: Tx, shard: int) -> tuple[str | None, int]:
+    state = tx.get(SHARDS, keys.shard_key(shard))
+    return (state["owner"], state["token"]) if state else (None, 0)
 
 
 def _ready_key(run: dict, queued_ms: int) -> bytes:
@@ -162,8 +198,8 @@ def _ready_key(run: dict, queued_ms: int) -> bytes:
 def _dequeue(tx: Tx, run: dict) -> None:
     if run.get("queue"):
         tx.delete(READY, _ready_key(run, run["queued_ms"]))
-    elif run["node"] is not None:
-        tx.delete(RUNS_OPEN, keys.open_run_key(run["node"], run["id"]))
+    else:
+        tx.delete(RUNS_OPEN, keys.open_run_key(run["shard"], run["id"]))
 
 
 def _shard_owner(tx: Tx, job: dict) -> str | None:
@@ -179,14 +215,13 @@ def _holds(run: dict, update: commands.RunUpdate) -> bool:
 
 
 def start(tx: Tx, run: dict, update: commands.RunUpdate) -> bool:
-    if run["state"] != QUEUED or run["attempt"] != update.attempt:
+    """A remote worker's claim. A node-executed run is held from its fire on
+    and never starts by report."""
+    if run["state"] != QUEUED or run["attempt"] != update.attempt or not run.get("queue"):
         return False
-    if not run.get("queue") and run["node"] != update.holder:
-        return False   # a node-executed run starts only on the node it was given to
     if dagrun.is_dag_run(run):
         return False   # it starts with its first task
-    if run.get("queue"):
-        _dequeue(tx, run)
+    _dequeue(tx, run)
     _move(run, "start")
     run.update(holder=update.holder, lease_ms=update.lease_ms,
                started_ms=update.at_ms)
@@ -202,8 +237,8 @@ def start(tx: Tx, run: dict, update: commands.RunUpdate) -> bool:
 
 
 def heartbeat(tx: Tx, run: dict, update: commands.RunUpdate) -> bool:
-    if run["state"] != RUNNING or not _holds(run, update):
-        return False
+    if run["state"] != RUNNING or not _holds(run, update) or run["lease_ms"] is None:
+        return False   # (a node-executed run has no lease of its own to extend)
     if update.lease_ms > run["lease_ms"]:
         tx.delete(LEASES, keys.lease_key(run["lease_ms"], run["id"]))
         run["lease_ms"] = update.lease_ms
@@ -223,6 +258,10 @@ def finish(tx: Tx, run: dict, update: commands.RunUpdate) -> bool:
     summary = {name: getattr(update, name) for name in ("http_status", "exit_code", "error",
                                                      "output_node")}
     run["attempts"][-1].update(summary, finished_ms=at_ms)
+    if update.called_ms is not None and not run.get("queue"):
+        # Held from its fire, the attempt began its call then: what a user
+        # reads as its start once it has ended.
+        run["attempts"][-1]["started_ms"] = run["started_ms"] = update.called_ms
     run.update({k: v for k, v in summary.items() if k != "output_node"})
     policy = retry.policy_of(dag.retry_of(job["spec"], run.get("task_id")))
     # A re-driven run counts its attempts from the re-drive (core/redrive.py).
@@ -258,9 +297,10 @@ def finish(tx: Tx, run: dict, update: commands.RunUpdate) -> bool:
 
 
 def _release(tx: Tx, run: dict) -> None:
-    tx.delete(LEASES, keys.lease_key(run["lease_ms"], run["id"]))
-    if not run.get("queue") and run["node"] is not None:
-        tx.delete(RUNS_OPEN, keys.open_run_key(run["node"], run["id"]))
+    if run["lease_ms"] is not None:
+        tx.delete(LEASES, keys.lease_key(run["lease_ms"], run["id"]))
+    if not run.get("queue"):
+        tx.delete(RUNS_OPEN, keys.open_run_key(run["shard"], run["id"]))
     run["holder"], run["lease_ms"] = None, None
 
 
@@ -273,11 +313,58 @@ def retry_due(tx: Tx, run: dict, node: str, token: int, at_ms: int) -> bool:
     run["attempt"] += 1
     run["token"] = token
     run["retry_due_ms"] = None
-    _enqueue(tx, run, node, at_ms)
+    _enqueue(tx, run, node, at_ms, token)
     put_run(tx, run)
     if "dag_run" in run:
         dagrun.task_moved(tx, run)
     return True
+
+
+def take_over(tx: Tx, run: dict, node: str, token: int, at_ms: int) -> bool:
+    """The run's shard is `node`'s under `token` now: an open node-executed run
+    held under an older token gets its next attempt (same run and execution
+    id), held by `node` and counted as a redelivery; one nobody held (fired
+    while the shard had no owner) is held by `node` as it is. The old holder
+    is told to stop; its late finish is refused (it holds no attempt)."""
+    if run.get("queue") or dagrun.is_dag_run(run) \
+            or tx.get(RUNS_OPEN, keys.open_run_key(run["shard"], run["id"])) is None:
+        return False
+    if run["state"] == QUEUED:
+        _hold(tx, run, node, token, at_ms)
+    elif run["state"] == RUNNING and run["token"] < token and not_due(run, at_ms):
+        # Fired ahead and not due by the taker's clock (with a margin for the
+        # nodes' clocks): its holder, which calls nothing early, cannot have
+        # called it, so the same attempt moves to the new owner; the old
+        # holder drops it (its report would name a holder it no longer is).
+        tx.effects.append(RunCancelled(run_id=run["id"], holder=run["holder"],
+                                       attempt=run["attempt"]))
+        run["node"], run["token"], run["holder"] = node, token, node
+        run["attempts"][-1]["holder"] = node
+        tx.effects.append(RunQueued(run=run))
+    elif run["state"] == RUNNING and run["token"] < token:
+        old = run["holder"]
+        tx.effects.append(RunCancelled(run_id=run["id"], holder=old, attempt=run["attempt"]))
+        run["attempts"][-1].update(
+            finished_ms=at_ms, error=f"taken over by {node}: {old} no longer holds shard "
+                                     f"{run['shard']}")
+        _move(run, "take_over")
+        run["attempt"] += 1
+        run["redeliveries"] = run.get("redeliveries", 0) + 1
+        tx.tally(TALLY_REDELIVERED)
+        _hold(tx, run, node, token, at_ms)
+    else:
+        return False
+    put_run(tx, run)
+    if "dag_run" in run:
+        dagrun.task_moved(tx, run)
+    return True
+
+
+def not_due(run: dict, at_ms: int) -> bool:
+    """Is `run` one fired ahead of its second (armed) that is not due by
+    `at_ms` with take_over_armed_margin_ms to spare?"""
+    return run.get("armed_ms") is not None and \
+        run["scheduled_ms"] + run.get("jitter_ms", 0) > at_ms + limits.take_over_armed_margin_ms
 
 
 def reassign(tx: Tx, run: dict, from_node: str, to_node: str, at_ms: int) -> bool:
@@ -348,15 +435,16 @@ def cancel(tx: Tx, job: dict, run: dict, at_ms: int, reason: str) -> None:
 
 def withdraw_armed(tx: Tx, job: dict, at_ms: int, why: str) -> int:
     """Withdraw the job's armed runs that are not due yet by `at_ms` (the
-    editing command's time): fired ahead of their second (`armed_ms`), queued
-    and not started, so not called. Each ends cancelled, saying why, and its
+    editing command's time): fired ahead of their second (`armed_ms`), held
+    by their shard's owner (or queued for its first owner), so not called: a
+    node calls nothing before its second. Each ends cancelled, saying why, and its
     node drops it (RunCancelled); an occurrence the job's schedule brings back
     fires again (create_run). A run already due by at_ms is left to run.
     Bounded by job_active_runs_max (the job's open runs). The caller puts the job."""
     withdrawn = 0
     for run_id in list(job.get("active", [])):
         run = get_run(tx, run_id)
-        if run is None or run["state"] != QUEUED or run.get("armed_ms") is None:
+        if run is None or run["state"] not in (QUEUED, RUNNING) or run.get("armed_ms") is None:
             continue
         if run["scheduled_ms"] + run.get("jitter_ms", 0) <= at_ms:
             continue
@@ -430,6 +518,22 @@ def handle_expire_leases(tx: Tx, cmd: commands.Command) -> dict:
             error=f"lease expired: {run['holder']} stopped heartbeating")
         expired += int(finish(tx, run, update))
     return {"ok": True, "expired": expired}
+
+
+def handle_take_over_runs(tx: Tx, cmd: commands.Command) -> dict:
+    """A shard's new owner takes over the shard's open runs (take_over), if
+    it still owns the shard under the token it names."""
+    shard = tx.get(SHARDS, keys.shard_key(cmd.shard))
+    if shard is None or shard["owner"] != cmd.node or shard["token"] != cmd.token:
+        return {"ok": False, "error": "stale_token", "taken": 0,
+                "detail": f"shard {cmd.shard} token {cmd.token} from {cmd.node}; current "
+                          f"owner {shard and shard['owner']}"}
+    taken = 0
+    for run_id in cmd.run_ids:
+        run = get_run(tx, run_id)
+        if run is not None and run.get("shard") == cmd.shard:
+            taken += int(take_over(tx, run, cmd.node, cmd.token, cmd.at_ms))
+    return {"ok": True, "taken": taken, "stale": len(cmd.run_ids) - taken}
 
 
 def handle_reassign_runs(tx: Tx, cmd: commands.Command) -> dict:

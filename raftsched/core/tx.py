@@ -18,7 +18,7 @@ JOBS = "jobs"
 DUE = "due"
 RUNS = "runs"
 RUNS_BY_JOB = "runs_by_job"
-RUNS_OPEN = "runs_open"      # node | run_id: runs a node must execute (queued or running)
+RUNS_OPEN = "runs_open"      # shard | run_id: node-executed runs not ended, by job shard
 SHARDS = "shards"
 IDEM = "idem"
 NODES = "nodes"
@@ -45,10 +45,41 @@ RUNS_BY_TENANT = "runs_by_tenant"
 # the job and removed when it is purged, so a listing reads its own tenant's
 # jobs only, however many another tenant has.
 JOBS_BY_TENANT = "jobs_by_tenant"
+# job_id -> the job's mutable state (JOB_STATE_FIELDS) once a fire or a
+# finish changed it: kept apart from the job's record (its spec), so that the
+# runs of a job rewrite this small record, not the spec. A read of `jobs`
+# (apply's Tx, a store's get or scan) overlays it on the job's record.
+JOB_STATE = "job_state"
 # Every replicated table, in digest order.
 TABLES = (JOBS, DUE, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS, IDEM, NODES, LEASES, READY, ALERTS,
           TOPICS, TOPIC_META, TOPIC_IDEM, GROUPS, COUNTERS, TOKENS, TENANTS, AUDIT,
-          BACKFILLS, BACKFILLS_OPEN, RUNS_BY_TENANT, AUDIT_STREAMS, JOBS_BY_TENANT)
+          BACKFILLS, BACKFILLS_OPEN, RUNS_BY_TENANT, AUDIT_STREAMS, JOBS_BY_TENANT, JOB_STATE)
+
+# The members of a job record its runs change (fires, finishes, the queue
+# policy, a one-off's completion): what JOB_STATE holds.
+JOB_STATE_FIELDS = ("next_ms", "active", "waiting", "last_run_id", "runs_count",
+                    "misfires_omitted", "status", "updated_ms")
+
+
+def merge_job(job: dict | None, state: dict | None) -> dict | None:
+    """A job as every reader sees it: its record, with its state record (if
+    any) laid over it. Pure."""
+    if job is None or state is None:
+        return job
+    job.update((name, value) for name, value in state.items() if name != "v")
+    return job
+
+
+def _job_state(job: dict) -> dict:
+    return {"v": 1, **{name: job[name] for name in JOB_STATE_FIELDS if name in job}}
+
+
+def _snapshot(job: dict) -> dict:
+    """A copy of a job as read, deep enough to tell later what changed: the
+    lists callers change in place (active, waiting) are copied; the spec is
+    only ever replaced, never changed in place, so it is shared."""
+    return {name: list(value) if isinstance(value, list) else value
+            for name, value in job.items()}
 
 RECORD_VERSION = 1
 
@@ -140,6 +171,8 @@ class Transition:
 # policy (label: policy:state).
 TALLY_RUN_ENDED = "run_ended"
 TALLY_RETRY = "retry"
+# A held run's next attempt went to its shard's new owner (runs.take_over).
+TALLY_REDELIVERED = "redelivered"
 TALLY_DEAD_LETTER = "dead_letter"
 TALLY_MISFIRE = "misfire"
 
@@ -181,6 +214,9 @@ class Tx:
     def __init__(self, view: View) -> None:
         self._view = view
         self._writes: dict[tuple[str, bytes], Any] = {}
+        # key -> (the job as read, whether it had a state record): what a
+        # write of the job is compared with (_job_writes).
+        self._jobs_read: dict[bytes, tuple[dict, bool]] = {}
         self.effects: list[Effect] = []
         self._tallies: collections.Counter[tuple[str, str]] = collections.Counter()
 
@@ -192,10 +228,24 @@ class Tx:
         value = self._writes.get((table, key), None)
         if value is None and (table, key) not in self._writes:
             try:
+                if table == JOBS:
+                    return self._read_job(key)
                 return self._view.get(table, key)
+            except ViewFailed:
+                raise
             except Exception as exc:
                 raise ViewFailed(f"reading {table}: {exc!r}") from exc
         return None if value is self._DELETED else value
+
+    def _read_job(self, key: bytes) -> dict | None:
+        job = self._view.get(JOBS, key)
+        if job is None:
+            return None
+        state = self._view.get(JOB_STATE, key)
+        merge_job(job, state)
+        if key not in self._jobs_read:
+            self._jobs_read[key] = (_snapshot(job), state is not None)
+        return job
 
     def put(self, table: str, key: bytes, value: Any) -> None:
         assert value is not None
@@ -211,9 +261,33 @@ class Tx:
         command refused whole carries no tallies, as it carries no writes."""
         self._tallies[(name, label)] += 1
 
+    def _job_writes(self, key: bytes, job: Any) -> list[tuple[str, bytes, Any]]:
+        """A job written through the `jobs` table, as stored: its state
+        record alone when only its state changed since it was read, else the
+        whole record (and no state record)."""
+        read = self._jobs_read.get(key)
+        if job is self._DELETED:
+            return [(JOBS, key, None), (JOB_STATE, key, None)]
+        if read is not None:
+            before, had_state = read
+            static = [name for name in set(job) | set(before) if name not in JOB_STATE_FIELDS]
+            if all(job.get(name) == before.get(name) for name in static):
+                state = _job_state(job)
+                if all(job.get(n) == before.get(n) for n in JOB_STATE_FIELDS):
+                    return []   # written unchanged
+                return [(JOB_STATE, key, state)]
+            if had_state:
+                return [(JOBS, key, job), (JOB_STATE, key, None)]
+        return [(JOBS, key, job)]
+
     def transition(self, result: dict) -> Transition:
-        writes = tuple((t, k, None if v is self._DELETED else v)
-                       for (t, k), v in self._writes.items())
+        writes = []
+        for (t, k), v in self._writes.items():
+            if t == JOBS:
+                writes.extend(self._job_writes(k, v))
+            else:
+                writes.append((t, k, None if v is self._DELETED else v))
+        writes = tuple(writes)
         return Transition(writes=writes, effects=tuple(self.effects), result=result,
                           tallies=tuple(self._tallies.items()))
 

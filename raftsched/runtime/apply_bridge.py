@@ -85,6 +85,10 @@ class ApplyBridge:
             if tag in ("fire", "fire_many") and transition.result.get("node") == self._node.node_id:
                 self._note_arming_lead(transition.effects)
             self._log_refusal(index, tag or "malformed", transition.result)
+            if tag == "renew" and transition.effects:
+                # This node's shard lease counts from here, not from when the
+                # loop gets to the effect (runtime/coordinator.py).
+                self._node.coordinator.renewal_applied(transition.effects)
             if tag == "check_digest":
                 return self._record_digest(index, transition.result)
         except InvariantBroken as exc:
@@ -281,6 +285,8 @@ class ApplyBridge:
                 node.trigger.wake(effect.shard, effect.due_ms)
             elif isinstance(effect, ShardsAssigned):
                 node.trigger.ownership_changed()
+                if effect.owner == node.node_id:
+                    node.dispatcher.shard_gained(effect.shard)
             elif isinstance(effect, NodeRenewed):
                 node.coordinator.renewed(effect.node, effect.at_ms)
             elif isinstance(effect, RunsPurged):

@@ -40,53 +40,133 @@ class Coordinator:
     def __init__(self, node: "Node") -> None:
         self._node = node
         self.rebalances_total = 0
-        self._renewed: dict[str, float] = {}   # node id -> time.monotonic() of apply
+        # node id -> the cluster time (at_ms) of its latest renewal applied here,
+        # and the latest of all: liveness is judged against the log's own
+        # progress (live_nodes), so a log that lags under load judges no one.
+        self._renewed: dict[str, int] = {}
+        self._latest_renewal_ms = 0
         self._started = time.monotonic()
         self._no_candidates_logged = False
         # (Raft term, candidates) of the last pass that found the placement
         # right, and when (time.monotonic()) it read the shards: see maybe_rebalance.
         self._settled: tuple[tuple[int, tuple[str, ...]], float] | None = None
         self.placement_reads_total = 0
+        # This node's shard lease, on its monotonic clock (node.monotonic): the
+        # end of what its latest renewal seen applied here covers.
+        self._lease_until = float("-inf")
+        self._lease_extended = asyncio.Event()   # set (and replaced) at each extension
+        # Renewals of this node in flight: at_ms -> node.monotonic() when proposed
+        # (at most renewals_inflight_max), for renewal_applied on the Raft thread.
+        self._renewals_sent: dict[int, float] = {}
+        self.lease_lapses_total = 0
 
     def renewed(self, node_id: str, at_ms: int) -> None:
-        """Loop thread, from apply's NodeRenewed effect. A renewal proposed more
-        than a lease ago by its sender's clock is a replay (a journal read after a
-        restart) and says nothing about now."""
-        if self._node.now_ms() - at_ms < limits.node_lease_s * 1000:
-            self._renewed[node_id] = time.monotonic()
+        """Loop thread, from apply's NodeRenewed effect."""
+        if at_ms > self._renewed.get(node_id, -1):
+            self._renewed[node_id] = at_ms
+        self._latest_renewal_ms = max(self._latest_renewal_ms, at_ms)
 
     def live_nodes(self) -> list[str]:
+        """This node, and each registered node whose Raft link is up and whose
+        latest renewal applied here was proposed less than node_lease_s (plus
+        shard_lease_margin_s) before the latest renewal of any node applied
+        here. Judged against the log's progress rather than this node's clock:
+        when the log falls behind under load, every node's renewals are late
+        alike and none lapses, while a node that stopped renewing (dead,
+        frozen, cut off) falls behind the others' renewals and lapses. A node
+        whose renewal is applied so late still holds its shards by its own
+        monotonic clock only until node_lease_s after it proposed it, less
+        the margin (shard_lease_valid), which is before it can lapse here."""
         node = self._node
-        now = time.monotonic()
         registered = [rec for _, rec in node.store.scan(NODES)]
         by_raft = {rec["raft"]: rec["id"] for rec in registered}
         down = {by_raft.get(addr) for addr, age_s in node.replicator.peer_liveness().items()
                 if age_s is None}
+        bound_ms = (limits.node_lease_s + limits.shard_lease_margin_s) * 1000
         live = {node.node_id}
         for rec in registered:
             nid = rec["id"]
-            seen = self._renewed.get(nid)
+            seen_ms = self._renewed.get(nid)
             if nid in down:
                 continue
-            if seen is not None and now - seen < limits.node_lease_s:
+            if seen_ms is not None and self._latest_renewal_ms - seen_ms < bound_ms:
                 live.add(nid)
-            elif seen is None and now - self._started < limits.node_lease_s:
+            elif seen_ms is None and time.monotonic() - self._started < limits.node_lease_s:
                 live.add(nid)   # just started: no renewal heard yet is no evidence
         return sorted(live)
 
     async def renew_loop(self) -> None:
-        """Renew at each multiple of renew_period_s on the cluster's time: every
-        node renews at about the same instant, so the leader replicates and
-        commits their renewals in one round of append-entries rather than one
-        round each."""
+        """Renew, and with each renewal seen applied here extend this node's
+        shard lease: node_lease_s from when it was proposed, less
+        shard_lease_margin_s. It renews at each multiple of renew_period_s on
+        the cluster's time: every node renews at about the same instant, so the
+        leader replicates and commits their renewals in one round of
+        append-entries rather than one round each. The leader judges this node
+        dead node_lease_s after it applied the renewal, which is later than it
+        was proposed, and by the time this node has applied its own renewal it
+        has applied every reassignment committed before it (the log is in order)."""
         node = self._node
         period_ms = max(1, round(limits.renew_period_s * 1000))
+        inflight: set[asyncio.Task] = set()
         while True:
-            try:
-                await node.propose(commands.renew(node=node.node_id, at_ms=node.now_ms()))
-            except Unavailable:
-                pass   # no quorum: the lease lapses, which is the point
+            # Every renew_period_s, whether the renewals before have come back
+            # or not: under load a renewal's round trip (commit, apply, this
+            # loop's turn) can take longer than the period, and renewals that
+            # waited for each other would reach the leader too far apart.
+            if len(inflight) < limits.renewals_inflight_max:
+                command = commands.renew(node=node.node_id, at_ms=node.now_ms())
+                sent = node.monotonic()
+                self._renewals_sent[command.at_ms] = sent
+                task = node.supervisor.spawn("renew.propose", self._renew(command, sent))
+                inflight.add(task)
+                task.add_done_callback(inflight.discard)
             await asyncio.sleep((period_ms - node.now_ms() % period_ms) / 1000)
+
+    async def _renew(self, command: commands.Renew, sent: float) -> None:
+        try:
+            await self._node.propose(command)
+        except Unavailable:
+            return   # no quorum: the lease lapses, which is the point
+        finally:
+            self._renewals_sent.pop(command.at_ms, None)
+        self.extend_lease(sent)
+
+    def renewal_applied(self, effects: tuple) -> None:
+        """Raft thread, right after a renewal was committed here: if it is one
+        of this node's in flight, its lease counts from its proposal now,
+        before the loop gets to it (a float assignment; the loop's
+        extend_lease follows and wakes the waiters)."""
+        for effect in effects:
+            if getattr(effect, "node", None) == self._node.node_id:
+                sent = self._renewals_sent.get(effect.at_ms)
+                if sent is not None:
+                    self._lease_until = max(self._lease_until,
+                                            sent + limits.node_lease_s
+                                            - limits.shard_lease_margin_s)
+
+    def extend_lease(self, sent: float) -> None:
+        """A renewal proposed at monotonic `sent` was applied here."""
+        until = sent + limits.node_lease_s - limits.shard_lease_margin_s
+        if self._node.monotonic() >= self._lease_until > float("-inf"):
+            self.lease_lapses_total += 1
+            log.warning("this node's shard lease had lapsed (no renewal applied for over "
+                        "%.2f s); its runs were not called meanwhile",
+                        limits.node_lease_s - limits.shard_lease_margin_s)
+        self._lease_until = max(self._lease_until, until)
+        self._lease_extended.set()
+        self._lease_extended = asyncio.Event()
+
+    async def wait_lease_extended(self, timeout_s: float) -> None:
+        """Return at this node's next lease extension, or after timeout_s."""
+        try:
+            await asyncio.wait_for(self._lease_extended.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+
+    def shard_lease_valid(self) -> bool:
+        """Does this node hold its shards now, by its monotonic clock? Its runs
+        are called only while it does (runtime/dispatcher.py)."""
+        return self._node.monotonic() < self._lease_until
 
     def owners(self) -> dict[int, str | None]:
         return {int.from_bytes(key, "big"): state["owner"]

@@ -1,24 +1,30 @@
-"""The dispatcher: execute the runs given to this node, under a lease.
+"""The dispatcher: execute the runs this node holds, under its shard lease.
 
-Runs arrive as RunQueued effects from apply (on the loop thread): HTTP and
-publish targets, and commands on the default queue (the node's embedded
+The lease is taken at fire (core/runs.py): a node-executed run (HTTP and
+publish targets, and commands on the default queue, the node's embedded
 worker, which runs them only under --allow-commands: without it, such a run
-fails at once, not retried). For each run, up to `runs_inflight_max` at a time:
+fails at once, not retried) is created held by its shard's owner, under the
+shard's fencing token. Runs arrive as RunQueued effects from apply (on the
+loop thread) at `submit`. For each run, up to `runs_inflight_max` at a time:
 
   1. if its tenant's circuit breaker for its target host is open, wait for the cool-off
-     (the run stays queued: no attempt is spent on a host that is down);
-  2. propose `start` (taking the lease: holder = this node, the attempt, an
-     expiry `run_lease_ms` ahead) and go on only if apply accepted it;
-  3. call the target, heartbeating every `run_heartbeat_ms`; a refused
-     heartbeat (cancelled, or the lease expired and the run moved on) stops
-     the call;
-  4. keep the attempt's output in the node's output store and propose
-     `finish`, with a retry delay drawn here when the failure is retryable.
+     (the run stays held: no attempt is spent on a host that is down);
+  2. the call step (`_attempt`): call only while this node holds the run's
+     shard under the run's token and its shard lease is valid by its
+     monotonic clock (runtime/coordinator.py `shard_lease_valid`); a run of a
+     shard this node lost is dropped (the new owner takes it over), and while
+     the lease is past but the shard still ours the call waits;
+  3. call the target; keep the attempt's output in the node's output store
+     and propose `finish`, with a retry delay drawn here when the failure is
+     retryable.
 
-Reports are batched by the Reporter (one Raft entry carries many runs). On
-start-up the node resumes its queued runs and ends the attempts it held when
-it stopped (they died with the process) as retryable failures, rather than
-leaving them to the reaper.
+There is no `start` entry and no per-run heartbeat: a run is held while the
+shard is, however long it waits in the queue. Finishes are batched by the
+Reporter (one Raft entry carries many runs). When this node gains a shard,
+the takeover loop proposes `take_over_runs` for the shard's open runs that
+another node (or nobody) held. On start-up the node resumes the runs it
+holds in the shards it owns: calls cut short by its stop are made again
+(a crash is a fault: at least once).
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from raftsched import limits
-from raftsched.core import commands, cost, dag, keys, retry, tenancy
-from raftsched.core.apply import JOBS, RUNS, RUNS_OPEN, TENANTS
+from raftsched.core import commands, cost, dag, keys, retry, runs, tenancy
+from raftsched.core.apply import JOBS, RUNS, RUNS_OPEN, SHARDS, TENANTS
 from raftsched.core.redact import redact_output, redact_text, secret_values
 from raftsched.errors import Unavailable
 from raftsched.executors.base import Attempt, Outcome
@@ -51,7 +57,7 @@ def attempt_of(run: dict) -> Attempt:
 
 
 def finish_update(node: "Node", run: dict, holder: str, outcome: Outcome,
-                  policy: dict) -> commands.RunFinish:
+                  policy: dict, called_ms: int | None = None) -> commands.RunFinish:
     """The finish report for an attempt; the proposer draws the retry delay."""
     return commands.run_finish(
         run_id=run["id"], holder=holder, attempt=run["attempt"], at_ms=node.now_ms(),
@@ -59,7 +65,7 @@ def finish_update(node: "Node", run: dict, holder: str, outcome: Outcome,
         retry_delay_ms=None if outcome.ok else
         retry.draw_delay_ms(policy, run["attempt"], random.random),
         http_status=outcome.http_status, exit_code=outcome.exit_code, error=outcome.error,
-        output_node=node.node_id if outcome.output else None)
+        output_node=node.node_id if outcome.output else None, called_ms=called_ms)
 
 
 def report_cost(job: dict | None, run: dict, event: str = "finish") -> int:
@@ -112,6 +118,21 @@ class Dispatcher:
         self.dropped_notifications = 0
         self.parked_total = 0
         self.cancelled_total = 0
+        self.not_called_total = 0   # runs dropped before their call: the shard was lost
+        self.taken_over_total = 0
+        # Shards gained whose open runs another node may hold: the takeover
+        # loop proposes take_over_runs for them.
+        # shard -> when (node.monotonic) this node gained it; at most one entry
+        # per shard (shard_count_max).
+        self._to_take_over: dict[int, float] = {}
+        # Shards of _to_take_over swept early already, in their grace (a
+        # subset of it): see take_over_pending.
+        self._armed_swept: set[int] = set()
+        # Shards this node lost -> runs it held there and is not calling, for
+        # their new owner to take over at once (hand_over_pending).
+        self._handing: dict[int, set[str]] = {}
+        self.handed_over_total = 0
+        self._take_over_wake = asyncio.Event()
 
     # --- inputs (loop thread) ---------------------------------------------------------
 
@@ -143,6 +164,12 @@ class Dispatcher:
     def request_rescan(self) -> None:
         """After a snapshot install: the open-runs index may name new runs of ours."""
         self._rescan = True
+
+    def shard_gained(self, shard: int) -> None:
+        """From apply's ShardsAssigned naming this node: take over the shard's
+        open runs, take_over_grace_s from now."""
+        self._to_take_over[shard] = self._node.monotonic()
+        self._take_over_wake.set()
 
     def running(self) -> int:
         return len(self._running)
@@ -197,55 +224,147 @@ class Dispatcher:
             return None
         return urlsplit(target["url"]).netloc
 
-    async def heartbeat_loop(self) -> None:
+    async def takeover_loop(self) -> None:
+        """Propose take_over_runs for the shards this node gained; a shard
+        whose proposal did not commit, or held more than one entry's worth,
+        is tried again."""
         while True:
-            await asyncio.sleep(self._node.config.run_heartbeat_ms / 1000)
-            await self.send_heartbeats()
+            try:
+                await asyncio.wait_for(self._take_over_wake.wait(), limits.renew_period_s * 4)
+            except asyncio.TimeoutError:
+                pass
+            self._take_over_wake.clear()
+            await self.hand_over_pending()
+            await self.take_over_pending()
 
-    async def send_heartbeats(self) -> None:
-        """Extend the lease of every attempt running here; stop those refused."""
+    def _hand_over(self, shard: int, run_id: str) -> None:
+        """A run this node still holds in a shard it lost, and is not calling:
+        its new owner may take it over now instead of after take_over_grace_s
+        (the grace waits for calls of this node that it says it is not making).
+        At most take_over_batch_max a shard at once; the rest wait the grace."""
+        ids = self._handing.setdefault(shard, set())
+        if len(ids) < limits.take_over_batch_max:
+            ids.add(run_id)
+        self._take_over_wake.set()
+
+    async def hand_over_pending(self) -> None:
+        """Propose, for each shard this node lost, that its owner take over
+        the runs this node held there and did not call (take_over_runs, under
+        the owner's name and token: apply checks both)."""
         node = self._node
-        beats = []
-        for run_id, (attempt, task) in list(self._running.items()):
-            update = commands.run_heartbeat(run_id=run_id, holder=node.node_id, attempt=attempt,
-                                            at_ms=node.now_ms(),
-                                            lease_ms=node.now_ms() + node.config.run_lease_ms)
-            beats.append((run_id, attempt, task, node.reporter.send(update)))
-        for run_id, attempt, task, future in beats:
-            if not await future and self._running.get(run_id, (None,))[0] == attempt:
-                log.warning("run %s attempt %d: lease lost (cancelled or expired); "
-                            "stopping it", run_id, attempt)
-                task.cancel()
+        for shard in sorted(self._handing):
+            run_ids = sorted(self._handing.pop(shard))
+            state = node.store.get(SHARDS, keys.shard_key(shard))
+            if state is None or state["owner"] in (None, node.node_id):
+                continue
+            try:
+                result = await node.propose(commands.take_over_runs(
+                    node=state["owner"], shard=shard, token=state["token"], run_ids=run_ids,
+                    at_ms=node.now_ms()))
+            except Unavailable as exc:
+                log.warning("hand-over of %d runs of shard %d to %s not committed: %s",
+                            len(run_ids), shard, state["owner"], exc.detail)
+                self._handing.setdefault(shard, set()).update(run_ids)
+                continue
+            if result.get("ok"):
+                self.handed_over_total += result["taken"]
+
+    async def take_over_pending(self) -> None:
+        """One pass: each shard gained at least take_over_grace_s ago and not
+        yet swept."""
+        now = self._node.monotonic()
+        for shard, gained in sorted(self._to_take_over.items()):
+            if now - gained < limits.take_over_grace_s:
+                # At once, without the grace: the runs of a holder this node
+                # judges dead (its calls died with it or stopped with its
+                # shard lease; nothing of it is on its way through the log),
+                # and runs fired ahead and not due yet, which no node can
+                # have called (none calls early): core/runs.py take_over.
+                if shard not in self._armed_swept:
+                    self._armed_swept.add(shard)
+                    try:
+                        await self.maybe_take_over(shard, early=True)
+                    except Unavailable as exc:
+                        self._armed_swept.discard(shard)
+                        log.warning("takeover of shard %d's armed runs not committed: %s",
+                                    shard, exc.detail)
+                continue
+            del self._to_take_over[shard]
+            self._armed_swept.discard(shard)
+            try:
+                more = await self.maybe_take_over(shard)
+            except Unavailable as exc:
+                log.warning("takeover of shard %d's open runs not committed: %s", shard,
+                            exc.detail)
+                more = True
+            if more:
+                self._to_take_over.setdefault(shard, gained)
+
+    async def maybe_take_over(self, shard: int, early: bool = False) -> bool:
+        """Take over the open runs of `shard` held under an older token (or by
+        nobody), if this node owns it; say whether some may be left.
+        `early`: only those fired ahead and not due yet, and those of a
+        holder this node judges dead (not live to its coordinator)."""
+        node = self._node
+        at_ms = node.now_ms()
+        live = set(node.coordinator.live_nodes()) if early else set()
+        state = node.store.get(SHARDS, keys.shard_key(shard))
+        if state is None or state["owner"] != node.node_id:
+            return False
+        run_ids, total = [], 0
+        for key, _ in node.store.scan(RUNS_OPEN, start=keys.open_run_prefix(shard),
+                                      stop=keys.open_run_prefix_end(shard),
+                                      limit=limits.take_over_batch_max):
+            run = node.store.get(RUNS, key[2:])
+            if run is None or (run.get("holder") == node.node_id
+                               and run["token"] == state["token"]):
+                continue
+            if early and run.get("holder") in live and not runs.not_due(run, at_ms):
+                continue
+            # Taking a DAG task run over rewrites its DAG run: an entry holds
+            # at most apply_entry_cost_max (core/cost.py); the rest is next.
+            job = node.store.get(JOBS, keys.job_key(run["job_id"])) if "dag_run" in run else None
+            item_cost = report_cost(job, run, "start")
+            if run_ids and total + item_cost > limits.apply_entry_cost_max:
+                break
+            total += item_cost
+            run_ids.append(run["id"])
+        if not run_ids:
+            return False
+        result = await node.propose(commands.take_over_runs(
+            node=node.node_id, shard=shard, token=state["token"], run_ids=run_ids,
+            at_ms=at_ms))
+        if result.get("ok"):
+            self.taken_over_total += result["taken"]
+            log.warning("took over %d open runs of shard %d (their holder lost the shard); "
+                        "each is called here (as its next attempt if it may have been "
+                        "called)", result["taken"], shard)
+        return bool(result.get("ok")) and result["taken"] > 0
 
     def _resume_open_runs(self) -> None:
+        """Submit the runs this node holds in the shards it owns (at start-up,
+        after a restart of this loop or a snapshot install), and mark every
+        owned shard for the takeover loop (runs held under an older token)."""
         node = self._node
-        prefix = keys.open_run_prefix(node.node_id)
-        rows = node.store.scan(RUNS_OPEN, start=prefix, stop=keys.prefix_end(prefix),
-                               limit=limits.dispatch_queue_max)
-        resumed = ended = 0
-        for key, _ in rows:
-            run = node.store.get(RUNS, key[len(prefix):])
-            if run is None or run["id"] in self._active:
+        resumed = 0
+        for key, state in node.store.scan(SHARDS):
+            if state["owner"] != node.node_id:
                 continue
-            if run["state"] == "queued":
+            shard = int.from_bytes(key, "big")
+            self._to_take_over.setdefault(shard, node.monotonic())
+            for open_key, _ in node.store.scan(RUNS_OPEN, start=keys.open_run_prefix(shard),
+                                               stop=keys.open_run_prefix_end(shard),
+                                               limit=limits.dispatch_queue_max - resumed):
+                run = node.store.get(RUNS, open_key[2:])
+                if run is None or run["id"] in self._active or run["state"] != "running" \
+                        or run["holder"] != node.node_id or run["token"] != state["token"]:
+                    continue
                 self.submit(run)
                 resumed += 1
-            elif run["state"] == "running" and run["holder"] == node.node_id:
-                self._end_orphaned_attempt(run)
-                ended += 1
-        if resumed or ended:
-            log.info("resuming %d queued runs; ending %d attempts this node held when it "
-                     "stopped (retried by policy)", resumed, ended)
-
-    def _end_orphaned_attempt(self, run: dict) -> None:
-        node = self._node
-        job = node.store.get(JOBS, keys.job_key(run["job_id"]))
-        outcome = Outcome(ok=False, error=f"node {node.node_id} restarted during the attempt")
-        self._active.add(run["id"])
-        policy = dag.retry_policy(job["spec"], run.get("task_id"))
-        future = node.reporter.send(finish_update(node, run, node.node_id, outcome, policy),
-                                    run["tenant"], report_cost(job, run))
-        future.add_done_callback(lambda _: self._active.discard(run["id"]))
+        self._take_over_wake.set()
+        if resumed:
+            log.info("resuming %d runs this node holds (a call its stop cut short is made "
+                     "again)", resumed)
 
     # --- one attempt ------------------------------------------------------------------
 
@@ -253,38 +372,71 @@ class Dispatcher:
         node = self._node
         settled_here = True
         try:
-            # A DAG task's start rewrites its DAG run: its job says how large.
-            dag_job = (node.store.get(JOBS, keys.job_key(run["job_id"]))
-                       if "dag_run" in run else None)
-            started = await node.reporter.send(commands.run_start(
-                run_id=run["id"], holder=node.node_id, attempt=run["attempt"],
-                at_ms=node.now_ms(), lease_ms=node.now_ms() + node.config.run_lease_ms),
-                run["tenant"], report_cost(dag_job, run, "start"))
-            if not started:
-                return   # cancelled, reassigned or already started: not ours to run
+            if not await self._still_held(run):
+                return   # the shard moved: its new owner takes the run over
             task = asyncio.current_task()
             assert task is not None
             self._running[run["id"]] = (run["attempt"], task)
             job = node.store.get(JOBS, keys.job_key(run["job_id"]))
+            called_ms = node.now_ms()
             try:
                 outcome = await self._call(job, run)
             except asyncio.CancelledError:
-                return   # apply cancelled it or the lease is gone: nothing to report
+                return   # apply cancelled it or took it over: nothing to report
             finally:
                 self._running.pop(run["id"], None)
-            self._report(job, run, outcome)
+            self._report(job, run, outcome, called_ms)
             settled_here = False
-        except Exception:
-            # The supervisor logs the traceback and counts it; the lease, if
-            # taken, expires and the reaper retries the run.
-            log.error("run %s attempt %d: the dispatcher failed unexpectedly", run["id"],
-                      run["attempt"])
+        except Exception as exc:
+            # The supervisor logs the traceback and counts it. The run is held
+            # by this node, with no lease of its own to expire: the attempt
+            # ends here as a retryable failure, retried by its policy.
+            log.error("run %s attempt %d: the dispatcher failed unexpectedly; the attempt "
+                      "ends as a retryable failure", run["id"], run["attempt"])
+            if settled_here:
+                settled_here = False
+                self._report_failure(run, f"the dispatcher of node {node.node_id} failed "
+                                          f"during the attempt: {exc!r}")
             raise
         finally:
             self._slots.release()
             self._queue.done(run["tenant"])
             if settled_here:
                 self._active.discard(run["id"])
+
+    def _report_failure(self, run: dict, error: str) -> None:
+        job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
+        self._report(job, run, Outcome(ok=False, error=error))
+
+    async def _still_held(self, run: dict) -> bool:
+        """May this node call the run now? Only while it owns the run's shard
+        under the run's token (else the run is another node's to take over)
+        and its shard lease is valid by its monotonic clock: while the lease
+        is past and the shard still ours here, wait (a renewal renews it, or
+        the shard's reassignment arrives first: apply is in log order)."""
+        node = self._node
+        while True:
+            state = node.store.get(SHARDS, keys.shard_key(run["shard"]))
+            current = node.store.get(RUNS, run["id"].encode())
+            if state is None or state["owner"] != node.node_id \
+                    or state["token"] != run["token"] or current is None \
+                    or current["state"] != "running" or current["attempt"] != run["attempt"] \
+                    or current.get("holder") != node.node_id:
+                self.not_called_total += 1
+                log.warning("run %s attempt %d not called: this node no longer holds it "
+                            "(shard %d moved, or the run was cancelled or taken over)",
+                            run["id"], run["attempt"], run["shard"])
+                if state is not None and state["owner"] not in (None, node.node_id) \
+                        and current is not None and current["state"] == "running" \
+                        and current.get("holder") == node.node_id \
+                        and current["attempt"] == run["attempt"] and "dag_run" not in run:
+                    self._hand_over(run["shard"], run["id"])
+                return False
+            if node.coordinator.shard_lease_valid():
+                return True
+            # Look again at the next renewal seen applied (or at the latest
+            # after a lease's length, for a reassignment that came first).
+            await node.coordinator.wait_lease_extended(limits.node_lease_s)
 
     async def _call(self, job: dict | None, run: dict) -> Outcome:
         node = self._node
@@ -351,7 +503,8 @@ class Dispatcher:
         return Outcome(ok=True, output={"published": f"{target['topic']} offset "
                                                      f"{result['offset']}{again}"})
 
-    def _report(self, job: dict | None, run: dict, outcome: Outcome) -> None:
+    def _report(self, job: dict | None, run: dict, outcome: Outcome,
+                called_ms: int | None = None) -> None:
         node = self._node
         outcome = masked_outcome(job, outcome)
         if outcome.output:
@@ -360,9 +513,26 @@ class Dispatcher:
                                   http_status=outcome.http_status, exit_code=outcome.exit_code),
                              now_ms=node.now_ms(), tenant=run["tenant"])
         policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
-        future = node.reporter.send(finish_update(node, run, node.node_id, outcome, policy),
-                                    run["tenant"], report_cost(job, run))
-        future.add_done_callback(lambda _: self._active.discard(run["id"]))
+        update = finish_update(node, run, node.node_id, outcome, policy, called_ms)
+        task = node.supervisor.spawn("dispatcher.finish",
+                                     self._send_finish(run, update, report_cost(job, run)))
+        task.add_done_callback(lambda _: self._active.discard(run["id"]))
+
+    async def _send_finish(self, run: dict, update: commands.RunFinish, cost_units: int) -> None:
+        """Send the finish until it is applied, or the run is no longer this
+        node's attempt (cancelled, taken over). A node-executed run has no
+        lease of its own that would expire: a finish the reporter dropped
+        (run_update_pending_max) or a batch apply refused is sent again."""
+        node = self._node
+        while not await node.reporter.send(update, run["tenant"], cost_units):
+            current = node.store.get(RUNS, run["id"].encode())
+            if current is None or current["state"] != "running" \
+                    or current.get("holder") != node.node_id \
+                    or current["attempt"] != run["attempt"]:
+                return   # refused because the run moved on: nothing left to report
+            log.warning("run %s attempt %d: its finish was not applied; sending it again "
+                        "in %.1f s", run["id"], run["attempt"], limits.finish_resend_s)
+            await asyncio.sleep(limits.finish_resend_s)
 
     async def close(self) -> None:
         for task in list(self._tasks):

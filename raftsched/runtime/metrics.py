@@ -34,7 +34,8 @@ from prometheus_client.registry import Collector
 from raftsched.core import lifecycle
 from raftsched.core.apply import NODES, SHARDS
 from raftsched.core.spec import MISFIRE_POLICIES
-from raftsched.core.tx import TALLY_DEAD_LETTER, TALLY_MISFIRE, TALLY_RETRY, TALLY_RUN_ENDED
+from raftsched.core.tx import (TALLY_DEAD_LETTER, TALLY_MISFIRE, TALLY_REDELIVERED, TALLY_RETRY,
+                               TALLY_RUN_ENDED)
 from raftsched.runtime.lateness import BOUNDS_MS
 
 if TYPE_CHECKING:
@@ -116,6 +117,9 @@ class NodeCollector(Collector):
         yield ended
         yield counter("run_retries", "Failed attempts given another attempt, as applied by "
                       "this replica (cluster-wide)", applied.get((TALLY_RETRY, ""), 0))
+        yield counter("run_redeliveries", "Held runs whose next attempt went to their "
+                      "shard's new owner (the old holder lost the shard), as applied by this "
+                      "replica (cluster-wide)", applied.get((TALLY_REDELIVERED, ""), 0))
         yield counter("dead_letters", "Runs that failed for good and raised an alert, as "
                       "applied by this replica (cluster-wide)",
                       applied.get((TALLY_DEAD_LETTER, ""), 0))
@@ -264,8 +268,11 @@ class NodeCollector(Collector):
         reaper, purger, backfiller = node.reaper, node.purger, node.backfiller
         yield counter("reaper_expired", "Attempts whose lease expired, ended by this node "
                       "as leader", reaper.expired_total)
-        yield counter("reaper_reassigned", "Queued runs moved off dead nodes",
-                      reaper.reassigned_total)
+        yield counter("runs_taken_over", "Open runs of shards this node gained, taken "
+                      "over from the shard's former owner", node.dispatcher.taken_over_total)
+        yield counter("runs_not_called", "Runs this node dropped before their call because "
+                      "it no longer held them (its shard moved)",
+                      node.dispatcher.not_called_total)
         yield counter("reaper_alerts_sent", "Alerts delivered", reaper.alerts_sent_total)
         yield counter("reaper_alerts_failed", "Alert deliveries that failed",
                       reaper.alerts_failed_total)

@@ -36,7 +36,7 @@ from raftsched.executors.netguard import policy_for
 from raftsched.replication.raft import Replicator
 from raftsched.runtime.admission import ClientProposals
 from raftsched.runtime.apply_bridge import EXIT_INVARIANT, ApplyBridge
-from raftsched.runtime.armed import ArmedRuns, run_reader, shard_owner_reader
+from raftsched.runtime.armed import ArmedRuns
 from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.clock import ClusterClock
 from raftsched.runtime.coordinator import Coordinator
@@ -70,7 +70,8 @@ class NodeConfig:
     shard_count: int = limits.shard_count_default
     advertise_http: str | None = None   # URL other nodes and clients use for this node
     raft_snapshot_entries: int = limits.log_compaction_entries_default
-    # A running attempt's lease, and how often its holder extends it.
+    # A remote worker's running attempt's lease, and how often it extends it
+    # (a node-executed run is held under its node's shard lease instead).
     run_lease_ms: int = limits.run_lease_ms_default
     run_heartbeat_ms: int = limits.run_heartbeat_ms_default
     # Where alerts of jobs without alert.webhook_url go (None: logged only).
@@ -200,10 +201,7 @@ class Node:
         self.trigger = TriggerLoop(self, arm_ahead_ms=config.arm_ahead_ms)
         # Runs fired ahead, held until their second (runtime/armed.py).
         self.armed = ArmedRuns(node_id=config.node_id, now_ms=self.now_ms,
-                               synced=self.clock.synced, call=self.dispatcher.enqueue,
-                               owner_of=shard_owner_reader(self.store),
-                               run_of=run_reader(self.store), propose=self.propose,
-                               spawn=lambda name, coro: self.supervisor.spawn(name, coro))
+                               synced=self.clock.synced, call=self.dispatcher.enqueue)
         # A node that just learnt the cluster's time may fire what is due at once.
         self.clock.on_synced = self.trigger.ownership_changed
         self.coordinator = Coordinator(self)
@@ -375,7 +373,7 @@ class Node:
         act while this node leads."""
         loops = {"trigger": self.trigger.run, "armed": self.armed.run,
                  "dispatcher": self.dispatcher.run,
-                 "dispatcher.heartbeat": self.dispatcher.heartbeat_loop,
+                 "dispatcher.takeover": self.dispatcher.takeover_loop,
                  "reporter": self.reporter.run, "reaper": self.reaper.run,
                  "coordinator": self.coordinator.run, "renew": self.coordinator.renew_loop,
                  "sync": self._sync_loop, "prune_outputs": self._prune_outputs_loop,

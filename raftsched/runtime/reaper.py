@@ -4,8 +4,9 @@ The reaper, every `reaper_period_ms`:
   - ends every attempt whose lease expired before now (its holder, a node or
     a worker, died, froze or was cut off) as a retryable failure: the run is
     retried after a backoff drawn here, or failed when attempts are spent;
-  - moves queued runs off nodes that are not live (they were fired there and
-    never started) to the owner of the job's shard.
+  (a remote worker's: a node-executed run has no lease of its own, it is held
+  under its node's shard lease, and a new owner of the shard takes it over,
+  runtime/dispatcher.py).
 
 The alerter delivers each pending failure alert (a run failed for good) to the
 job's `alert.webhook_url`, or the cluster default `--alert-webhook-url`, with
@@ -31,7 +32,7 @@ import aiohttp
 
 from raftsched import limits
 from raftsched.core import commands, cost, dag, keys, retry
-from raftsched.core.apply import ALERTS, JOBS, LEASES, NODES, RUNS, RUNS_OPEN, SHARDS
+from raftsched.core.apply import ALERTS, JOBS, LEASES, RUNS
 from raftsched.core.redact import redact_text, secret_values
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import Unavailable
@@ -64,7 +65,6 @@ class Reaper:
         self._node = node
         self._delivering: set[str] = set()
         self.expired_total = 0
-        self.reassigned_total = 0
         self.alerts_sent_total = 0
         self.alerts_failed_total = 0
 
@@ -77,7 +77,6 @@ class Reaper:
                 continue
             try:
                 await self.maybe_expire_leases()
-                await self.maybe_reassign_orphans()
                 self.maybe_deliver_alerts()
             except Unavailable as exc:
                 log.warning("reaper pass not committed: %s", exc.detail)
@@ -113,35 +112,6 @@ class Reaper:
         _log_refusal(result, "lease expiry")
         self.expired_total += result.get("expired", 0)
         return True
-
-    async def maybe_reassign_orphans(self) -> bool:
-        node = self._node
-        live = node.coordinator.live_nodes()
-        items = []
-        for _, rec in node.store.scan(NODES):
-            if rec["id"] in live:
-                continue
-            prefix = keys.open_run_prefix(rec["id"])
-            for key, _ in node.store.scan(RUNS_OPEN, start=prefix, stop=keys.prefix_end(prefix),
-                                          limit=limits.reaper_batch_max - len(items)):
-                run = node.store.get(RUNS, key[len(prefix):])
-                if run is not None and run["state"] == "queued":
-                    items.append((run["id"], rec["id"], self._new_home(run, live)))
-        if not items:
-            return False
-        log.info("moving %d queued runs off nodes that are not live", len(items))
-        result = await node.propose(commands.reassign_runs(items=items, at_ms=node.now_ms()))
-        _log_refusal(result, "reassignment")
-        self.reassigned_total += result.get("moved", 0)
-        return True
-
-    def _new_home(self, run: dict, live: list[str]) -> str:
-        job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
-        state = self._node.store.get(SHARDS, keys.shard_key(job["shard"]))
-        owner = state["owner"] if state else None
-        if owner in live:
-            return owner
-        return live[keys.stable_hash(run["id"]) % len(live)]
 
     # --- alerts -----------------------------------------------------------------------
 

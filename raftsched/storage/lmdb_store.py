@@ -44,7 +44,7 @@ import lmdb
 from raftsched import limits
 from raftsched.core import codec, keys
 from raftsched.core.apply import TABLES, Transition
-from raftsched.core.tx import View
+from raftsched.core.tx import JOB_STATE, JOBS, View, merge_job
 from raftsched.errors import InvariantBroken, StorageFull
 from raftsched.storage.base import (check_key, decode_value, encode_value, fsync_dir,
                                     storable_key)
@@ -162,6 +162,8 @@ class LmdbStore:
         try:
             with self._env.begin(db=self._dbs[table]) as txn:
                 raw = txn.get(key)
+                if table == JOBS and raw is not None:
+                    return _merged_job(txn, self._dbs, key, raw)
         finally:
             self._guard.leave()
         return None if raw is None else decode_value(table, raw)
@@ -236,7 +238,8 @@ class LmdbStore:
                     break
                 if reverse and key < start:
                     break
-                out.append((bytes(key), decode_value(table, raw)))
+                out.append((bytes(key), _merged_job(txn, self._dbs, bytes(key), raw)
+                            if table == JOBS else decode_value(table, raw)))
                 if limit is not None and len(out) >= limit:
                     break
         return out
@@ -362,6 +365,13 @@ class LmdbStore:
         with self._guard.exclusive():
             self._env.sync(True)
             self._env.close()
+
+
+def _merged_job(txn: Any, dbs: dict[str, Any], key: bytes, raw: bytes) -> dict:
+    """A job record with its state record laid over it (core/tx.py JOB_STATE)."""
+    state = txn.get(key, db=dbs[JOB_STATE])
+    return merge_job(decode_value(JOBS, raw),
+                     None if state is None else decode_value(JOB_STATE, state))
 
 
 class _TxnView:

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from raftsched.core import codec
 from raftsched.core.apply import TABLES, Transition
+from raftsched.core.tx import JOB_STATE, JOBS, merge_job
 from raftsched.errors import InvariantBroken
 from raftsched.storage.base import check_key, decode_value, encode_value, storable_key
 
@@ -28,7 +29,15 @@ class MemoryStore:
         if not storable_key(key):
             return None
         raw = self._data[table].get(key)
+        if raw is not None and table == JOBS:
+            return self._merged_job(key, raw)
         return None if raw is None else decode_value(table, raw)
+
+    def _merged_job(self, key: bytes, raw: bytes) -> dict:
+        """A job record with its state record laid over it (core/tx.py JOB_STATE)."""
+        state = self._data[JOB_STATE].get(key)
+        return merge_job(decode_value(JOBS, raw),
+                         None if state is None else decode_value(JOB_STATE, state))
 
     def applied_index(self) -> int:
         return self._applied
@@ -76,6 +85,8 @@ class MemoryStore:
                 selected = selected[::-1]
             if limit is not None:
                 selected = selected[:limit]
+            if table == JOBS:
+                return [(k, self._merged_job(k, self._data[table][k])) for k in selected]
             return [(k, decode_value(table, self._data[table][k])) for k in selected]
 
     def raw_items(self) -> tuple[int, list[tuple[str, bytes, bytes]]]:

@@ -15,8 +15,8 @@ what the sink received, what the API acknowledged and what the run records say:
                 superseded when the occurrence was due                    (must be 0)
   digests       replica state digests after healing                       (must be equal)
 
-and reports trigger lateness (run started - scheduled: a run fired ahead of
-its second is created before it) and call lateness
+and reports trigger lateness (an ended run's call start - scheduled: a run
+fired ahead of its second is created and held before it) and call lateness
 (sink arrival - scheduled) per phase. Every random choice comes from the
 printed seed; `--seed N` replays the same choices.
 """
@@ -423,7 +423,10 @@ class Chaos:
             for run in runs["runs"]:
                 due = _ts(run["scheduled_for"])
                 scheduled.add(int(round(due)))
-                if run["state"] not in ("missed", "skipped") and run.get("started_at"):
+                # An ended attempt's start is when its node began the call (a
+                # run is held from its fire, which may be ahead of its second).
+                if run["state"] in ("succeeded", "failed", "retry_wait") \
+                        and run.get("started_at"):
                     trigger_late.append((due, _ts(run["started_at"]) - due))
             expected = range(int(first) + 1, int(end) - 3)
             lost += sum(1 for t in expected if t not in scheduled)

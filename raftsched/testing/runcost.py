@@ -3,7 +3,8 @@
 In one process, with no network and no Raft: N one-off HTTP jobs are created
 through the same commands the API proposes (create_jobs entries of
 batch_entry_jobs_max), fired through fire_many entries as the trigger builds
-them, started and finished through run_updates entries as the dispatcher's
+them (each run held by the shard's owner from its fire on: there is no
+start entry), and finished through run_updates entries as the dispatcher's
 reports come. Each entry is decoded, applied and committed to a real LMDB
 store exactly as a node does (core/apply.apply_entry, LmdbStore.commit).
 
@@ -123,7 +124,7 @@ def _iso(ms: int) -> str:
 def measure(n: int) -> dict:
     now_ms = int(time.time() * 1000)
     due_ms = now_ms + 3_600_000
-    phases = {name: Phase(name) for name in ("create", "fire", "start", "finish")}
+    phases = {name: Phase(name) for name in ("create", "fire", "finish")}
     proposer = Phase("trigger (proposer only)")
     with tempfile.TemporaryDirectory() as tmp:
         replica = Replica(os.path.join(tmp, "state"))
@@ -143,7 +144,7 @@ def measure(n: int) -> dict:
                           phases["create"])
             phases["create"].items += len(items)
         run_ids = _fire_all(replica, due_ms, phases["fire"], proposer)
-        for event, at in (("start", due_ms + 10), ("finish", due_ms + 20)):
+        for event, at in (("finish", due_ms + 20),):
             phase = phases[event]
             for start in range(0, len(run_ids), REPORT_BATCH):
                 updates = [_update(event, run_id, at)
@@ -155,7 +156,7 @@ def measure(n: int) -> dict:
     rows = [p.per_item() for p in (*phases.values(), proposer)]
     total = {"phase": "fire to finish (one replica)", "items": n}
     for field in ("entries", "lmdb_writes", "encodes", "decodes", "encoded_bytes", "cpu_us"):
-        total[field] = round(sum(r[field] for r in rows[1:4]), 4 if field == "entries" else 1)
+        total[field] = round(sum(r[field] for r in rows[1:3]), 4 if field == "entries" else 1)
     return {"scenario": "cost", "runs": n, "cores": os.cpu_count(),
             "python": sys.version.split()[0], "phases": rows + [total]}
 

@@ -1,0 +1,56 @@
+"""A job's runs rewrite only its small state record (next occurrence, open runs, last run, run count), never its spec; every reader, in apply and through either store, sees the job whole."""
+
+from __future__ import annotations
+
+from raftsched.core import commands, keys, retry
+from raftsched.core.apply import apply_entry
+from raftsched.core.tx import JOB_STATE, JOBS
+from raftsched.testing.replica import EVERY_2S, HTTP
+
+SHARDS = 16
+JOB = "job_a1"
+SHARD = keys.shard_of(JOB, SHARDS)
+
+
+def run(store, index: int, command) -> tuple[dict, set[str]]:
+    """Apply and commit one entry: (its result, the tables it wrote)."""
+    _, transition = apply_entry(store, commands.encode(command), index)
+    store.commit(transition, index)
+    return transition.result, {table for table, _, _ in transition.writes}
+
+
+def spec() -> dict:
+    return {"name": "j", "schedule": EVERY_2S, "target": HTTP, "retry": retry.DEFAULT_POLICY,
+            "concurrency": {"policy": "allow"}, "alert": {}, "metadata": {},
+            "misfire": {"policy": "fire_all", "tolerance_ms": 60_000, "catchup_max": 100}}
+
+
+def test_fire_and_finish_write_the_state_record_and_not_the_spec(store):
+    run(store, 1, commands.assign_shards(assignments=[(SHARD, "n1")], at_ms=1))
+    _, tables = run(store, 2, commands.create_job(
+        job_id=JOB, tenant="default", spec=spec(), idempotency_key=None, shard=SHARD,
+        next_ms=10_000, at_ms=1_000))
+    assert JOBS in tables and JOB_STATE not in tables
+    result, tables = run(store, 3, commands.fire(
+        shard=SHARD, token=1, upto_ms=10_000, node="n1", at_ms=10_000,
+        items=[(JOB, 10_000, 12_000, [10_000], False)]))
+    assert result["fired"] == 1
+    assert JOB_STATE in tables and JOBS not in tables
+    run_id = keys.run_id(JOB, 10_000, 1)
+    job = store.get(JOBS, keys.job_key(JOB))   # the job whole, as before
+    assert (job["next_ms"], job["active"], job["last_run_id"], job["runs_count"]) == \
+        (12_000, [run_id], run_id, 1)
+    assert job["spec"]["name"] == "j"
+    assert [j["next_ms"] for _, j in store.scan(JOBS)] == [12_000]
+    finish = commands.run_finish(run_id=run_id, holder="n1", attempt=1, at_ms=10_100, ok=True)
+    result, tables = run(store, 4, commands.run_updates(updates=[finish]))
+    assert result["accepted"] == [True]
+    assert JOB_STATE in tables and JOBS not in tables
+    assert store.get(JOBS, keys.job_key(JOB))["active"] == []
+    # A change of the spec writes the job whole again, and its state with it.
+    _, tables = run(store, 5, commands.pause_job(job_id=JOB, at_ms=11_000))
+    assert JOBS in tables
+    assert store.get(JOB_STATE, keys.job_key(JOB)) is None
+    job = store.get(JOBS, keys.job_key(JOB))
+    assert (job["status"], job["next_ms"], job["runs_count"], job["version"]) == \
+        ("paused", None, 1, 2)

@@ -1,0 +1,388 @@
+"""The lease is taken at fire: a node calls the runs it holds with no `start` entry, while it holds their shard and its shard lease is valid by its monotonic clock; a backlog never costs a run its lease; a moved shard's runs are called once, by the new owner."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import types
+
+import pytest
+
+from raftsched import limits
+from raftsched.core import commands, keys
+from raftsched.core.apply import LEASES, NodeRenewed, RunCancelled, RunQueued, ShardsAssigned
+from raftsched.executors.base import Outcome
+from raftsched.executors.breaker import Breaker
+from raftsched.runtime.armed import ArmedRuns
+from raftsched.runtime.coordinator import Coordinator
+from raftsched.runtime.dispatcher import Dispatcher
+from raftsched.runtime.reaper import Reaper
+from raftsched.runtime.supervise import Supervisor
+from raftsched.testing.replica import EVERY_2S, HTTP, Replica
+
+SHARDS = 16
+AT_MS = 1_800_000_000_000
+JOB = "job_lease"
+SHARD = keys.shard_of(JOB, SHARDS)
+
+
+class Cluster(Replica):
+    """One replicated log, seen by the fake nodes below; every command any of
+    them proposes is counted by tag (and a run report by its event)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: collections.Counter[str] = collections.Counter()
+        self.nodes: dict[str, "FakeNode"] = {}
+
+    def run(self, command) -> dict:
+        tag = commands.tag_of(command)
+        self.tags[tag] += 1
+        if tag == "run_updates":
+            for update in command.updates:
+                self.tags["run_updates." + commands.tag_of(update)] += 1
+        before = len(self.effects)
+        result = super().run(command)
+        for effect in self.effects[before:]:
+            for node in self.nodes.values():
+                node.handle(effect)
+        return result
+
+
+class Reporter:
+    """Applies each report at once, as its own run_updates entry."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def send(self, update, tenant: str = "", cost: int = 1) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        result = self.cluster.run(commands.run_updates(updates=[update]))
+        future.set_result(result["accepted"][0])
+        return future
+
+
+class Executor:
+    """An HTTP target: counts its calls by (node, run) and holds each one
+    until `release` is set."""
+
+    def __init__(self, node_id: str, calls: collections.Counter) -> None:
+        self.node_id, self.calls = node_id, calls
+        self.release = asyncio.Event()
+        self.release.set()
+
+    async def run(self, attempt, target: dict, deadline_ms: int) -> Outcome:
+        self.calls[(self.node_id, attempt.run_id)] += 1
+        await self.release.wait()
+        return Outcome(ok=True, http_status=200)
+
+
+class FakeNode:
+    """What the dispatcher and the coordinator's lease use of a node, with a
+    monotonic clock and a cluster clock the test moves."""
+
+    def __init__(self, cluster: Cluster, node_id: str, calls: collections.Counter) -> None:
+        self.cluster, self.node_id, self.store = cluster, node_id, cluster.store
+        self.mono_s = 1000.0
+        self.clock_ms = AT_MS
+        self.supervisor = Supervisor(f"node {node_id}", exit_hook=lambda code: None)
+        self.breaker = Breaker(window=limits.breaker_window,
+                               failure_ratio=limits.breaker_failure_ratio,
+                               cooloff_s=limits.breaker_cooloff_s, clock=self.monotonic)
+        self.reporter = Reporter(cluster)
+        self.http_executor = Executor(node_id, calls)
+        self.outputs = None
+        self.trigger_lateness = type("Lateness", (), {"record": lambda self, ms: None})()
+        self.coordinator = Coordinator(self)
+        self.dispatcher = Dispatcher(self)
+        self.armed = ArmedRuns(node_id=node_id, now_ms=self.now_ms, synced=lambda: True,
+                               call=self.dispatcher.enqueue)
+        # Every Raft link up: liveness is the renewals' (Coordinator.live_nodes).
+        self.replicator = types.SimpleNamespace(peer_liveness=lambda: {})
+        cluster.nodes[node_id] = self
+        cluster.run(commands.register_node(node=node_id, http=f"http://{node_id}",
+                                           raft=f"raft-{node_id}", at_ms=AT_MS - 20_000))
+
+    def monotonic(self) -> float:
+        return self.mono_s
+
+    def now_ms(self) -> int:
+        return self.clock_ms
+
+    def quota_of(self, tenant: str) -> dict:
+        return {"weight": 1, "runs_concurrent_max": 10_000}
+
+    async def propose(self, command) -> dict:
+        return self.cluster.run(command)
+
+    def renew(self) -> None:
+        """A renewal proposed now and applied (as the coordinator's renew loop)."""
+        self.cluster.run(commands.renew(node=self.node_id, at_ms=self.clock_ms))
+        self.coordinator.extend_lease(self.mono_s)
+
+    def handle(self, effect) -> None:
+        """What the apply bridge hands this node (runtime/apply_bridge.py)."""
+        if isinstance(effect, RunQueued) and effect.run["node"] == self.node_id:
+            self.dispatcher.submit(effect.run)
+        elif isinstance(effect, RunCancelled) and effect.holder == self.node_id:
+            self.dispatcher.cancelled(effect.run_id, effect.attempt)
+        elif isinstance(effect, ShardsAssigned) and effect.owner == self.node_id:
+            self.dispatcher.shard_gained(effect.shard)
+        elif isinstance(effect, NodeRenewed):
+            self.coordinator.renewed(effect.node, effect.at_ms)
+
+
+def make_job(cluster: Cluster, owner: str = "n1") -> None:
+    cluster.run(commands.assign_shards(assignments=[(SHARD, owner)], at_ms=AT_MS - 10_000))
+    spec = {"name": "j", "schedule": EVERY_2S, "target": HTTP, "misfire": None, "alert": {},
+            "metadata": {}, "concurrency": {"policy": "allow"},
+            "retry": {"max_attempts": 3, "backoff": "exponential", "base_s": 1.0,
+                      "max_s": 60.0, "non_retryable_exit_codes": []}}
+    spec["misfire"] = {"policy": "fire_all", "tolerance_ms": 3_600_000, "catchup_max": 1000}
+    cluster.run(commands.create_job(job_id=JOB, tenant="default", spec=spec,
+                                    idempotency_key=None, shard=SHARD, next_ms=AT_MS,
+                                    at_ms=AT_MS - 10_000))
+
+
+def fire(cluster: Cluster, owner: str, count: int) -> list[str]:
+    """Fire `count` occurrences of the job at once (a backlog): the run ids."""
+    occurrences = [AT_MS + 2000 * i for i in range(count)]
+    for node in cluster.nodes.values():
+        # Fired as due at the last one: by then each node's clock has reached
+        # them all (a node holds a run that is not due yet: runtime/armed.py).
+        node.clock_ms = max(node.clock_ms, occurrences[-1])
+    token = cluster.store.get("shards", keys.shard_key(SHARD))["token"]
+    result = cluster.run(commands.fire(
+        shard=SHARD, token=token, upto_ms=occurrences[-1], node=owner, at_ms=occurrences[-1],
+        items=[(JOB, AT_MS, occurrences[-1] + 2000, occurrences, False)]))
+    assert result["fired"] == count, result
+    return [keys.run_id(JOB, o, 1) for o in occurrences]
+
+
+async def until(check, what: str, timeout_s: float = 10) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+async def cluster(monkeypatch):
+    # A few calls at once, so that a small backlog waits behind them.
+    monkeypatch.setattr(limits, "runs_inflight_max", 4)
+    cluster = Cluster()
+    yield cluster
+    for node in cluster.nodes.values():
+        await node.dispatcher.close()
+        await node.supervisor.stop()
+
+
+def start(node: FakeNode) -> None:
+    node.supervisor.start("dispatcher", node.dispatcher.run)
+    node.supervisor.start("dispatcher.takeover", node.dispatcher.takeover_loop)
+
+
+def state(cluster: Cluster, run_id: str) -> str:
+    return cluster.get_run(run_id)["state"]
+
+
+async def test_a_node_executed_run_is_called_and_finished_with_no_start_entry(cluster):
+    calls: collections.Counter = collections.Counter()
+    n1 = FakeNode(cluster, "n1", calls)
+    make_job(cluster)
+    n1.renew()
+    start(n1)
+    (run_id,) = fire(cluster, "n1", 1)
+    await until(lambda: state(cluster, run_id) == "succeeded", "the run to succeed")
+    assert calls == {("n1", run_id): 1}
+    assert cluster.tags["run_updates.start"] == 0
+    assert cluster.tags["run_updates.heartbeat"] == 0
+    assert cluster.tags["run_updates.finish"] == 1
+    assert cluster.get_run(run_id)["attempts"][0]["holder"] == "n1"
+
+
+async def test_an_ended_attempts_start_is_when_its_node_began_the_call(cluster):
+    """Held from its fire, a run's start is its fire until the finish brings
+    the call's own start (what a user and the lateness checks read)."""
+    calls: collections.Counter = collections.Counter()
+    n1 = FakeNode(cluster, "n1", calls)
+    make_job(cluster)
+    n1.renew()
+    n1.http_executor.release.clear()
+    (run_id,) = fire(cluster, "n1", 1)
+    fired_ms = cluster.get_run(run_id)["started_ms"]
+    n1.clock_ms = fired_ms + 700   # the call begins 0.7 s after the fire
+    start(n1)
+    await until(lambda: len(calls) == 1, "the call to begin")
+    n1.http_executor.release.set()
+    await until(lambda: state(cluster, run_id) == "succeeded", "the run to succeed")
+    run = cluster.get_run(run_id)
+    assert run["started_ms"] == run["attempts"][0]["started_ms"] == fired_ms + 700
+
+
+async def test_a_backlog_held_past_the_run_lease_is_called_once_and_never_reaped(cluster):
+    calls: collections.Counter = collections.Counter()
+    n1 = FakeNode(cluster, "n1", calls)
+    make_job(cluster)
+    n1.renew()
+    n1.http_executor.release.clear()   # every call hangs: the rest wait in the queue
+    start(n1)
+    backlog = limits.runs_inflight_max + 50
+    run_ids = fire(cluster, "n1", backlog)
+    await until(lambda: len(calls) == limits.runs_inflight_max, "the slots to fill")
+    # Far past any per-run lease, the node still renewing: its runs stay held.
+    for _ in range(4):
+        n1.mono_s += 1.0
+        n1.clock_ms += 2 * limits.run_lease_ms_default
+        n1.renew()
+        reaper = Reaper(n1)
+        assert not await reaper.maybe_expire_leases()   # nothing to expire
+    assert cluster.store.scan(LEASES) == []
+    assert {state(cluster, r) for r in run_ids} == {"running"}
+    n1.http_executor.release.set()
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
+                "the backlog to drain")
+    assert sorted(calls.values()) == [1] * backlog   # each called once, by its holder
+    assert all(cluster.get_run(r)["attempt"] == 1 for r in run_ids)
+    assert cluster.tags["run_updates.start"] == 0
+
+
+async def test_a_node_whose_shard_lease_is_past_does_not_call(cluster):
+    calls: collections.Counter = collections.Counter()
+    n1 = FakeNode(cluster, "n1", calls)
+    make_job(cluster)
+    n1.renew()
+    # Frozen: its monotonic clock moved past its lease, no renewal applied since.
+    n1.mono_s += limits.node_lease_s
+    assert not n1.coordinator.shard_lease_valid()
+    start(n1)
+    (run_id,) = fire(cluster, "n1", 1)
+    await asyncio.sleep(0.3)   # the call step would have run by now: none may
+    assert calls == {}
+    assert state(cluster, run_id) == "running"
+    # Its shard moved meanwhile: when its renewal comes through it drops the run.
+    n2 = FakeNode(cluster, "n2", calls)
+    n2.renew()
+    start(n2)
+    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=AT_MS + 2000))
+    n1.renew()
+    await until(lambda: n1.dispatcher.not_called_total == 1, "n1 to drop the run")
+    n2.mono_s += limits.take_over_grace_s
+    n2.renew()   # n2 renewed all along
+    await n2.dispatcher.take_over_pending()
+    await until(lambda: state(cluster, run_id) == "succeeded", "the new owner's call")
+    assert calls == {("n2", run_id): 1}
+    assert n1.dispatcher.not_called_total == 1
+
+
+async def test_a_dead_holders_runs_are_taken_over_at_once_without_the_grace(cluster):
+    """A holder that stopped renewing while the others went on is dead to
+    the new owner: its runs are taken over when the shard is gained, not
+    take_over_grace_s later."""
+    calls: collections.Counter = collections.Counter()
+    n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
+    make_job(cluster)
+    for node in (n1, n2):
+        node.renew()
+    n1.http_executor.release.clear()   # n1 dies calling
+    start(n1)
+    start(n2)
+    run_ids = fire(cluster, "n1", limits.runs_inflight_max)
+    await until(lambda: len(calls) == limits.runs_inflight_max, "n1's calls")
+    # n2 renews on, a lease and its margin later by the cluster's time; n1 does not.
+    n2.clock_ms += int((limits.node_lease_s + limits.shard_lease_margin_s) * 1000)
+    n2.renew()
+    assert n2.coordinator.live_nodes() == ["n2"]
+    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=n2.clock_ms))
+    await n2.dispatcher.take_over_pending()   # no time has passed: within the grace
+    assert cluster.tags["take_over_runs"] == 1
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
+                "n2 to call every run")
+    for run_id in run_ids:
+        assert (cluster.get_run(run_id)["attempt"], calls[("n2", run_id)]) == (2, 1)
+
+
+async def test_a_live_holders_runs_are_taken_over_after_the_grace_and_its_late_finish_refused(
+        cluster):
+    calls: collections.Counter = collections.Counter()
+    n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
+    make_job(cluster)
+    for node in (n1, n2):
+        node.renew()
+    n1.http_executor.release.clear()   # n1's calls never answer: it died calling
+    start(n1)
+    start(n2)
+    run_ids = fire(cluster, "n1", limits.runs_inflight_max + 3)
+    await until(lambda: len(calls) == limits.runs_inflight_max, "n1's calls")
+    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=AT_MS + 5000))
+    # Not before the grace: n1 renewed as recently as n2, so its finishes may
+    # be on their way.
+    await n2.dispatcher.take_over_pending()
+    assert cluster.tags["take_over_runs"] == 0
+    n2.mono_s += limits.take_over_grace_s
+    n2.renew()   # n2 renewed all along
+    await n2.dispatcher.take_over_pending()
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
+                "n2 to call every run")
+    # Each run taken over once: its next attempt, called once by n2; the three
+    # n1 had not called yet it never calls.
+    assert cluster.tags["take_over_runs"] == 1
+    for run_id in run_ids:
+        run = cluster.get_run(run_id)
+        assert (run["attempt"], run["redeliveries"]) == (2, 1)
+        assert calls[("n2", run_id)] == 1
+    assert sum(1 for node, _ in calls if node == "n1") == limits.runs_inflight_max
+    assert n1.dispatcher.cancelled_total == limits.runs_inflight_max
+    # n1's late finish of attempt 1 is refused.
+    late = commands.run_finish(run_id=run_ids[0], holder="n1", attempt=1, at_ms=AT_MS + 6000,
+                               ok=True)
+    assert cluster.run(commands.run_updates(updates=[late]))["accepted"] == [False]
+
+
+async def test_a_live_holders_calls_are_not_repeated_when_its_shard_moves(cluster):
+    calls: collections.Counter = collections.Counter()
+    n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
+    make_job(cluster)
+    for node in (n1, n2):
+        node.renew()
+    n1.http_executor.release.clear()   # n1 is calling when its shard moves
+    start(n1)
+    start(n2)
+    run_ids = fire(cluster, "n1", limits.runs_inflight_max + 3)
+    await until(lambda: len(calls) == limits.runs_inflight_max, "n1's calls")
+    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=AT_MS + 5000))
+    n1.http_executor.release.set()   # its calls end and their finishes land in the grace
+    called = [r for r in run_ids if ("n1", r) in calls]
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in called)
+                and n1.dispatcher.not_called_total >= 3, "n1 to finish its calls, drop the rest")
+    n2.mono_s += limits.take_over_grace_s
+    n2.renew()   # n2 renewed all along
+    await n2.dispatcher.take_over_pending()
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
+                "every run to succeed")
+    assert sorted(calls.values()) == [1] * len(run_ids)   # no occurrence called twice
+    assert sorted(node for node, _ in calls) == ["n1"] * limits.runs_inflight_max + ["n2"] * 3
+
+
+async def test_a_live_former_holder_hands_over_the_runs_it_did_not_call(cluster):
+    """The runs a live node held in a shard it lost and did not call are
+    taken over by the new owner at once, at the former holder's word,
+    instead of after take_over_grace_s."""
+    calls: collections.Counter = collections.Counter()
+    n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
+    make_job(cluster)
+    for node in (n1, n2):
+        node.renew()
+    n1.http_executor.release.clear()   # n1 is calling when its shard moves
+    start(n1)
+    start(n2)
+    run_ids = fire(cluster, "n1", limits.runs_inflight_max + 3)
+    await until(lambda: len(calls) == limits.runs_inflight_max, "n1's calls")
+    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=AT_MS + 5000))
+    n1.http_executor.release.set()
+    # No clock moves: n2's grace never ends in this test.
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
+                "every run to succeed within n2's grace")
+    assert n1.dispatcher.handed_over_total == 3
+    assert sorted(calls.values()) == [1] * len(run_ids)
+    assert sorted(node for node, _ in calls) == ["n1"] * limits.runs_inflight_max + ["n2"] * 3
