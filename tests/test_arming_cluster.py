@@ -100,10 +100,7 @@ def test_a_node_skewed_ahead_never_calls_an_armed_run_early(cluster, sink):
                    "every one-off called")
     finally:
         shift_clock(cluster, victim, 0)
-    calls = sink.by_job()
-    for job in jobs:
-        assert len(calls[job["job_id"]]) == 1, calls[job["job_id"]]
-        assert calls[job["job_id"]][0].lateness_s >= 0, job
+    assert_called_once_none_early(sink, jobs)
     wait_until(lambda: cluster.api(victim, "GET", "/v1/node").body["shards_owned"] > 0, 15,
                f"{victim} owning shards again")
 
@@ -122,6 +119,13 @@ def armed_on_a_follower(cluster: LocalCluster, sink) -> tuple[str, str, list[dic
     return leader, victim, jobs, mine
 
 
+def assert_called_once_none_early(sink, jobs: list[dict]) -> None:
+    calls = sink.by_job()
+    for job in jobs:
+        assert len(calls[job["job_id"]]) == 1, calls[job["job_id"]]
+        assert calls[job["job_id"]][0].lateness_s >= 0, job
+
+
 def test_an_armed_runs_owner_frozen_its_runs_are_called_once_by_the_new_owner(cluster, sink):
     leader, victim, jobs, mine = armed_on_a_follower(cluster, sink)
     cluster.pause(victim)
@@ -134,15 +138,15 @@ def test_an_armed_runs_owner_frozen_its_runs_are_called_once_by_the_new_owner(cl
     # second: it must not call them (they were moved while it slept).
     wait_until(lambda: cluster.api(victim, "GET", "/v1/node").body["armed_runs"] == 0, 15,
                f"{victim} holding no armed run")
-    calls = sink.by_job()
-    for job in jobs:
-        assert len(calls[job["job_id"]]) == 1, calls[job["job_id"]]
-        assert calls[job["job_id"]][0].lateness_s >= 0, job
+    assert_called_once_none_early(sink, jobs)
     for job_id in mine:
-        [run] = runs_of(cluster, job_id, via=leader)
+        # The sink saw the call before its finish is applied: wait for it.
+        [run] = wait_until(lambda: (runs := runs_of(cluster, job_id, via=leader))
+                           and runs[0]["state"] == "succeeded" and runs, 15,
+                           f"the run of {job_id} to succeed")
         # The attempt that ran is the new owner's (the victim's, opened at
         # fire, was taken over before its second or ended by the takeover).
-        assert run["state"] == "succeeded" and run["attempts"][-1]["holder"] != victim, run
+        assert run["attempts"][-1]["holder"] != victim, run
 
 
 def test_an_armed_runs_owner_killed_its_runs_are_called_once_by_the_new_owner(cluster, sink):
@@ -151,10 +155,7 @@ def test_an_armed_runs_owner_killed_its_runs_are_called_once_by_the_new_owner(cl
     try:
         wait_until(lambda: all(j["job_id"] in sink.by_job() for j in jobs), 20,
                    "every one-off called")
-        calls = sink.by_job()
-        for job in jobs:
-            assert len(calls[job["job_id"]]) == 1, calls[job["job_id"]]
-            assert calls[job["job_id"]][0].lateness_s >= 0, job
+        assert_called_once_none_early(sink, jobs)
         for job_id in mine:
             [run] = runs_of(cluster, job_id, via=leader)
             assert run["attempts"][-1]["holder"] != victim, run

@@ -339,7 +339,10 @@ async def test_a_live_holders_runs_are_taken_over_after_the_grace_and_its_late_f
     assert cluster.run(commands.run_updates(updates=[late]))["accepted"] == [False]
 
 
-async def test_a_live_holders_calls_are_not_repeated_when_its_shard_moves(cluster):
+async def moved_while_calling(cluster: Cluster) -> tuple[collections.Counter, "FakeNode",
+                                                        "FakeNode", list[str]]:
+    """n1 holds a backlog and is calling as many as it may when its shard
+    moves to n2, both alive and renewing: (calls, n1, n2, the run ids)."""
     calls: collections.Counter = collections.Counter()
     n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
     make_job(cluster)
@@ -351,6 +354,11 @@ async def test_a_live_holders_calls_are_not_repeated_when_its_shard_moves(cluste
     run_ids = fire(cluster, "n1", limits.runs_inflight_max + 3)
     await until(lambda: len(calls) == limits.runs_inflight_max, "n1's calls")
     cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=AT_MS + 5000))
+    return calls, n1, n2, run_ids
+
+
+async def test_a_live_holders_calls_are_not_repeated_when_its_shard_moves(cluster):
+    calls, n1, n2, run_ids = await moved_while_calling(cluster)
     n1.http_executor.release.set()   # its calls end and their finishes land in the grace
     called = [r for r in run_ids if ("n1", r) in calls]
     await until(lambda: all(state(cluster, r) == "succeeded" for r in called)
@@ -368,17 +376,7 @@ async def test_a_live_former_holder_hands_over_the_runs_it_did_not_call(cluster)
     """The runs a live node held in a shard it lost and did not call are
     taken over by the new owner at once, at the former holder's word,
     instead of after take_over_grace_s."""
-    calls: collections.Counter = collections.Counter()
-    n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
-    make_job(cluster)
-    for node in (n1, n2):
-        node.renew()
-    n1.http_executor.release.clear()   # n1 is calling when its shard moves
-    start(n1)
-    start(n2)
-    run_ids = fire(cluster, "n1", limits.runs_inflight_max + 3)
-    await until(lambda: len(calls) == limits.runs_inflight_max, "n1's calls")
-    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=AT_MS + 5000))
+    calls, n1, n2, run_ids = await moved_while_calling(cluster)
     n1.http_executor.release.set()
     # No clock moves: n2's grace never ends in this test.
     await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
