@@ -43,6 +43,10 @@ def wait_state(cluster, run_id: str, state: str, timeout_s: float = 15) -> dict:
                       timeout_s, f"run {run_id} to be {state}")
 
 
+def instant(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 def list_runs(cluster, nid: str, **query) -> tuple[list[str], list[dict]]:
     """Every page of GET /v1/runs with `query`: (run ids, the pages' bodies)."""
     seen, pages, token = [], [], None
@@ -74,8 +78,7 @@ def test_paging_is_stable_while_runs_are_added(shared_cluster, sink):
         seen += [r["run_id"] for r in page["runs"]]
         # As instants: the text leaves out a whole second's milliseconds, so
         # "…18Z" sorts after "…18.154Z" as text though it is earlier.
-        scheduled += [dt.datetime.fromisoformat(r["scheduled_for"].replace("Z", "+00:00"))
-                      for r in page["runs"]]
+        scheduled += [instant(r["scheduled_for"]) for r in page["runs"]]
         trigger(c, job_id, "n3")
         token = page["next_page_token"]
         if token is None:
@@ -95,7 +98,6 @@ def test_filters_find_dead_letters_by_job_trigger_and_time(shared_cluster, sink)
     failing = create(c, **job_body(sink.url + "/fail"))
     working = create(c, **job_body(sink.url))
     sink.status_for = lambda call: 500 if call.path.endswith("/fail") else 200
-    started = dt.datetime.now(dt.timezone.utc)
     bad = [trigger(c, failing)["run_id"] for _ in range(3)]
     good = trigger(c, working)["run_id"]
     for run_id in bad:
@@ -106,11 +108,14 @@ def test_filters_find_dead_letters_by_job_trigger_and_time(shared_cluster, sink)
     assert list_runs(c, "n3", job_id=working, state="failed")[0] == []
     assert list_runs(c, "n3", job_id=working, trigger="manual")[0] == [good]
     assert list_runs(c, "n3", job_id=working, trigger="schedule")[0] == []
-    after = started.isoformat()
-    recent, pages = list_runs(c, "n1", state="failed", scheduled_after=after, limit=1)
+    # A manual run is dated by the cluster's time (the median node's clock as
+    # this node estimates it), which may trail this process's clock by a few
+    # ms: the bound is taken from the first run itself. "After" is inclusive.
+    first = run_of(c, bad[0])["scheduled_for"]
+    recent, pages = list_runs(c, "n1", state="failed", scheduled_after=first, limit=1)
     assert set(bad) <= set(recent)
     assert all(len(p["runs"]) <= 1 for p in pages)
-    first = run_of(c, bad[0])["scheduled_for"]
+    assert all(instant(run_of(c, r)["scheduled_for"]) >= instant(first) for r in recent)
     before_first, _ = list_runs(c, "n1", job_id=failing, scheduled_before=first)
     assert before_first == []
     refused = c.api("n1", "GET", "/v1/runs?state=dead")
@@ -250,7 +255,7 @@ def test_jitter_delays_each_occurrence_by_its_stable_amount(shared_cluster, sink
     views = [run_of(c, run_id) for run_id in runs]
     assert any(v["jitter_ms"] > 0 for v in views)
     for view in views:
-        scheduled = dt.datetime.fromisoformat(view["scheduled_for"].replace("Z", "+00:00"))
+        scheduled = instant(view["scheduled_for"])
         assert view["jitter_ms"] == fire_delay_ms(job_id, round(scheduled.timestamp() * 1000),
                                                   1500)
 
@@ -266,7 +271,7 @@ def test_a_schedule_ends_at_not_after(shared_cluster, sink):
     assert done["not_after"] is not None
     runs, _ = list_runs(c, "n1", job_id=job_id)
     last = max(run_of(c, r)["scheduled_for"] for r in runs)
-    assert dt.datetime.fromisoformat(last.replace("Z", "+00:00")) <= end
+    assert instant(last) <= end
     past = c.api("n1", "POST", "/v1/jobs", job_body(
         sink.url, schedule={"every": "1s"}, not_after="2020-01-01T00:00:00Z"))
     assert (past.status, past.body["field"]) == (400, "not_after")

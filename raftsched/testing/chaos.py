@@ -243,13 +243,24 @@ class Chaos:
         what is in question."""
         phase.victim = victim
         others = [n for n in self.cluster.ids if n != victim]
-        held = set(wait_until(lambda: self.owners(others).get(victim), 15,
-                              f"{victim} to own shards", 0.05))
+
+        def victims_shards() -> list[set[int]]:
+            # Each other node's own view: one read from whichever answers could
+            # come from a node that has not yet applied the latest assignment
+            # (a restarted victim is often still being given shards), and
+            # compare its view before the fault with another's after it.
+            return [set(self.owners([n]).get(victim, [])) for n in others]
+
+        def settled() -> set[int] | None:
+            views = victims_shards()
+            return views[0] if views[0] and all(v == views[0] for v in views) else None
+        held = wait_until(settled, 15, f"{victim} to own shards, by every other node's view",
+                          0.05)
         refused_before = self._api("GET", "/v1/cluster", among=others).body["stale_fires_total"]
         isolated_at = time.time()
         isolate(victim)
         moved = wait_until(
-            lambda: not (set(self.owners(others).get(victim, [])) & held) and time.time(),
+            lambda: not any(v & held for v in victims_shards()) and time.time(),
             30, f"the shards of {what} {victim} to move", 0.05)
         phase.notes["shards_moved_after_s"] = round(moved - isolated_at, 2)
         remaining = self.freeze_s - (time.time() - isolated_at)
