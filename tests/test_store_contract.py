@@ -28,6 +28,35 @@ def test_commit_persists_writes_and_the_index_together(store):
     assert store.get(JOBS, b"job_2") is None
 
 
+def test_apply_commit_skips_an_applied_index_only_when_asked(store):
+    seen = []
+
+    def apply(view):
+        before = view.get(JOBS, b"job_1")
+        seen.append(before)
+        return "tag", tx((JOBS, b"job_1", {"v": 1, "n": 1 + (before or {"n": 0})["n"]}))
+    assert store.apply_commit(3, apply, skip_applied=True)[0] == "tag"
+    assert (store.applied_index(), store.get(JOBS, b"job_1")) == (3, {"v": 1, "n": 1})
+    # A replay of an applied index: apply is not called, nothing is written.
+    assert store.apply_commit(3, apply, skip_applied=True) is None
+    assert store.apply_commit(2, apply, skip_applied=True) is None
+    assert seen == [None]
+    with pytest.raises(InvariantBroken):
+        store.apply_commit(3, apply)
+    assert store.apply_commit(4, apply, skip_applied=True)[0] == "tag"
+    assert (store.applied_index(), store.get(JOBS, b"job_1")) == (4, {"v": 1, "n": 2})
+
+
+def test_records_decode_as_msgpacks_unpacker_decodes_them():
+    from raftsched.core import codec
+    values = [{"v": 1, "a": [1, 2.5, None, True, b"xy", -5, 2 ** 64 - 1, -2 ** 63],
+               "nested": {"m": {}, "l": [], "s": "é\u2028"}, 7: "int key"}, [], 0.1, "s"]
+    for value in values:
+        raw = codec.pack(value)
+        assert codec.unpack_record(raw) == codec.unpack(raw) == value
+        assert type(codec.unpack_record(raw)) is type(value)
+
+
 def test_scans_are_ordered_bounded_and_reversible(store):
     writes = [(DUE, keys.due_key(s, ms, f"job_{ms}"), {"v": 1})
               for s in (1, 2) for ms in (300, 100, 200)]

@@ -10,6 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
+import msgspec
+
+# Untyped: maps, lists and scalars, as msgpack's unpacker gives them.
+_RECORDS = msgspec.msgpack.Decoder()
 
 
 def pack(value: Any) -> bytes:
@@ -18,3 +22,12 @@ def pack(value: Any) -> bytes:
 
 def unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+def unpack_record(data: bytes) -> Any:
+    """A stored record: what `pack` wrote from a value apply built (its
+    depth bounded by the checks before it), decoded by msgspec's decoder,
+    about twice as fast as msgpack's unpacker and equal in what it gives.
+    Raft log entries keep `unpack`, whose fixed stack judges a hostile
+    entry's nesting alike on every replica (core/commands.py _decode_flat)."""
+    return _RECORDS.decode(data)

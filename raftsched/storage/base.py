@@ -49,10 +49,14 @@ class Store(Protocol):
         """Persist writes and applied_index = index in one transaction.
         Precondition: index > applied_index()."""
 
-    def apply_commit(self, index: int, apply: Callable[[Any], T]) -> T:
+    def apply_commit(self, index: int, apply: Callable[[Any], T], *,
+                     skip_applied: bool = False) -> T | None:
         """Call `apply(view)`, which returns (tag, transition), and commit the
         transition as `index` as `commit` does; the view reads the state as
-        of before it (the LMDB store reads through its write transaction)."""
+        of before it (the LMDB store reads through its write transaction).
+        `skip_applied`: an index already applied (a replay after a restart)
+        is answered None, checked in the same transaction, where otherwise
+        it breaks the precondition."""
 
     def applied_index(self) -> int: ...
 
@@ -97,7 +101,7 @@ def encode_value(table: str, value: Any) -> bytes:
 
 def decode_value(table: str, raw: bytes) -> Any:
     """A stored record as every reader sees it: whole again."""
-    return compact.expand(table, codec.unpack(raw))
+    return compact.expand(table, codec.unpack_record(raw))
 
 
 def due_entries(store: Store, shard: int, upto_ms: int,

@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 import lmdb
 
 from raftsched import limits
-from raftsched.core import codec, keys
+from raftsched.core import keys
 from raftsched.core.apply import TABLES, Transition
 from raftsched.core.tx import JOB_STATE, JOBS, View, merge_job
 from raftsched.errors import InvariantBroken, StorageFull
@@ -191,9 +191,12 @@ class LmdbStore:
             self._check_index(txn, index)
             self._write(txn, transition, index)
 
-    def _check_index(self, txn: Any, index: int) -> None:
+    def _applied_in(self, txn: Any) -> int:
         raw = txn.get(_APPLIED, db=self._meta)
-        current = 0 if raw is None else keys.from_u64(raw)
+        return 0 if raw is None else keys.from_u64(raw)
+
+    def _check_index(self, txn: Any, index: int) -> None:
+        current = self._applied_in(txn)
         if index <= current:
             raise InvariantBroken(f"commit of index {index} at applied_index {current}")
 
@@ -207,14 +210,19 @@ class LmdbStore:
                 txn.put(key, encode_value(table, value), db=db)
         txn.put(_APPLIED, keys.u64(index), db=self._meta)
 
-    def apply_commit(self, index: int, apply: Callable[[View], T]) -> T:
+    def apply_commit(self, index: int, apply: Callable[[View], T], *,
+                     skip_applied: bool = False) -> T | None:
         """Run `apply` over a view of the state and commit the transition it
         returns (with the tag: (tag, transition)) as `index`, in one LMDB
         write transaction: the reads of a whole entry share it, where each
         `get` would open its own. Only the Raft thread writes; readers on
-        other threads go on seeing the last committed state."""
+        other threads go on seeing the last committed state. `skip_applied`:
+        an index at or below applied_index is answered None, unapplied (read
+        in the same transaction: no read transaction of its own per entry)."""
         try:
             with self._begin(write=True) as txn:
+                if skip_applied and index <= self._applied_in(txn):
+                    return None
                 self._check_index(txn, index)
                 result = apply(_TxnView(txn, self._dbs))
                 self._write(txn, result[1], index)

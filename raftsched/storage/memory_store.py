@@ -9,7 +9,6 @@ import bisect
 import threading
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-from raftsched.core import codec
 from raftsched.core.apply import TABLES, Transition
 from raftsched.core.tx import JOB_STATE, JOBS, merge_job
 from raftsched.errors import InvariantBroken
@@ -57,9 +56,12 @@ class MemoryStore:
                 self._put(table, key, raw)
             self._applied = index
 
-    def apply_commit(self, index: int, apply: Callable[[Any], T]) -> T:
+    def apply_commit(self, index: int, apply: Callable[[Any], T], *,
+                     skip_applied: bool = False) -> T | None:
         """As LmdbStore.apply_commit: `apply` reads this store, its (tag,
         transition) is committed as `index`."""
+        if skip_applied and index <= self._applied:
+            return None
         result = apply(self)
         self.commit(result[1], index)
         return result

@@ -165,16 +165,48 @@ async def _reference(url: str, n: int, connections: int) -> float:
         return n / (time.monotonic() - started)
 
 
-def _reference_rate(n: int, connections: int) -> float:
-    """The bare loop on uvloop (as the nodes run) against a fresh fast sink,
-    which must have seen every call."""
+def _reference_rate(n: int, connections: int) -> tuple[float, float]:
+    """(calls a second, client CPU us per call) of the bare loop on uvloop (as
+    the nodes run) against a fresh fast sink, which must have seen every call."""
     import uvloop
 
     with FastSink() as sink:
+        cpu = time.process_time()
         rate = uvloop.run(_reference(sink.url, n, connections))
+        cpu_us = (time.process_time() - cpu) / n * 1e6
         calls = sink.stats()["calls"]
     assert calls == n, f"the reference's sink saw {calls} calls of {n}"
-    return rate
+    return rate, cpu_us
+
+
+def _cost_mark(cluster: LocalCluster) -> tuple[int, int]:
+    """(CPU clock ticks of every node process, Raft entries applied on the first node)."""
+    ticks = sum(_cpu_ticks(p.pid) for p in cluster.procs.values())
+    return ticks, call("GET", cluster.url(cluster.ids[0]) + "/v1/node").body["applied_index"]
+
+
+def _runs_ended(cluster: LocalCluster) -> int:
+    text = call("GET", cluster.url(cluster.ids[0]) + "/metrics").body
+    text = text if isinstance(text, str) else text.decode()
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("raftsched_runs_ended_total{")))
+
+
+def _cost_figures(marks: list[tuple[int, int]], n: int, reference_cpu_us: float) -> dict:
+    """CPU of all the node processes and Raft entries, per run: from before the
+    creates to half a second before the due second (creates and arming), and
+    from then to the last finish applied (the calls and their finishes)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name, (a, b) in (("create_and_arm", (marks[0], marks[1])),
+                         ("call_and_finish", (marks[1], marks[2]))):
+        cpu_us = (b[0] - a[0]) / hz / n * 1e6
+        out[name] = {"nodes_cpu_us_per_run": round(cpu_us), "entries_per_1000_runs":
+                     round((b[1] - a[1]) / n * 1000, 1)}
+    whole = (marks[2][0] - marks[0][0]) / hz / n * 1e6
+    out["nodes_cpu_us_per_run"] = round(whole)
+    out["vs_bare_client_cpu_per_call"] = round(whole / max(reference_cpu_us, 1e-9), 1)
+    return out
 
 
 def _call_figures(sink: FastSink, ids: list[str]) -> dict:
@@ -217,13 +249,18 @@ def burst(n: int, nodes: int = 3, lead_s: float | None = None,
         before = _histograms(cluster)
         due_s = int(time.time() + (lead_s if lead_s is not None else 8 + n / 2000)) + 1
         run_at = dt.datetime.fromtimestamp(due_s, dt.timezone.utc).isoformat()
+        marks = [_cost_mark(cluster)]
         started = time.monotonic()
         ids = _create(cluster, n, run_at, sink.url)
         create_s = time.monotonic() - started
         late_start = time.time() > due_s
+        time.sleep(max(0.0, due_s - 0.5 - time.time()))
+        marks.append(_cost_mark(cluster))   # created and armed, half a second before due
         # Only this run's jobs call the sink, one distinct id each.
         wait_until(lambda: sink.stats()["jobs"] >= n, 120 + n / 100,
                    "every job to call the sink", 0.2)
+        wait_until(lambda: _runs_ended(cluster) >= n, 60, "every run's finish applied", 0.2)
+        marks.append(_cost_mark(cluster))
 
         def all_counted() -> list[dict] | None:
             after = _histograms(cluster)
@@ -234,7 +271,7 @@ def burst(n: int, nodes: int = 3, lead_s: float | None = None,
         calls = _call_figures(sink, ids)
         sink_url = sink.url
         cluster.ensure_same(60)
-    reference_rate = _reference_rate(n, reference_connections)
+    reference_rate, reference_cpu_us = _reference_rate(n, reference_connections)
     figures = {
         **conditions, "create_s": round(create_s, 2), "creates_per_s": round(n / create_s),
         "creates_finished_after_due": late_start,
@@ -242,6 +279,8 @@ def burst(n: int, nodes: int = 3, lead_s: float | None = None,
         "reference_connections": reference_connections,
         "reference_aiohttp_calls_per_s": round(reference_rate),
         "call_rate_vs_reference": round(calls["call_rate_per_s"] / reference_rate, 2),
+        "reference_cpu_us_per_call": round(reference_cpu_us, 1),
+        "cost": _cost_figures(marks, n, reference_cpu_us),
         "sink_url": sink_url,
     }
     if apscheduler:
@@ -806,6 +845,16 @@ def _render_burst_table(figures: dict) -> str:
     return "\n".join(lines)
 
 
+def _render_cost(figures: dict) -> str:
+    cost = figures["cost"]
+    parts = [f"{name.replace('_', ' ')}: {c['nodes_cpu_us_per_run']} us of node CPU and "
+             f"{c['entries_per_1000_runs']} Raft entries per 1000 runs"
+             for name, c in cost.items() if isinstance(c, dict)]
+    return (f"cost, all {figures['nodes']} nodes: {cost['nodes_cpu_us_per_run']} us of CPU per run "
+            f"({cost['vs_bare_client_cpu_per_call']}x the bare client's "
+            f"{figures['reference_cpu_us_per_call']} us per call); " + "; ".join(parts))
+
+
 def _render_burst(figures: dict) -> str:
     t, c = figures["trigger_lateness_ms"], figures["call_lateness_ms"]
     lines = [
@@ -823,6 +872,7 @@ def _render_burst(figures: dict) -> str:
         f"sink: {figures['reference_aiohttp_calls_per_s']}/s with "
         f"{figures['reference_connections']} connections "
         f"(ratio {figures['call_rate_vs_reference']})",
+        _render_cost(figures),
     ]
     if "apscheduler_reference" in figures:
         lines.append(_render_apscheduler(figures))

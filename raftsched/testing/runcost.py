@@ -59,12 +59,13 @@ class Phase:
 
 
 class _Counting:
-    """Counts codec.pack/unpack calls (every record the store encodes or
-    decodes goes through them) while installed."""
+    """Counts codec.pack/unpack/unpack_record calls (every record the store
+    encodes or decodes goes through them) while installed."""
 
     def __init__(self) -> None:
         self.packs = self.unpacks = self.packed_bytes = 0
-        self._pack, self._unpack = codec.pack, codec.unpack
+        self._pack, self._unpack, self._unpack_record = \
+            codec.pack, codec.unpack, codec.unpack_record
 
     def pack(self, value: object) -> bytes:
         data = self._pack(value)
@@ -76,13 +77,19 @@ class _Counting:
         self.unpacks += 1
         return self._unpack(data)
 
+    def unpack_record(self, data: bytes) -> object:
+        self.unpacks += 1
+        return self._unpack_record(data)
+
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        codec.pack, codec.unpack = self.pack, self.unpack
+        codec.pack, codec.unpack, codec.unpack_record = \
+            self.pack, self.unpack, self.unpack_record
         try:
             yield
         finally:
-            codec.pack, codec.unpack = self._pack, self._unpack
+            codec.pack, codec.unpack, codec.unpack_record = \
+                self._pack, self._unpack, self._unpack_record
 
 
 class Replica:
