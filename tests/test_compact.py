@@ -7,7 +7,7 @@ import copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftsched.core import codec, jobspec, keys
+from raftsched.core import codec, compact as compact_module, jobspec, keys
 from raftsched.core.compact import compact, expand
 from raftsched.storage.memory_store import MemoryStore
 from raftsched.core.tx import Transition
@@ -58,9 +58,14 @@ def test_a_job_with_every_default_is_stored_small() -> None:
         "type": "http", "url": "http://127.0.0.1:9/x"}})["spec"]
     job = _job(spec)
     stored = compact("jobs", copy.deepcopy(job))
-    assert set(stored["spec"]) == {"name", "schedule", "target"}, stored["spec"]
-    assert "idempotency_key" not in stored
-    assert len(codec.pack(stored)) < len(codec.pack(job)) / 2
+    # Positional: [others, v, id, tenant, spec, ...]; the spec likewise,
+    # [others, name, schedule, target], every default left out.
+    assert stored[0] is None and stored[1:4] == [1, "job_1", "default"], stored
+    assert stored[4][0] is None and len(stored[4]) == 4, stored[4]
+    packed = codec.pack(stored)
+    for name in (b"created_ms", b"tenant", b"schedule", b"retry", b"idempotency_key"):
+        assert name not in packed, name
+    assert len(packed) < len(codec.pack(job)) / 2
 
 
 def test_values_equal_to_a_default_but_of_another_type_are_kept() -> None:
@@ -107,6 +112,63 @@ def test_runs_read_back_at_every_stage() -> None:
                 _run(execution_id="exe_other")):   # an id not derived is kept
         assert _round_trip("runs", run) == run
         assert len(codec.pack(compact("runs", copy.deepcopy(run)))) < len(codec.pack(run))
+
+
+# Members a run or job may hold besides its form's, and values of any kind.
+_values = st.one_of(st.none(), st.integers(-2 ** 63, 2 ** 64 - 1), st.text(max_size=4),
+                    st.booleans(), st.lists(st.integers(0, 3), max_size=2),
+                    st.dictionaries(st.text(max_size=2), st.integers(0, 3), max_size=2))
+_extras = st.dictionaries(st.sampled_from(["jitter_ms", "armed_ms", "dag_run", "task_id",
+                                           "withdrawn", "redeliveries", "active", "waiting",
+                                           "runs_count", "paused_ms", "pause_note"]),
+                          _values, max_size=4)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(overrides=st.dictionaries(st.sampled_from(sorted(_run())), _values, max_size=6),
+       dropped=st.sets(st.sampled_from(sorted(_run())), max_size=3), extra=_extras,
+       attempts=st.lists(st.dictionaries(st.sampled_from(
+           ["attempt", "holder", "started_ms", "finished_ms", "error", "output_node", "node"]),
+           _values), max_size=2))
+def test_any_run_reads_back_as_it_was_written(overrides, dropped, extra, attempts) -> None:
+    """Whatever its members' values, whichever are missing or added: a run
+    stored positionally or as a map reads back equal (members the map form
+    restores as None aside)."""
+    run = {**_run(**overrides), **extra, "attempts": attempts}
+    for name in dropped:
+        run.pop(name, None)
+    back = _round_trip("runs", run)
+    if "scheduled_ms" not in run:   # not a run record: stored as it is
+        assert back == run
+        return
+    restored = {k: None for k in compact_module._RUN_NONE if k not in run}
+    if "execution_id" not in run:
+        restored["execution_id"] = compact_module._execution_id(run)
+    if "attempts" in run:
+        restored["attempts"] = [{**dict.fromkeys(compact_module._ATTEMPT_NONE), **a}
+                                for a in run["attempts"]]
+    assert back == {**run, **restored}
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(overrides=st.dictionaries(st.sampled_from(sorted(_job({}))), _values, max_size=4),
+       dropped=st.sets(st.sampled_from(sorted(_job({}))), max_size=2), extra=_extras)
+def test_any_job_reads_back_as_it_was_written(overrides, dropped, extra) -> None:
+    spec = jobspec.validate_create({"run_at": RUN_AT, "target": {
+        "type": "http", "url": "http://127.0.0.1:9/x"}})["spec"]
+    job = {**_job(spec), **overrides, **extra}
+    job["spec"] = spec   # a spec that is not a map is stored as it is, unread
+    for name in dropped - {"spec"}:
+        del job[name]
+    back = _round_trip("jobs", job)
+    assert back == {**{k: None for k in compact_module._JOB_NONE}, **job}
+
+
+def test_due_values_are_stored_positionally() -> None:
+    value = keys.due_value("acme", "high")
+    stored = compact("due", dict(value))
+    assert isinstance(stored, list) and b"tn" not in codec.pack(stored)
+    assert expand("due", codec.unpack(codec.pack(stored))) == value
 
 
 def test_a_record_stored_whole_reads_back_unchanged() -> None:

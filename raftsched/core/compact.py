@@ -9,10 +9,18 @@ equal to its default (same type, same value) is left out, and so are members
 that are None, or that are derived from others (a run's execution id). Every
 read restores them (`expand`), so no caller ever sees a compacted record.
 
+Jobs, runs (their attempts too), a job's spec, its `once` schedule and HTTP
+target, and due entries' values are then stored *positionally* (`_Form`):
+a list of their declared members' values in a fixed order, after a map of
+any other members, so a record does not repeat its member names (about half
+a pending one-off's job record was names). A record that lacks a member its
+form requires is stored as a map, as before.
+
 `expand(compact(r)) == r` for every record (tests/test_compact.py); what is
-left out is only a matter of size. A record stored before compaction reads
-back unchanged. Both functions are pure and the same on every replica, so
-the stored bytes, and the state digests, agree.
+left out is only a matter of size. A record stored as a map (before
+positional forms, or not fitting one) reads back unchanged. Both functions
+are pure and the same on every replica, so the stored bytes, and the state
+digests, agree.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from typing import Any
 
 from raftsched.core import keys
 
-JOBS_TABLE, RUNS_TABLE = "jobs", "runs"
+JOBS_TABLE, RUNS_TABLE, DUE_TABLE = "jobs", "runs", "due"
 
 # Spec members and their defaults, as core/jobspec.py fills them in.
 _SPEC_DEFAULTS: dict[str, Any] = {
@@ -124,22 +132,118 @@ def expand_spec(spec: dict) -> dict:
     return spec
 
 
+class _Form:
+    """A record stored as a list, [others, v1, v2, ...]: the values of the
+    declared `fields` in order, trailing None values left out, after a map of
+    the record's other members in their order (None when it has none).
+    `optional` fields may be absent from a record and read back as None (as
+    the map form restores them); a record without a required field has no
+    positional form (`pack` answers None)."""
+
+    __slots__ = ("fields", "names", "required")
+
+    def __init__(self, fields: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
+        assert set(optional) <= set(fields), (fields, optional)
+        self.fields = fields
+        self.names = frozenset(fields)
+        self.required = self.names - set(optional)
+
+    def pack(self, record: dict) -> list | None:
+        if not self.required <= record.keys():
+            return None
+        values = [record.get(name) for name in self.fields]
+        while values and values[-1] is None:
+            values.pop()
+        names = self.names
+        others = {k: v for k, v in record.items() if k not in names} or None
+        return [others, *values]
+
+    def unpack(self, stored: list) -> dict:
+        record = dict(zip(self.fields, stored[1:]))
+        if len(stored) <= len(self.fields):
+            record.update(dict.fromkeys(self.fields[len(stored) - 1:]))
+        if stored[0]:
+            record.update(stored[0])
+        return record
+
+
+# Rarely-None members first, so the trailing None ones cost nothing.
+_JOB = _Form(("v", "id", "tenant", "spec", "status", "version", "shard", "created_ms",
+              "updated_ms", "next_ms", "last_run_id", "idempotency_key"), optional=_JOB_NONE)
+_SPEC_FORM = _Form(("name", "schedule", "target"))
+_ONCE = _Form(("kind", "run_at_ms"))          # the one schedule kind with a positional form
+_HTTP = _Form(("type", "url"))                # the one target type with a positional form
+_RUN = _Form(("v", "id", "job_id", "tenant", "scheduled_ms", "attempt", "state", "trigger",
+              "token", "created_ms", "shard", "priority", "attempts", "execution_id", "node",
+              "queued_ms", "started_ms", "finished_ms", "holder", "queue", "lease_ms",
+              "retry_due_ms", "http_status", "exit_code", "error", "reason", "alert"),
+             optional=_RUN_NONE)
+_ATTEMPT = _Form(("attempt", "holder", "started_ms", "finished_ms", "http_status", "exit_code",
+                  "error", "output_node", "retry_delay_ms"), optional=_ATTEMPT_NONE)
+_DUE = _Form(("v", "tn", "p"))
+
+
 def compact(table: str, value: Any) -> Any:
     """The record as stored."""
-    if table == JOBS_TABLE and isinstance(value, dict) and isinstance(value.get("spec"), dict):
+    if not isinstance(value, dict):
+        return value
+    if table == JOBS_TABLE and isinstance(value.get("spec"), dict):
+        spec = _stored_spec(compact_spec(value["spec"]))
+        formed = _JOB.pack({**value, "spec": spec})
+        if formed is not None:
+            return formed
         out = _without_none(value, _JOB_NONE)
-        out["spec"] = compact_spec(value["spec"])
+        out["spec"] = spec
         return out
-    if table == RUNS_TABLE and isinstance(value, dict) and "scheduled_ms" in value:
+    if table == RUNS_TABLE and "scheduled_ms" in value:
+        formed = _stored_run(value)
+        if formed is not None:
+            return formed
         out = _without_none(value, _RUN_NONE)
-        if out.get("execution_id") == _execution_id(value):
+        if "execution_id" in out and out["execution_id"] == _execution_id(value):
             del out["execution_id"]
         attempts = value.get("attempts")
         if isinstance(attempts, list):
-            out["attempts"] = [_without_none(a, _ATTEMPT_NONE) if isinstance(a, dict) else a
-                               for a in attempts]
+            out["attempts"] = [_stored_attempt(a) for a in attempts]
         return out
+    if table == DUE_TABLE:
+        return _DUE.pack(value) or value
     return value
+
+
+def _stored_spec(spec: dict) -> dict | list:
+    """A compacted spec (a new map), its schedule and target positional where
+    they have a form."""
+    schedule, target = spec.get("schedule"), spec.get("target")
+    if isinstance(schedule, dict) and schedule.get("kind") == "once":
+        spec["schedule"] = _ONCE.pack(schedule) or schedule
+    if isinstance(target, dict) and target.get("type") == "http":
+        spec["target"] = _HTTP.pack(target) or target
+    return _SPEC_FORM.pack(spec) or spec
+
+
+def _stored_run(run: dict) -> list | None:
+    """A run's positional form: its id and execution id left out (None) when
+    they are the ones its job and occurrence give (keys.run_id, execution_id)."""
+    run_id, execution_id = run.get("id"), run.get("execution_id")
+    derived = _execution_id(run)
+    if run_id is None or (execution_id is None and derived is not None):
+        return None   # None could not be told apart from "derived"
+    record = dict(run)
+    if execution_id == derived:
+        record["execution_id"] = None
+    if run_id == _run_id(run):
+        record["id"] = None
+    attempts = run.get("attempts")
+    if isinstance(attempts, list):
+        record["attempts"] = [_stored_attempt(a) for a in attempts]
+    return _RUN.pack(record)
+
+
+def _stored_attempt(attempt: Any) -> Any:
+    if not isinstance(attempt, dict):
+        return attempt
+    return _ATTEMPT.pack(attempt) or _without_none(attempt, _ATTEMPT_NONE)
 
 
 def _without_none(record: dict, names: tuple[str, ...]) -> dict:
@@ -148,21 +252,60 @@ def _without_none(record: dict, names: tuple[str, ...]) -> dict:
 
 def expand(table: str, value: Any) -> Any:
     """The record as read: what `compact` left out, restored. `value` is
-    fresh from the decoder, so it is completed in place."""
-    if table == JOBS_TABLE and isinstance(value, dict) and isinstance(value.get("spec"), dict):
+    fresh from the decoder, so it is completed in place (a positional one
+    is read into a new map)."""
+    if table == JOBS_TABLE:
+        if isinstance(value, list):
+            value = _JOB.unpack(value)
+        elif not isinstance(value, dict):
+            return value
+        spec = value.get("spec")
+        if isinstance(spec, list):
+            spec = value["spec"] = _SPEC_FORM.unpack(spec)
+        if not isinstance(spec, dict):
+            return value
         for name in _JOB_NONE:
             value.setdefault(name, None)
-        expand_spec(value["spec"])
-    elif table == RUNS_TABLE and isinstance(value, dict) and "scheduled_ms" in value:
+        if isinstance(spec.get("schedule"), list):
+            spec["schedule"] = _ONCE.unpack(spec["schedule"])
+        if isinstance(spec.get("target"), list):
+            spec["target"] = _HTTP.unpack(spec["target"])
+        expand_spec(spec)
+    elif table == RUNS_TABLE:
+        if isinstance(value, list):
+            value = _RUN.unpack(value)
+            if value["id"] is None:
+                value["id"] = _run_id(value)
+            if value["execution_id"] is None:
+                value["execution_id"] = _execution_id(value)
+        elif not (isinstance(value, dict) and "scheduled_ms" in value):
+            return value
         for name in _RUN_NONE:
             value.setdefault(name, None)
         if "execution_id" not in value:
             value["execution_id"] = _execution_id(value)
-        for attempt in value.get("attempts") or ():
-            if isinstance(attempt, dict):
-                for name in _ATTEMPT_NONE:
-                    attempt.setdefault(name, None)
+        attempts = value.get("attempts")
+        if attempts:
+            value["attempts"] = [_read_attempt(a) for a in attempts]
+    elif table == DUE_TABLE and isinstance(value, list):
+        value = _DUE.unpack(value)
     return value
+
+
+def _read_attempt(attempt: Any) -> Any:
+    if isinstance(attempt, list):
+        return _ATTEMPT.unpack(attempt)
+    if isinstance(attempt, dict):
+        for name in _ATTEMPT_NONE:
+            attempt.setdefault(name, None)
+    return attempt
+
+
+def _run_id(run: dict) -> str | None:
+    job_id, scheduled_ms = run.get("job_id"), run.get("scheduled_ms")
+    if not isinstance(job_id, str) or not isinstance(scheduled_ms, int):
+        return None
+    return keys.run_id(job_id, scheduled_ms, 1)
 
 
 def _execution_id(run: dict) -> str | None:
