@@ -164,6 +164,14 @@ def test_any_job_reads_back_as_it_was_written(overrides, dropped, extra) -> None
     assert back == {**{k: None for k in compact_module._JOB_NONE}, **job}
 
 
+def test_a_record_with_a_member_not_named_by_a_string_is_stored_as_a_map() -> None:
+    run = {**_run(), 7: "seven", "jitter_ms": 3}
+    assert isinstance(compact("runs", copy.deepcopy(run)), dict)
+    assert _round_trip("runs", run) == run
+    plain = {**_run(), "jitter_ms": 3}
+    assert isinstance(compact("runs", copy.deepcopy(plain)), list)
+
+
 def test_due_values_are_stored_positionally() -> None:
     value = keys.due_value("acme", "high")
     stored = compact("due", dict(value))

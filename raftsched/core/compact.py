@@ -135,33 +135,47 @@ def expand_spec(spec: dict) -> dict:
 class _Form:
     """A record stored as a list, [others, v1, v2, ...]: the values of the
     declared `fields` in order, trailing None values left out, after a map of
-    the record's other members in their order (None when it has none).
+    the record's other members by name (None when it has none).
     `optional` fields may be absent from a record and read back as None (as
     the map form restores them); a record without a required field has no
     positional form (`pack` answers None)."""
 
-    __slots__ = ("fields", "names", "required")
+    __slots__ = ("fields", "names", "required", "nones")
 
     def __init__(self, fields: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
         assert set(optional) <= set(fields), (fields, optional)
         self.fields = fields
         self.names = frozenset(fields)
         self.required = self.names - set(optional)
+        self.nones = (None,) * len(fields)
 
     def pack(self, record: dict) -> list | None:
-        if not self.required <= record.keys():
+        keys = record.keys()
+        if not self.required <= keys:
             return None
-        values = [record.get(name) for name in self.fields]
-        while values and values[-1] is None:
-            values.pop()
-        names = self.names
-        others = {k: v for k, v in record.items() if k not in names} or None
-        return [others, *values]
+        if keys <= self.names:
+            first = None
+        else:
+            others = keys - self.names
+            if not all(type(k) is str for k in others):
+                return None   # a map keeps them: only names sort alike everywhere
+            # By name: a set's own order would differ between processes
+            # (string hashing), and with it the stored bytes.
+            first = {k: record[k] for k in sorted(others)}
+        stored = [first, *map(record.get, self.fields)]
+        while stored[-1] is None and len(stored) > 1:
+            stored.pop()
+        return stored
+
+    def position(self, name: str) -> int:
+        """Where `name`'s value is in the stored list."""
+        return 1 + self.fields.index(name)
 
     def unpack(self, stored: list) -> dict:
-        record = dict(zip(self.fields, stored[1:]))
-        if len(stored) <= len(self.fields):
-            record.update(dict.fromkeys(self.fields[len(stored) - 1:]))
+        values = stored[1:]
+        if len(values) < len(self.fields):
+            values.extend(self.nones[len(values):])
+        record = dict(zip(self.fields, values))
         if stored[0]:
             record.update(stored[0])
         return record
@@ -181,6 +195,8 @@ _RUN = _Form(("v", "id", "job_id", "tenant", "scheduled_ms", "attempt", "state",
 _ATTEMPT = _Form(("attempt", "holder", "started_ms", "finished_ms", "http_status", "exit_code",
                   "error", "output_node", "retry_delay_ms"), optional=_ATTEMPT_NONE)
 _DUE = _Form(("v", "tn", "p"))
+_EXECUTION_AT, _ATTEMPTS_AT = _RUN.position("execution_id"), _RUN.position("attempts")
+_SPEC_AT = _JOB.position("spec")
 
 
 def compact(table: str, value: Any) -> Any:
@@ -189,8 +205,9 @@ def compact(table: str, value: Any) -> Any:
         return value
     if table == JOBS_TABLE and isinstance(value.get("spec"), dict):
         spec = _stored_spec(compact_spec(value["spec"]))
-        formed = _JOB.pack({**value, "spec": spec})
+        formed = _JOB.pack(value)
         if formed is not None:
+            formed[_SPEC_AT] = spec
             return formed
         out = _without_none(value, _JOB_NONE)
         out["spec"] = spec
@@ -223,21 +240,22 @@ def _stored_spec(spec: dict) -> dict | list:
 
 
 def _stored_run(run: dict) -> list | None:
-    """A run's positional form: its id and execution id left out (None) when
-    they are the ones its job and occurrence give (keys.run_id, execution_id)."""
-    run_id, execution_id = run.get("id"), run.get("execution_id")
+    """A run's positional form: its execution id left out (None) when it is
+    the one its job and occurrence give (keys.execution_id)."""
+    execution_id = run.get("execution_id")
     derived = _execution_id(run)
-    if run_id is None or (execution_id is None and derived is not None):
+    if execution_id is None and derived is not None:
         return None   # None could not be told apart from "derived"
-    record = dict(run)
-    if execution_id == derived:
-        record["execution_id"] = None
-    if run_id == _run_id(run):
-        record["id"] = None
-    attempts = run.get("attempts")
-    if isinstance(attempts, list):
-        record["attempts"] = [_stored_attempt(a) for a in attempts]
-    return _RUN.pack(record)
+    stored = _RUN.pack(run)
+    if stored is None:
+        return None
+    if execution_id == derived and _EXECUTION_AT < len(stored):
+        stored[_EXECUTION_AT] = None
+    attempts = run["attempts"]
+    if attempts:
+        stored[_ATTEMPTS_AT] = [_stored_attempt(a) for a in attempts] \
+            if isinstance(attempts, list) else attempts
+    return stored
 
 
 def _stored_attempt(attempt: Any) -> Any:
@@ -272,18 +290,17 @@ def expand(table: str, value: Any) -> Any:
             spec["target"] = _HTTP.unpack(spec["target"])
         expand_spec(spec)
     elif table == RUNS_TABLE:
-        if isinstance(value, list):
+        if isinstance(value, list):   # every member of the form is there
             value = _RUN.unpack(value)
-            if value["id"] is None:
-                value["id"] = _run_id(value)
             if value["execution_id"] is None:
                 value["execution_id"] = _execution_id(value)
-        elif not (isinstance(value, dict) and "scheduled_ms" in value):
+        elif isinstance(value, dict) and "scheduled_ms" in value:
+            for name in _RUN_NONE:
+                value.setdefault(name, None)
+            if "execution_id" not in value:
+                value["execution_id"] = _execution_id(value)
+        else:
             return value
-        for name in _RUN_NONE:
-            value.setdefault(name, None)
-        if "execution_id" not in value:
-            value["execution_id"] = _execution_id(value)
         attempts = value.get("attempts")
         if attempts:
             value["attempts"] = [_read_attempt(a) for a in attempts]
@@ -299,13 +316,6 @@ def _read_attempt(attempt: Any) -> Any:
         for name in _ATTEMPT_NONE:
             attempt.setdefault(name, None)
     return attempt
-
-
-def _run_id(run: dict) -> str | None:
-    job_id, scheduled_ms = run.get("job_id"), run.get("scheduled_ms")
-    if not isinstance(job_id, str) or not isinstance(scheduled_ms, int):
-        return None
-    return keys.run_id(job_id, scheduled_ms, 1)
 
 
 def _execution_id(run: dict) -> str | None:
