@@ -97,7 +97,7 @@ def _run(**extra: object) -> dict:
            "created_ms": 6, "queued_ms": 6, "started_ms": None, "finished_ms": None,
            "holder": None, "lease_ms": None, "retry_due_ms": None, "http_status": None,
            "exit_code": None, "error": None, "reason": None, "attempts": [], "alert": None,
-           "priority": "normal"}
+           "priority": "normal", "shard": 3}
     run.update(extra)
     return run
 
