@@ -172,6 +172,19 @@ def test_a_record_with_a_member_not_named_by_a_string_is_stored_as_a_map() -> No
     assert isinstance(compact("runs", copy.deepcopy(plain)), list)
 
 
+def test_an_id_equal_to_its_key_is_left_out_and_read_back_from_it() -> None:
+    spec = jobspec.validate_create({"run_at": RUN_AT, "target": {
+        "type": "http", "url": "http://127.0.0.1:9/x"}})["spec"]
+    for table, record in (("jobs", _job(spec)), ("runs", _run())):
+        key = record["id"].encode()
+        stored = codec.pack(compact(table, copy.deepcopy(record), key))
+        assert key not in stored
+        assert expand(table, codec.unpack(stored), key) == record
+        # Under another key the id is kept.
+        other = codec.pack(compact(table, copy.deepcopy(record), b"elsewhere"))
+        assert key in other and expand(table, codec.unpack(other), b"elsewhere") == record
+
+
 def test_due_values_are_stored_positionally() -> None:
     value = keys.due_value("acme", "high")
     stored = compact("due", dict(value))

@@ -197,16 +197,17 @@ _ATTEMPT = _Form(("attempt", "holder", "started_ms", "finished_ms", "http_status
 _DUE = _Form(("v", "tn", "p"))
 _EXECUTION_AT, _ATTEMPTS_AT = _RUN.position("execution_id"), _RUN.position("attempts")
 _SPEC_AT = _JOB.position("spec")
+_JOB_ID_AT, _RUN_ID_AT = _JOB.position("id"), _RUN.position("id")
 
 
-def compact(table: str, value: Any) -> Any:
-    """The record as stored."""
+def compact(table: str, value: Any, key: bytes | None = None) -> Any:
+    """The record as stored under `key`."""
     if not isinstance(value, dict):
         return value
     if table == JOBS_TABLE and isinstance(value.get("spec"), dict):
         spec = _stored_spec(compact_spec(value["spec"]))
         formed = _JOB.pack(value)
-        if formed is not None:
+        if formed is not None and _id_stored(value, key, formed, _JOB_ID_AT):
             formed[_SPEC_AT] = spec
             return formed
         out = _without_none(value, _JOB_NONE)
@@ -214,7 +215,7 @@ def compact(table: str, value: Any) -> Any:
         return out
     if table == RUNS_TABLE and "scheduled_ms" in value:
         formed = _stored_run(value)
-        if formed is not None:
+        if formed is not None and _id_stored(value, key, formed, _RUN_ID_AT):
             return formed
         out = _without_none(value, _RUN_NONE)
         if "execution_id" in out and out["execution_id"] == _execution_id(value):
@@ -226,6 +227,18 @@ def compact(table: str, value: Any) -> Any:
     if table == DUE_TABLE:
         return _DUE.pack(value) or value
     return value
+
+
+def _id_stored(record: dict, key: bytes | None, stored: list, at: int) -> bool:
+    """Leave the record's id out of its positional form (None) when it is the
+    key it is stored under; say whether the form can stand (an id of None
+    could not be told apart from one left out)."""
+    record_id = record.get("id")
+    if record_id is None:
+        return False
+    if key is not None and type(record_id) is str and record_id.encode() == key:
+        stored[at] = None
+    return True
 
 
 def _stored_spec(spec: dict) -> dict | list:
@@ -268,13 +281,15 @@ def _without_none(record: dict, names: tuple[str, ...]) -> dict:
     return {k: v for k, v in record.items() if not (v is None and k in names)}
 
 
-def expand(table: str, value: Any) -> Any:
-    """The record as read: what `compact` left out, restored. `value` is
-    fresh from the decoder, so it is completed in place (a positional one
-    is read into a new map)."""
+def expand(table: str, value: Any, key: bytes | None = None) -> Any:
+    """The record as read from under `key`: what `compact` left out,
+    restored. `value` is fresh from the decoder, so it is completed in place
+    (a positional one is read into a new map)."""
     if table == JOBS_TABLE:
         if isinstance(value, list):
             value = _JOB.unpack(value)
+            if value["id"] is None:
+                value["id"] = _key_id(key)
         elif not isinstance(value, dict):
             return value
         spec = value.get("spec")
@@ -292,6 +307,8 @@ def expand(table: str, value: Any) -> Any:
     elif table == RUNS_TABLE:
         if isinstance(value, list):   # every member of the form is there
             value = _RUN.unpack(value)
+            if value["id"] is None:
+                value["id"] = _key_id(key)
             if value["execution_id"] is None:
                 value["execution_id"] = _execution_id(value)
         elif isinstance(value, dict) and "scheduled_ms" in value:
@@ -307,6 +324,12 @@ def expand(table: str, value: Any) -> Any:
     elif table == DUE_TABLE and isinstance(value, list):
         value = _DUE.unpack(value)
     return value
+
+
+def _key_id(key: bytes | None) -> str:
+    if key is None:   # a bug: the id was stored as the key, and only it knows
+        raise ValueError("a positional record with its id left out, read without its key")
+    return key.decode()
 
 
 def _read_attempt(attempt: Any) -> Any:

@@ -94,14 +94,16 @@ class Pinned(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-def encode_value(table: str, value: Any) -> bytes:
-    """A record as a store keeps it: compacted (core/compact.py), msgpack."""
-    return codec.pack(compact.compact(table, value))
+def encode_value(table: str, value: Any, key: bytes) -> bytes:
+    """A record as a store keeps it under `key`: compacted (core/compact.py),
+    msgpack."""
+    return codec.pack(compact.compact(table, value, key))
 
 
-def decode_value(table: str, raw: bytes) -> Any:
-    """A stored record as every reader sees it: whole again."""
-    return compact.expand(table, codec.unpack_record(raw))
+def decode_value(table: str, raw: bytes, key: bytes) -> Any:
+    """A stored record as every reader sees it: whole again. Give the key it
+    is stored under: a job or run record leaves out its id when it is the key."""
+    return compact.expand(table, codec.unpack_record(raw), key)
 
 
 def due_entries(store: Store, shard: int, upto_ms: int,

@@ -166,7 +166,7 @@ class LmdbStore:
                     return _merged_job(txn, self._dbs, key, raw)
         finally:
             self._guard.leave()
-        return None if raw is None else decode_value(table, raw)
+        return None if raw is None else decode_value(table, raw, key)
 
     def applied_index(self) -> int:
         self._guard.enter()
@@ -207,7 +207,7 @@ class LmdbStore:
             if value is None:
                 txn.delete(key, db=db)
             else:
-                txn.put(key, encode_value(table, value), db=db)
+                txn.put(key, encode_value(table, value, key), db=db)
         txn.put(_APPLIED, keys.u64(index), db=self._meta)
 
     def apply_commit(self, index: int, apply: Callable[[View], T], *,
@@ -247,7 +247,7 @@ class LmdbStore:
                 if reverse and key < start:
                     break
                 out.append((bytes(key), _merged_job(txn, self._dbs, bytes(key), raw)
-                            if table == JOBS else decode_value(table, raw)))
+                            if table == JOBS else decode_value(table, raw, bytes(key))))
                 if limit is not None and len(out) >= limit:
                     break
         return out
@@ -378,8 +378,8 @@ class LmdbStore:
 def _merged_job(txn: Any, dbs: dict[str, Any], key: bytes, raw: bytes) -> dict:
     """A job record with its state record laid over it (core/tx.py JOB_STATE)."""
     state = txn.get(key, db=dbs[JOB_STATE])
-    return merge_job(decode_value(JOBS, raw),
-                     None if state is None else decode_value(JOB_STATE, state))
+    return merge_job(decode_value(JOBS, raw, key),
+                     None if state is None else decode_value(JOB_STATE, state, key))
 
 
 class _TxnView:
@@ -394,7 +394,7 @@ class _TxnView:
         if not storable_key(key):
             return None
         raw = self._txn.get(key, db=self._dbs[table])
-        return None if raw is None else decode_value(table, raw)
+        return None if raw is None else decode_value(table, raw, key)
 
 
 class PinnedRead:

@@ -30,13 +30,13 @@ class MemoryStore:
         raw = self._data[table].get(key)
         if raw is not None and table == JOBS:
             return self._merged_job(key, raw)
-        return None if raw is None else decode_value(table, raw)
+        return None if raw is None else decode_value(table, raw, key)
 
     def _merged_job(self, key: bytes, raw: bytes) -> dict:
         """A job record with its state record laid over it (core/tx.py JOB_STATE)."""
         state = self._data[JOB_STATE].get(key)
-        return merge_job(decode_value(JOBS, raw),
-                         None if state is None else decode_value(JOB_STATE, state))
+        return merge_job(decode_value(JOBS, raw, key),
+                         None if state is None else decode_value(JOB_STATE, state, key))
 
     def applied_index(self) -> int:
         return self._applied
@@ -51,7 +51,7 @@ class MemoryStore:
                 check_key(table, key)
                 if table not in self._data:
                     raise KeyError(table)   # as LMDB's store: no such table
-                encoded.append((table, key, None if value is None else encode_value(table, value)))
+                encoded.append((table, key, None if value is None else encode_value(table, value, key)))
             for table, key, raw in encoded:
                 self._put(table, key, raw)
             self._applied = index
@@ -89,7 +89,7 @@ class MemoryStore:
                 selected = selected[:limit]
             if table == JOBS:
                 return [(k, self._merged_job(k, self._data[table][k])) for k in selected]
-            return [(k, decode_value(table, self._data[table][k])) for k in selected]
+            return [(k, decode_value(table, self._data[table][k], k)) for k in selected]
 
     def raw_items(self) -> tuple[int, list[tuple[str, bytes, bytes]]]:
         with self._lock:
