@@ -185,6 +185,26 @@ def test_an_id_equal_to_its_key_is_left_out_and_read_back_from_it() -> None:
         assert key in other and expand(table, codec.unpack(other), b"elsewhere") == record
 
 
+def test_a_run_index_row_leaves_out_the_run_id_its_key_gives() -> None:
+    key = keys.runs_by_job_key("job_1", 5, 1)
+    derived = keys.run_id("job_1", 5, 1)
+    assert codec.pack(compact("runs_by_job", derived, key)) == codec.pack(None)
+    assert expand("runs_by_job", codec.unpack(codec.pack(None)), key) == derived
+    other = "run_task_of_a_dag"   # an id the key does not give is kept
+    assert expand("runs_by_job", codec.unpack(codec.pack(
+        compact("runs_by_job", other, key))), key) == other
+
+
+def test_a_job_state_is_stored_positionally_when_a_fire_has_filled_it() -> None:
+    state = {"v": 1, "next_ms": None, "active": ["run_a"], "last_run_id": "run_a",
+             "runs_count": 1, "status": "completed", "updated_ms": 9}
+    for record in (state, {**state, "waiting": ["run_b"], "misfires_omitted": 2},
+                   {"v": 1, "next_ms": 5, "status": "active"}):   # not fired yet: a map
+        stored = compact("job_state", dict(record))
+        assert isinstance(stored, list) == ("runs_count" in record)
+        assert expand("job_state", codec.unpack(codec.pack(stored))) == record
+
+
 def test_due_values_are_stored_positionally() -> None:
     value = keys.due_value("acme", "high")
     stored = compact("due", dict(value))

@@ -30,6 +30,7 @@ from typing import Any
 from raftsched.core import keys
 
 JOBS_TABLE, RUNS_TABLE, DUE_TABLE = "jobs", "runs", "due"
+JOB_STATE_TABLE, RUNS_BY_JOB_TABLE = "job_state", "runs_by_job"
 
 # Spec members and their defaults, as core/jobspec.py fills them in.
 _SPEC_DEFAULTS: dict[str, Any] = {
@@ -195,6 +196,10 @@ _RUN = _Form(("v", "id", "job_id", "tenant", "scheduled_ms", "attempt", "state",
 _ATTEMPT = _Form(("attempt", "holder", "started_ms", "finished_ms", "http_status", "exit_code",
                   "error", "output_node", "retry_delay_ms"), optional=_ATTEMPT_NONE)
 _DUE = _Form(("v", "tn", "p"))
+# The state a fire leaves a job with; a state without one of them (a job not
+# fired yet, say) is stored as a map.
+_JOB_STATE = _Form(("v", "status", "updated_ms", "runs_count", "next_ms", "last_run_id",
+                    "active"))
 _EXECUTION_AT, _ATTEMPTS_AT = _RUN.position("execution_id"), _RUN.position("attempts")
 _SPEC_AT = _JOB.position("spec")
 _JOB_ID_AT, _RUN_ID_AT = _JOB.position("id"), _RUN.position("id")
@@ -202,6 +207,10 @@ _JOB_ID_AT, _RUN_ID_AT = _JOB.position("id"), _RUN.position("id")
 
 def compact(table: str, value: Any, key: bytes | None = None) -> Any:
     """The record as stored under `key`."""
+    if table == RUNS_BY_JOB_TABLE:
+        # A run id that its index key gives (the first attempt's run of an
+        # occurrence) is left out: nil, one byte.
+        return None if key is not None and value == _indexed_run_id(key) else value
     if not isinstance(value, dict):
         return value
     if table == JOBS_TABLE and isinstance(value.get("spec"), dict):
@@ -226,6 +235,8 @@ def compact(table: str, value: Any, key: bytes | None = None) -> Any:
         return out
     if table == DUE_TABLE:
         return _DUE.pack(value) or value
+    if table == JOB_STATE_TABLE:
+        return _JOB_STATE.pack(value) or value
     return value
 
 
@@ -323,7 +334,20 @@ def expand(table: str, value: Any, key: bytes | None = None) -> Any:
             value["attempts"] = [_read_attempt(a) for a in attempts]
     elif table == DUE_TABLE and isinstance(value, list):
         value = _DUE.unpack(value)
+    elif table == JOB_STATE_TABLE and isinstance(value, list):
+        value = _JOB_STATE.unpack(value)
+    elif table == RUNS_BY_JOB_TABLE and value is None:
+        value = _indexed_run_id(key)
     return value
+
+
+def _indexed_run_id(key: bytes | None) -> str | None:
+    """The run id a runs_by_job key names: (job, occurrence, attempt) hashed
+    as keys.run_id does (keys.runs_by_job_key: job id, NUL, u64, u16)."""
+    if key is None or len(key) < 12 or key[-11] != 0:
+        return None
+    job_id = key[:-11].decode("utf-8", "replace")
+    return keys.run_id(job_id, keys.from_u64(key[-10:-2]), int.from_bytes(key[-2:], "big"))
 
 
 def _key_id(key: bytes | None) -> str:
