@@ -102,6 +102,9 @@ async def test_the_dispatcher_holds_back_only_the_tenant_whose_breaker_is_open()
         node.breaker.record("a", "shared.example", False)
     run_a = {"id": "run_a", "job_id": "job_a1", "tenant": "a"}
     run_b = {"id": "run_b", "job_id": "job_b1", "tenant": "b"}
-    assert dispatcher._maybe_park(run_a)
-    assert not dispatcher._maybe_park(run_b)
+
+    def job_of(run: dict) -> dict | None:
+        return log.store.get("jobs", run["job_id"].encode())
+    assert dispatcher._maybe_park(run_a, job_of(run_a))
+    assert not dispatcher._maybe_park(run_b, job_of(run_b))
     assert dispatcher.parked_total == 1

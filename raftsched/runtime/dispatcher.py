@@ -196,19 +196,21 @@ class Dispatcher:
             except asyncio.TimeoutError:
                 self._slots.release()
                 continue
-            if run["id"] in self._active or self._maybe_park(run):
+            # Read once for the breaker's host and for the call.
+            job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
+            if run["id"] in self._active or self._maybe_park(run, job):
                 self._queue.done(run["tenant"])
                 self._slots.release()
                 continue
             self._active.add(run["id"])
-            task = self._node.supervisor.spawn("dispatcher.attempt", self._attempt(run))
+            task = self._node.supervisor.spawn("dispatcher.attempt", self._attempt(run, job))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    def _maybe_park(self, run: dict) -> bool:
+    def _maybe_park(self, run: dict, job: dict | None) -> bool:
         """Hold a run back while its tenant's breaker for its target host is
         open; say whether it did."""
-        host = self._host(run)
+        host = self._host(run, job)
         breaker = self._node.breaker
         if host is None or breaker.allow(run["tenant"], host):
             return False
@@ -217,8 +219,8 @@ class Dispatcher:
         asyncio.get_running_loop().call_later(delay_s, self.submit, run)
         return True
 
-    def _host(self, run: dict) -> str | None:
-        job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
+    @staticmethod
+    def _host(run: dict, job: dict | None) -> str | None:
         target = dag.target_of(job["spec"], run.get("task_id")) if job is not None else None
         if target is None or target["type"] != "http":
             return None
@@ -368,16 +370,20 @@ class Dispatcher:
 
     # --- one attempt ------------------------------------------------------------------
 
-    async def _attempt(self, run: dict) -> None:
+    async def _attempt(self, run: dict, job: dict | None) -> None:
+        """`job`: the run's job as read when the run was taken from the queue,
+        read again if the call has to wait for this node's shard lease."""
         node = self._node
         settled_here = True
         try:
+            waits = not node.coordinator.shard_lease_valid()
             if not await self._still_held(run):
                 return   # the shard moved: its new owner takes the run over
             task = asyncio.current_task()
             assert task is not None
             self._running[run["id"]] = (run["attempt"], task)
-            job = node.store.get(JOBS, keys.job_key(run["job_id"]))
+            if waits:
+                job = node.store.get(JOBS, keys.job_key(run["job_id"]))
             called_ms = node.now_ms()
             try:
                 outcome = await self._call(job, run)
