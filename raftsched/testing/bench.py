@@ -101,7 +101,8 @@ REJOIN_SNAPSHOT_ENTRIES = 2000
 # Keep-alive clients that add Raft entries (pause and resume of their own job)
 # until the leader's snapshot covers the created jobs.
 PUMP_CLIENTS = 16
-NOWHERE = "http://127.0.0.1:9/"   # the target of jobs that are never due in a scenario
+NOWHERE = "http://127.0.0.1:9/"
+RESENDS_MAX = 10   # times a footprint bench sends again creates refused with 503   # the target of jobs that are never due in a scenario
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -125,18 +126,32 @@ def _histograms(cluster: LocalCluster) -> list[dict]:
             for n in cluster.ids]
 
 
-def _create(cluster: LocalCluster, n: int, run_at: str, url: str) -> list[str]:
+def _create(cluster: LocalCluster, n: int, run_at: str, url: str,
+            resent: list[int] | None = None) -> list[str]:
+    """Create `n` one-offs by batchCreate. Any refusal fails the bench, unless
+    `resent` is given: then creates refused with 503 (an election, say) are
+    sent again after a second, up to RESENDS_MAX times, and counted in
+    resent[0] (each may have been committed after all: at most one extra job)."""
     body = {"run_at": run_at, "target": {"type": "http", "url": url, "timeout_s": 30}}
     urls = [cluster.url(nid) for nid in cluster.ids]
 
     def batch(i: int) -> list[str]:
-        size = min(BATCH, n - i * BATCH)
-        answer = call("POST", urls[i % len(urls)] + "/v1/jobs:batchCreate",
-                      {"jobs": [body] * size}, timeout_s=120)
-        assert answer.status == 200, answer
-        refused = [r["error"] for r in answer.body["results"] if "job_id" not in r]
-        assert not refused, f"{len(refused)} creates refused, the first: {refused[0]}"
-        return [r["job_id"] for r in answer.body["results"]]
+        size, made = min(BATCH, n - i * BATCH), []
+        for attempt in range(RESENDS_MAX + 1):
+            answer = call("POST", urls[(i + attempt) % len(urls)] + "/v1/jobs:batchCreate",
+                          {"jobs": [body] * size}, timeout_s=120)
+            assert answer.status == 200, answer
+            made += [r["job_id"] for r in answer.body["results"] if "job_id" in r]
+            refused = [r["error"] for r in answer.body["results"] if "job_id" not in r]
+            if not refused:
+                return made
+            if resent is None or any(e.get("status") != 503 for e in refused) \
+                    or attempt == RESENDS_MAX:
+                raise AssertionError(f"{len(refused)} creates refused, the first: {refused[0]}")
+            resent[0] += len(refused)
+            size = len(refused)
+            time.sleep(1.0)
+        return made
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         return [j for ids in pool.map(batch, range(-(-n // BATCH))) for j in ids]
@@ -343,9 +358,10 @@ def _pending_at_sizes(cluster: LocalCluster, sizes: list[int], url: str,
     bytes per pending job (all of them; and the ones added since the size
     before) and every node's memory. Returns those and the last used bytes."""
     rows: list[dict] = []
-    created, used = 0, empty
+    created, used, resent = 0, empty, [0]
+    started = time.monotonic()
     for size in sizes:
-        _create(cluster, size - created, _at(86_400), url)
+        _create(cluster, size - created, _at(86_400), url, resent)
         cluster.ensure_same(120 + size / 5000)
         now_used = _settled_used(cluster, used)
         rows.append({
@@ -353,7 +369,10 @@ def _pending_at_sizes(cluster: LocalCluster, sizes: list[int], url: str,
             "bytes_per_pending_job": round(max((u - e) / size for u, e in zip(now_used, empty))),
             "bytes_per_added_job": round(max((u - p) / (size - created)
                                              for u, p in zip(now_used, used))),
-            "memory_bytes": {nid: _rss(cluster.procs[nid].pid) for nid in cluster.ids}})
+            "memory_bytes": {nid: _rss(cluster.procs[nid].pid) for nid in cluster.ids},
+            "creates_resent_after_503": resent[0], "raft_terms": _terms(cluster),
+            "seconds_since_start": round(time.monotonic() - started)})
+        print(f"at {size}: {json.dumps(rows[-1])}", flush=True)   # before the next size
         created, used = size, now_used
     return rows, used
 
