@@ -140,6 +140,10 @@ def _create(cluster: LocalCluster, n: int, run_at: str, url: str,
         for attempt in range(RESENDS_MAX + 1):
             answer = call("POST", urls[(i + attempt) % len(urls)] + "/v1/jobs:batchCreate",
                           {"jobs": [body] * size}, timeout_s=120)
+            if answer.status == 503 and resent is not None and attempt < RESENDS_MAX:
+                resent[0] += size   # refused whole (no leader to propose to)
+                time.sleep(1.0)
+                continue
             assert answer.status == 200, answer
             made += [r["job_id"] for r in answer.body["results"] if "job_id" in r]
             refused = [r["error"] for r in answer.body["results"] if "job_id" not in r]
