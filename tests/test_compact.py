@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -229,3 +230,12 @@ def test_the_stores_compact_what_they_keep() -> None:
     with store.pin() as pinned:
         raw = dict(((t, k), v) for t, k, v in pinned.items())
     assert len(raw[("jobs", b"job_1")]) < len(codec.pack(job)) / 2
+
+
+def test_remembered_ids_are_those_of_the_exact_arguments() -> None:
+    """keys.execution_id and keys.run_id remember recent answers: a call with
+    an equal argument of another type (1.0 for 1) is not answered from them."""
+    assert keys.execution_id("job_a", 1000) == keys.execution_id("job_a", 1000)
+    assert keys.execution_id("job_a", 1000) != keys.execution_id("job_a", 1000.0)
+    assert keys.run_id("job_a", 1000, 1) != keys.run_id("job_a", 1000, True)
+    assert keys.execution_id("job_a", 1000) == "exe_" + hashlib.sha256(b"job_a|1000").hexdigest()[:32]

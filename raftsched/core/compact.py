@@ -25,7 +25,7 @@ digests, agree.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from raftsched.core import keys
 
@@ -55,11 +55,10 @@ _ATTEMPT_NONE = ("finished_ms", "http_status", "exit_code", "error", "output_nod
 class _Default:
     """A default value. A stored member equals it when it is equal and of the
     same types (1 and 1.0 differ: the value restored must be the very one
-    stored); a restore gives a fresh copy a caller may change. A default is
-    a scalar, or a list or map of scalars and empty lists and maps, so
-    equality and the member types decide, and a copy is one level deep."""
+    stored). A default is a scalar, or a list or map of scalars and empty
+    lists and maps, so equality and the member types decide."""
 
-    __slots__ = ("value", "names", "types", "nested")
+    __slots__ = ("value", "names", "types")
 
     def __init__(self, value: Any) -> None:
         self.value = value
@@ -68,17 +67,6 @@ class _Default:
         assert all(not isinstance(v, (dict, list)) or not v for v in members), value
         self.names = list(value) if isinstance(value, dict) else None
         self.types = [type(v) for v in members]
-        self.nested = [k for k, v in value.items() if isinstance(v, (dict, list))] \
-            if isinstance(value, dict) else []
-
-    def fresh(self) -> Any:
-        value = self.value
-        if isinstance(value, dict):
-            copy = dict(value)
-            for name in self.nested:
-                copy[name] = copy[name].copy()
-            return copy
-        return value.copy() if isinstance(value, list) else value
 
     def same(self, value: Any) -> bool:
         # Equality first (in C); the types are compared only when it holds.
@@ -89,6 +77,37 @@ class _Default:
         return [type(v) for v in value] == self.types if self.types else True
 
 
+def _literal(value: Any) -> str:
+    """`value` as Python source that builds an equal value of the same types
+    (a new copy each time it runs). Only what a default may be."""
+    if value is None or type(value) in (bool, int, str):
+        return repr(value)
+    if type(value) is float:
+        assert value == value and value not in (float("inf"), float("-inf")), value
+        return repr(value)
+    if type(value) is list:
+        return "[" + ", ".join(_literal(v) for v in value) + "]"
+    if type(value) is dict:
+        assert all(type(k) is str for k in value), value
+        return "{" + ", ".join(f"{k!r}: {_literal(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"no literal for a default of type {type(value).__name__}")
+
+
+def _compiled(source: str, name: str) -> Any:
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)   # source built here from declared names and literals only
+    return namespace[name]
+
+
+def _filler(defaults: dict[str, Any]) -> Callable[[dict], None]:
+    """A function that adds to a map each member of `defaults` it lacks, as
+    a fresh copy a caller may change. Generated, so that a restore is a few
+    literal builds rather than a copy per member (a read of every job pays it)."""
+    lines = ["def fill(m):"] + [f"    if {name!r} not in m: m[{name!r}] = {_literal(value)}"
+                                for name, value in defaults.items()]
+    return _compiled("\n".join(lines or ["    pass"]) + "\n    return m\n", "fill")
+
+
 def _encoded(defaults: dict) -> dict[str, _Default]:
     return {name: _Default(value) for name, value in defaults.items()}
 
@@ -97,16 +116,13 @@ _SPEC = _encoded(_SPEC_DEFAULTS)
 _SCHEDULE = {kind: _encoded(d) for kind, d in _SCHEDULE_DEFAULTS.items()}
 _TARGET = {kind: _encoded(d) for kind, d in _TARGET_DEFAULTS.items()}
 _NONE: dict[str, _Default] = {}
+_FILL_SPEC = _filler(_SPEC_DEFAULTS)
+_FILL_SCHEDULE = {kind: _filler(d) for kind, d in _SCHEDULE_DEFAULTS.items()}
+_FILL_TARGET = {kind: _filler(d) for kind, d in _TARGET_DEFAULTS.items()}
 
 
 def _without(member: dict, defaults: dict[str, _Default]) -> dict:
     return {k: v for k, v in member.items() if not (k in defaults and defaults[k].same(v))}
-
-
-def _with(member: dict, defaults: dict[str, _Default]) -> None:
-    for k, default in defaults.items():
-        if k not in member:
-            member[k] = default.fresh()
 
 
 def compact_spec(spec: dict) -> dict:
@@ -124,12 +140,16 @@ def compact_spec(spec: dict) -> dict:
 
 
 def expand_spec(spec: dict) -> dict:
-    _with(spec, _SPEC)
+    _FILL_SPEC(spec)
     schedule, target = spec.get("schedule"), spec.get("target")
     if isinstance(schedule, dict):
-        _with(schedule, _SCHEDULE.get(schedule.get("kind"), _NONE))
+        fill = _FILL_SCHEDULE.get(schedule.get("kind"))
+        if fill is not None:
+            fill(schedule)
     if isinstance(target, dict):
-        _with(target, _TARGET.get(target.get("type"), _NONE))
+        fill = _FILL_TARGET.get(target.get("type"))
+        if fill is not None:
+            fill(target)
     return spec
 
 
@@ -141,14 +161,31 @@ class _Form:
     the map form restores them); a record without a required field has no
     positional form (`pack` answers None)."""
 
-    __slots__ = ("fields", "names", "required", "nones")
+    __slots__ = ("fields", "names", "required", "unpack")
 
     def __init__(self, fields: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
         assert set(optional) <= set(fields), (fields, optional)
+        assert all(f.isidentifier() for f in fields), fields
         self.fields = fields
         self.names = frozenset(fields)
         self.required = self.names - set(optional)
-        self.nones = (None,) * len(fields)
+        self.unpack: Callable[[list], dict] = self._unpacker(fields)
+
+    @staticmethod
+    def _unpacker(fields: tuple[str, ...]) -> Callable[[list], dict]:
+        """unpack(stored) -> the record: the stored list read into a new map
+        (values left out at the end read as None), then its other members.
+        Generated: one map built from a literal with the names as constants."""
+        n = len(fields) + 1
+        members = ", ".join(f"{name!r}: s[{i}]" for i, name in enumerate(fields, 1))
+        return _compiled(
+            f"def unpack(s):\n"
+            f"    if len(s) < {n}:\n"
+            f"        s = s + [None] * ({n} - len(s))\n"
+            f"    r = {{{members}}}\n"
+            f"    if s[0]:\n"
+            f"        r.update(s[0])\n"
+            f"    return r\n", "unpack")
 
     def pack(self, record: dict) -> list | None:
         keys = record.keys()
@@ -171,15 +208,6 @@ class _Form:
     def position(self, name: str) -> int:
         """Where `name`'s value is in the stored list."""
         return 1 + self.fields.index(name)
-
-    def unpack(self, stored: list) -> dict:
-        values = stored[1:]
-        if len(values) < len(self.fields):
-            values.extend(self.nones[len(values):])
-        record = dict(zip(self.fields, values))
-        if stored[0]:
-            record.update(stored[0])
-        return record
 
 
 # Rarely-None members first, so the trailing None ones cost nothing.

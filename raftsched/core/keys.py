@@ -6,6 +6,7 @@ range is one contiguous key range.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 
@@ -26,12 +27,17 @@ def shard_of(job_id: str, shard_count: int) -> int:
     return stable_hash(job_id) % shard_count
 
 
+# A run's ids are read back from its job and occurrence on every read of it
+# (core/compact.py), and a run is read several times in its life on a node:
+# the recent ones are remembered. `typed`: 1 and 1.0 give different ids.
+@functools.lru_cache(maxsize=8192, typed=True)
 def execution_id(job_id: str, scheduled_ms: int) -> str:
     """Stable across retries and failover: what a target deduplicates on."""
     digest = hashlib.sha256(f"{job_id}|{scheduled_ms}".encode()).hexdigest()
     return "exe_" + digest[:32]
 
 
+@functools.lru_cache(maxsize=8192, typed=True)
 def run_id(job_id: str, scheduled_ms: int, attempt: int) -> str:
     digest = hashlib.sha256(f"{job_id}|{scheduled_ms}|{attempt}".encode()).hexdigest()
     return "run_" + digest[:24]
