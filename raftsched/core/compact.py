@@ -52,29 +52,25 @@ _ATTEMPT_NONE = ("finished_ms", "http_status", "exit_code", "error", "output_nod
                  "retry_delay_ms")
 
 
-class _Default:
-    """A default value. A stored member equals it when it is equal and of the
-    same types (1 and 1.0 differ: the value restored must be the very one
-    stored). A default is a scalar, or a list or map of scalars and empty
-    lists and maps, so equality and the member types decide."""
-
-    __slots__ = ("value", "names", "types")
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-        members = value.values() if isinstance(value, dict) else \
-            value if isinstance(value, list) else ()
-        assert all(not isinstance(v, (dict, list)) or not v for v in members), value
-        self.names = list(value) if isinstance(value, dict) else None
-        self.types = [type(v) for v in members]
-
-    def same(self, value: Any) -> bool:
-        # Equality first (in C); the types are compared only when it holds.
-        if type(value) is not type(self.value) or value != self.value:
-            return False
-        if self.names is not None:
-            return [type(value[k]) for k in self.names] == self.types
-        return [type(v) for v in value] == self.types if self.types else True
+def _same_as(default: Any) -> Callable[[Any], bool]:
+    """A predicate: is a value the default? Equal, and of the same types (1
+    and 1.0 differ: the value restored must be the very one stored). A
+    default is a scalar, or a list or map of scalars and empty lists and
+    maps, so equality and the member types decide. Generated: equality in C,
+    then one type test per member, with no loop."""
+    members = default.values() if isinstance(default, dict) else \
+        default if isinstance(default, list) else ()
+    assert all(not isinstance(v, (dict, list)) or not v for v in members), default
+    tests = [f"type(v) is {type(default).__name__}", "v == D"]
+    if isinstance(default, dict):
+        tests += [f"type(v[{k!r}]) is {type(x).__name__}" for k, x in default.items()]
+    elif isinstance(default, list):
+        tests += [f"type(v[{i}]) is {type(x).__name__}" for i, x in enumerate(default)]
+    assert all(type(x).__name__ in ("NoneType", "bool", "int", "float", "str", "list", "dict")
+               for x in (default, *members)), default
+    source = ("def same(v):\n    return " + " and ".join(tests) + "\n").replace(
+        "is NoneType", "is NONE")
+    return _compiled(source, "same", D=default, NONE=type(None))
 
 
 def _literal(value: Any) -> str:
@@ -93,8 +89,8 @@ def _literal(value: Any) -> str:
     raise TypeError(f"no literal for a default of type {type(value).__name__}")
 
 
-def _compiled(source: str, name: str) -> Any:
-    namespace: dict[str, Any] = {}
+def _compiled(source: str, name: str, **names: Any) -> Any:
+    namespace: dict[str, Any] = dict(names)
     exec(source, namespace)   # source built here from declared names and literals only
     return namespace[name]
 
@@ -108,28 +104,28 @@ def _filler(defaults: dict[str, Any]) -> Callable[[dict], None]:
     return _compiled("\n".join(lines or ["    pass"]) + "\n    return m\n", "fill")
 
 
-def _encoded(defaults: dict) -> dict[str, _Default]:
-    return {name: _Default(value) for name, value in defaults.items()}
+def _encoded(defaults: dict) -> dict[str, Callable[[Any], bool]]:
+    return {name: _same_as(value) for name, value in defaults.items()}
 
 
 _SPEC = _encoded(_SPEC_DEFAULTS)
 _SCHEDULE = {kind: _encoded(d) for kind, d in _SCHEDULE_DEFAULTS.items()}
 _TARGET = {kind: _encoded(d) for kind, d in _TARGET_DEFAULTS.items()}
-_NONE: dict[str, _Default] = {}
+_NONE: dict[str, Callable[[Any], bool]] = {}
 _FILL_SPEC = _filler(_SPEC_DEFAULTS)
 _FILL_SCHEDULE = {kind: _filler(d) for kind, d in _SCHEDULE_DEFAULTS.items()}
 _FILL_TARGET = {kind: _filler(d) for kind, d in _TARGET_DEFAULTS.items()}
 
 
-def _without(member: dict, defaults: dict[str, _Default]) -> dict:
-    return {k: v for k, v in member.items() if not (k in defaults and defaults[k].same(v))}
+def _without(member: dict, defaults: dict[str, Callable[[Any], bool]]) -> dict:
+    return {k: v for k, v in member.items() if not (k in defaults and defaults[k](v))}
 
 
 def compact_spec(spec: dict) -> dict:
     out = {}
     for name, value in spec.items():
-        default = _SPEC.get(name)
-        if default is not None and default.same(value):
+        same = _SPEC.get(name)
+        if same is not None and same(value):
             continue
         if name == "schedule" and isinstance(value, dict):
             value = _without(value, _SCHEDULE.get(value.get("kind"), _NONE))
