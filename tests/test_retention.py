@@ -412,6 +412,28 @@ def test_the_purger_visits_a_bounded_number_of_jobs_per_pass(log, monkeypatch):
         ["job_a1", "job_b2"], ["job_c3"], ["job_a1", "job_b2"]]
 
 
+def test_the_purger_reads_no_history_of_a_job_that_has_no_run(log, monkeypatch):
+    """A job waiting for its first run (most of a large state) costs a pass
+    its record only: the purger reads its run index only once it has runs."""
+    make_job(log, "job_a1", history={"max_runs": 1})
+    make_job(log, "job_b2", history={"max_runs": 1})
+    finished = run_history(log, 3, "job_b2")
+    scanned: list[bytes] = []
+    scan = log.store.scan
+
+    def counting(table, **kw):
+        if table == RUNS_BY_JOB:
+            scanned.append(kw.get("start"))
+        return scan(table, **kw)
+
+    monkeypatch.setattr(log.store, "scan", counting)
+    purger = purger_over(log)
+    plan = purger.plan(purger.bounds(20_000))
+    assert plan.runs == [(r, "job_b2") for r in finished[:2]]
+    assert scanned and all(start.startswith(keys.runs_by_job_prefix("job_b2"))
+                           for start in scanned)
+
+
 def test_the_purger_chooses_expired_idempotency_keys(log):
     make_job(log, idem="k1")
     make_job(log, "job_b2", idem="k2")

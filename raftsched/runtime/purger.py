@@ -162,6 +162,11 @@ class Purger:
         bound; stop at the first finished run within every bound (the rest are
         newer). A retired job whose every run is chosen goes too."""
         retired = retention.retired_before(job, bounds.now_ms - bounds.finished_job_retention_ms)
+        if not retired and not job.get("runs_count"):
+            # No run in its history (runs.create_run counts them, purges
+            # uncount them): nothing to choose, and no index to read. Most
+            # jobs of a large state are one-offs waiting for their time.
+            return
         max_runs, max_age_ms = retention.history_bounds(job, bounds.history_max_runs,
                                                         bounds.history_max_age_ms)
         excess = retention.finished_runs(job) - max_runs
