@@ -128,19 +128,28 @@ def _histograms(cluster: LocalCluster) -> list[dict]:
 
 def _create(cluster: LocalCluster, n: int, run_at: str, url: str,
             resent: list[int] | None = None) -> list[str]:
-    """Create `n` one-offs by batchCreate. Any refusal fails the bench, unless
-    `resent` is given: then creates refused with 503 (an election, say) are
+    """Create `n` one-offs by batchCreate. A batch refused busy (before
+    proposal) is sent again after its Retry-After. Any other refusal fails the
+    bench, unless `resent` is given: then creates refused with 503 (an election, say) are
     sent again after a second, up to RESENDS_MAX times, and counted in
     resent[0] (each may have been committed after all: at most one extra job)."""
     body = {"run_at": run_at, "target": {"type": "http", "url": url, "timeout_s": 30}}
     urls = [cluster.url(nid) for nid in cluster.ids]
 
     def batch(i: int) -> list[str]:
-        size, made = min(BATCH, n - i * BATCH), []
-        for attempt in range(RESENDS_MAX + 1):
-            answer = call("POST", urls[(i + attempt) % len(urls)] + "/v1/jobs:batchCreate",
+        size, made, attempt, sent = min(BATCH, n - i * BATCH), [], 0, 0
+        while attempt <= RESENDS_MAX:
+            answer = call("POST", urls[(i + sent) % len(urls)] + "/v1/jobs:batchCreate",
                           {"jobs": [body] * size}, timeout_s=120)
-            if answer.status == 503 and resent is not None and attempt < RESENDS_MAX:
+            sent += 1
+            if answer.status == 503 and isinstance(answer.body, dict) \
+                    and answer.body.get("reason") == "busy":
+                # Refused before proposal (nothing of it committed): sent again
+                # after Retry-After, as a client honouring it does.
+                time.sleep(float(answer.headers.get("Retry-After", "1")))
+                continue
+            attempt += 1
+            if answer.status == 503 and resent is not None and attempt <= RESENDS_MAX:
                 resent[0] += size   # refused whole (no leader to propose to)
                 time.sleep(1.0)
                 continue
@@ -150,7 +159,7 @@ def _create(cluster: LocalCluster, n: int, run_at: str, url: str,
             if not refused:
                 return made
             if resent is None or any(e.get("status") != 503 for e in refused) \
-                    or attempt == RESENDS_MAX:
+                    or attempt > RESENDS_MAX:
                 raise AssertionError(f"{len(refused)} creates refused, the first: {refused[0]}")
             resent[0] += len(refused)
             size = len(refused)
@@ -287,6 +296,7 @@ def burst(n: int, nodes: int = 3, lead_s: float | None = None,
             return diffs if sum(d["count"] for d in diffs) >= n else None
 
         diffs = wait_until(all_counted, 30, "every fire counted in the histograms")
+        lapses = _lease_lapses(cluster)
         calls = _call_figures(sink, ids)
         sink_url = sink.url
         cluster.ensure_same(60)
@@ -300,12 +310,20 @@ def burst(n: int, nodes: int = 3, lead_s: float | None = None,
         "call_rate_vs_reference": round(calls["call_rate_per_s"] / reference_rate, 2),
         "reference_cpu_us_per_call": round(reference_cpu_us, 1),
         "cost": _cost_figures(marks, n, reference_cpu_us),
+        "shard_lease_lapses": lapses,
         "sink_url": sink_url,
     }
     if apscheduler:
         figures["apscheduler_reference"] = measure_in_subprocess(n)
         figures["apscheduler_post_reference"] = _apscheduler_post(n, reference_connections)
     return figures
+
+
+def _lease_lapses(cluster: LocalCluster) -> dict[str, int | None]:
+    """Each node's shard lease lapses since it started (a renewal applied too
+    late: the node called none of its runs until the next)."""
+    return {nid: cluster.api(nid, "GET", "/v1/node").body.get("shard_lease_lapses_total")
+            for nid in cluster.ids}
 
 
 def _apscheduler_post(n: int, connections: int) -> dict:
@@ -428,7 +446,8 @@ def footprint(sizes: list[int] | int, runs: int, nodes: int = 3) -> dict:
 
 async def _post_loop(url: str, body: bytes, clients: int, seconds: float) -> tuple[int, int]:
     """(answers 2xx, other answers) of `clients` keep-alive clients posting
-    `body` to `url` for `seconds`."""
+    `body` to `url` for `seconds`. A client refused 503 waits its Retry-After
+    before it sends again, as the Python client does."""
     headers = {"Content-Type": "application/json", **auth_headers()}
     ok = failed = 0
     stop_at = time.monotonic() + seconds
@@ -444,6 +463,9 @@ async def _post_loop(url: str, body: bytes, clients: int, seconds: float) -> tup
                         ok += 1
                     else:
                         failed += 1
+                        retry_after = response.headers.get("Retry-After")
+                if response.status == 503 and retry_after is not None:
+                    await asyncio.sleep(min(float(retry_after), max(0.0, stop_at - time.monotonic())))
 
         await asyncio.gather(*(client() for _ in range(clients)))
     return ok, failed
@@ -519,6 +541,7 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
             return single, batched
 
         single, batched = asyncio.run(both())
+        lapses = _lease_lapses(cluster)
         burst = batch_burst([cluster.url(nid) for nid in cluster.ids])
         cluster.ensure_same(120)
     single_ok, single_failed = sum(s[0] for s in single), sum(s[1] for s in single)
@@ -527,6 +550,7 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
             "single_refused": single_failed,
             "batch_jobs_per_s": round(batch_ok * BATCH / seconds),
             "batch_requests_refused": sum(b[1] for b in batched),
+            "shard_lease_lapses": lapses,
             "burst": {k: v for k, v in burst.items() if k != "job_ids"}}
 
 
@@ -795,7 +819,8 @@ def _render_creates(figures: dict) -> str:
     return (f"single POSTs: {figures['single_posts_per_s']}/s with {figures['clients']} "
             f"keep-alive clients ({figures['single_refused']} not 2xx); batchCreate of "
             f"{BATCH}: {figures['batch_jobs_per_s']} jobs/s with 6 clients "
-            f"({figures['batch_requests_refused']} requests not 2xx)\n"
+            f"({figures['batch_requests_refused']} requests not 2xx); shard lease lapses "
+            f"while creating: {figures.get('shard_lease_lapses')}\n"
             f"{BURST_CLIENTS} batchCreates of {BATCH} one-offs at once: "
             f"{figures['burst']['committed']} committed, {figures['burst']['busy']} refused busy, "
             f"{figures['burst']['outcome_unknown']} outcome unknown, "
@@ -890,7 +915,8 @@ def _render_burst(figures: dict) -> str:
         f"call lateness (every call, at the sink): n={c['count']} p50={c['p50']} ms "
         f"p99={c['p99']} ms max={c['max']} ms",
         f"runs seen {figures['runs_seen']}, duplicates {figures['duplicates']}, "
-        f"redeliveries {figures['redeliveries']}",
+        f"redeliveries {figures['redeliveries']}; shard lease lapses "
+        f"{figures.get('shard_lease_lapses')}",
         f"call rate {figures['call_rate_per_s']}/s; bare aiohttp loop against the same kind of "
         f"sink: {figures['reference_aiohttp_calls_per_s']}/s with "
         f"{figures['reference_connections']} connections "
