@@ -13,6 +13,8 @@ Pure: the caller passes the job record and now_ms.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from raftsched.core.cost import catchup_fitting
 from raftsched.core.runs import worker_queue
 from raftsched.core.schedule import covered_occurrences, fire_delay_ms
@@ -21,14 +23,26 @@ from raftsched.core.schedule import covered_occurrences, fire_delay_ms
 DEFAULT_MISFIRE = {"policy": "fire_once", "tolerance_ms": 60_000, "catchup_max": 100}
 
 
+class FireItem(NamedTuple):
+    """What a fire says of one job's due entry (commands.FireItem, whose
+    array form it is): the occurrence due, the job's next one after those
+    covered, the occurrences covered (the due one first), and how many a
+    catch-up window or bound left out."""
+    job_id: str
+    occurrence: int
+    next_ms: int | None
+    occurrences: list[int]
+    omitted: int
+
+
 def due_at_ms(job: dict, occurrence_ms: int) -> int:
     """When an occurrence of the job fires: at it, later by the job's delay for it."""
     return occurrence_ms + fire_delay_ms(job["id"], occurrence_ms,
                                          job["spec"].get("jitter_ms", 0))
 
 
-def fire_item(job: dict, due_ms: int, now_ms: int) -> tuple | None:
-    """The fire item (job_id, occurrence, next_ms, occurrences, omitted) for the
+def fire_item(job: dict, due_ms: int, now_ms: int) -> FireItem | None:
+    """The fire item for the
     job's due entry at `due_ms`, or None when the entry is not the job's armed
     one any more (the job changed since: apply would refuse it as stale).
 
@@ -48,7 +62,7 @@ def fire_item(job: dict, due_ms: int, now_ms: int) -> tuple | None:
         spec["schedule"], occurrence, now_ms - spec.get("jitter_ms", 0),
         catchup_fitting(spec, policy["catchup_max"]),
         None if window_ms is None else now_ms - window_ms)
-    return job["id"], occurrence, next_ms, occurrences, omitted
+    return FireItem(job["id"], occurrence, next_ms, occurrences, omitted)
 
 
 def armable(spec: dict) -> bool:

@@ -42,7 +42,7 @@ import asyncio
 import collections
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from raftsched import limits
 from raftsched.core import commands, cost
@@ -57,6 +57,17 @@ if TYPE_CHECKING:
     from raftsched.runtime.node import Node
 
 log = logging.getLogger("raftsched.trigger")
+
+
+class DueEntry(NamedTuple):
+    """A due entry as the trigger reads it: what it is (an occurrence of job
+    `ident`, or the next attempt of run `ident`: keys.KIND_*), whose, its
+    priority rank, and when it is due."""
+    kind: bytes
+    ident: str
+    tenant: str
+    rank: int
+    due_ms: int
 
 
 class TriggerLoop:
@@ -195,58 +206,57 @@ class TriggerLoop:
         for shard, entries in collected.items():
             if not entries and not self._inflight.get(shard):
                 self._next_due[shard] = self._earliest(shard)   # nothing due after all
-        classes = {(tenant, rank) for entries in collected.values()
-                   for _, tenant, rank, _ in entries}
+        classes = {(e.tenant, e.rank) for entries in collected.values() for e in entries}
         if len(classes) <= 1:
             order = [(shard, e) for shard, entries in collected.items() for e in entries]
             self._propose(self._within_room(order), now)
             return
-        queues: dict[str, list[tuple[int, tuple]]] = {}
+        queues: dict[str, list[tuple[int, DueEntry]]] = {}
         for shard, entries in collected.items():
             for entry in entries:
-                queues.setdefault(entry[1], []).append((shard, entry))
+                queues.setdefault(entry.tenant, []).append((shard, entry))
         for items in queues.values():
-            items.sort(key=lambda item: (item[1][2], item[1][3]))   # priority, then due time
+            items.sort(key=lambda item: (item[1].rank, item[1].due_ms))
         order = drr_order(queues, lambda tenant: self._node.quota_of(tenant)["weight"])
         self._propose(self._within_room(order), now)
         # The rest waits for a fire to be answered, which wakes the loop.
 
     @staticmethod
-    def _within_arming_room(collected: dict[int, list[tuple]], now: int
-                            ) -> dict[int, list[tuple]]:
+    def _within_arming_room(collected: dict[int, list[DueEntry]], now: int
+                            ) -> dict[int, list[DueEntry]]:
         """`collected` with every entry due by now, and only the earliest
         arm_fire_items_max of those ahead of it; the rest are fired ahead by
         the passes after this one's fires are answered."""
-        ahead = sorted(entry[3] for entries in collected.values() for entry in entries
-                       if entry[3] > now)
+        ahead = sorted(entry.due_ms for entries in collected.values() for entry in entries
+                       if entry.due_ms > now)
         if len(ahead) <= limits.arm_fire_items_max:
             return collected
         last_ms = ahead[limits.arm_fire_items_max - 1]
         room = sum(1 for due_ms in ahead if due_ms < last_ms)
         room = limits.arm_fire_items_max - room   # entries at last_ms that fit
-        kept: dict[int, list[tuple]] = {}
+        kept: dict[int, list[DueEntry]] = {}
         for shard, entries in collected.items():
             kept[shard] = []
             for entry in entries:
-                if entry[3] <= now or entry[3] < last_ms:
+                if entry.due_ms <= now or entry.due_ms < last_ms:
                     kept[shard].append(entry)
-                elif entry[3] == last_ms and room > 0:
+                elif entry.due_ms == last_ms and room > 0:
                     kept[shard].append(entry)
                     room -= 1
         return kept
 
-    def _within_room(self, order: list[tuple[int, tuple]]) -> list[tuple[int, tuple]]:
+    def _within_room(self, order: list[tuple[int, DueEntry]]) -> list[tuple[int, DueEntry]]:
         """The items of `order`, in order, that fit their tenant's room: at
         most fire_inflight_items_max of a tenant's items in flight while
         another tenant has items due or in flight here, else
         fire_inflight_items_solo_max."""
         room: dict[str, int] = {}
         chosen = []
-        tenants = {entry[1] for _, entry in order} | set(self._inflight_items)
+        tenants = {entry.tenant for _, entry in order} | set(self._inflight_items)
         bound = (limits.fire_inflight_items_max if len(tenants) > 1
                  else limits.fire_inflight_items_solo_max)
         for shard, entry in order:
-            tenant = entry[1]
+            tenant = entry.tenant
             if tenant not in room:
                 room[tenant] = bound - self._inflight_items[tenant]
             if room[tenant] > 0:
@@ -254,15 +264,14 @@ class TriggerLoop:
                 chosen.append((shard, entry))
         return chosen
 
-    def _collect(self, shard: int, now: int) -> list[tuple]:
-        """The shard's due entries: ((kind, id), tenant, priority rank, due_ms),
-        read from the due index alone (its values name tenant and priority;
+    def _collect(self, shard: int, now: int) -> list[DueEntry]:
+        """The shard's due entries, read from the due index alone (its values name tenant and priority;
         an entry written without them is looked up)."""
         rows = due_rows(self._node.store, shard, now, limits.fire_batch_max)
         return [self._entry(due_ms, kind, ident, value) for due_ms, kind, ident, value in rows]
 
     def _collect_ahead(self, shard: int, now: int, ahead_ms: int,
-                       limit: int) -> tuple[list[tuple], int]:
+                       limit: int) -> tuple[list[DueEntry], int]:
         """The entries of the shard due after now and within `ahead_ms` that
         may be armed (their due value says so: core/apply.py `_arm`), from
         at most `limit` read: (entries, rows read)."""
@@ -275,13 +284,13 @@ class TriggerLoop:
                 entries.append(self._entry(due_ms, kind, ident, value))
         return entries, len(rows)
 
-    def _entry(self, due_ms: int, kind: bytes, ident: str, value: dict) -> tuple:
+    def _entry(self, due_ms: int, kind: bytes, ident: str, value: dict) -> DueEntry:
         tenant, rank = value.get("tn"), value.get("p", 1)
         if tenant is None:
             table, key = (RUNS, ident.encode()) if kind == KIND_RETRY else (JOBS, job_key(ident))
             record = self._node.store.get(table, key)
             tenant = record["tenant"] if record else "default"
-        return ((kind, ident), tenant, rank, due_ms)
+        return DueEntry(kind, ident, tenant, rank, due_ms)
 
     def _fire_item(self, kind: bytes, ident: str, due_ms: int,
                    now: int) -> tuple[str, tuple, int] | None:
@@ -296,21 +305,21 @@ class TriggerLoop:
         item = None if job is None else fire_item(job, due_ms, now)
         if item is None:
             return None
-        return "items", item, cost.fire_item_cost(job["spec"], len(item[3]))
+        return "items", item, cost.fire_item_cost(job["spec"], len(item.occurrences))
 
-    def _propose(self, chosen: list[tuple[int, tuple]], now: int) -> None:
+    def _propose(self, chosen: list[tuple[int, DueEntry]], now: int) -> None:
         """`chosen` (shard, item entry) in order, as fire_many entries of up to
         fire_batch_max items and apply_entry_cost_max cost units (a fire of
         DAG jobs creates a task run per starting task: core/cost.py); within
         an entry, a part per shard in the order of the shard's first item."""
         built = []
-        for shard, ((kind, ident), tenant, _, due_ms) in chosen:
-            item = self._fire_item(kind, ident, due_ms, now)
+        for shard, entry in chosen:
+            item = self._fire_item(entry.kind, entry.ident, entry.due_ms, now)
             if item is None:
                 if not self._inflight.get(shard):
                     self._next_due[shard] = self._earliest(shard)   # all it had was stale
                 continue
-            built.append((shard, tenant, item))
+            built.append((shard, entry.tenant, item))
         start = 0
         for size in cost.pack([item[2] for _, _, item in built], limits.apply_entry_cost_max,
                               limits.fire_batch_max):
