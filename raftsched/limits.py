@@ -202,6 +202,15 @@ create_jobs_inflight_max = 4000
 # with batches leaves the others at least create_jobs_inflight_max minus this
 # (1000 jobs) of room. At least batch_create_jobs_max.
 create_jobs_inflight_per_tenant_max = 3000
+# Creates are refused (busy) while this node's applied log trails its
+# proposals by more than this many seconds (Coordinator.log_latency_s: what its
+# latest renewal took from proposal to apply, or its oldest in flight has
+# waited). The bounds above are per node, and three nodes' creates together
+# could keep the log over a second behind on two cores: every renewal then
+# queued behind them, and shard leases lapsed (runs not called) under creates
+# alone. With the log at most this far behind, a renewal (every
+# renew_period_s) is applied within node_lease_s - shard_lease_margin_s.
+create_log_latency_max_s = 0.5
 # Seconds a client refused as busy is told to wait (Retry-After): about what
 # the admitted work takes to commit.
 busy_retry_after_s = 1

@@ -202,6 +202,29 @@ def test_one_tenant_cannot_take_all_of_a_nodes_room_for_creates():
     assert (admission.jobs, admission.jobs_by_tenant) == (0, {})
 
 
+def test_creates_wait_while_the_applied_log_trails_but_other_writes_go_on():
+    """Whoever filled the log, a node refuses creates while its renewals take
+    longer than create_log_latency_max_s to come back applied: behind the
+    log's backlog they would come too late for its shard lease."""
+    latency = [0.0]
+    admission = Admission(log_latency_s=lambda: latency[0])
+    with admission.admit(jobs=1000, tenant="a"):
+        pass
+    latency[0] = limits.create_log_latency_max_s + 0.3
+    with pytest.raises(Busy) as caught:
+        with admission.admit(jobs=1, tenant="a"):
+            pass
+    assert caught.value.limit == "create_log_latency_max_s"
+    assert "trails its proposals by 0.80 s" in caught.value.detail
+    assert (admission.writes, admission.jobs) == (0, 0)   # nothing held for the refused
+    with admission.admit(jobs=0):   # a delete, a pause: no creates, admitted
+        pass
+    latency[0] = limits.create_log_latency_max_s
+    with admission.admit(jobs=1000, tenant="a"):
+        pass
+    assert admission.refused_total == 1
+
+
 def test_busy_is_an_unavailable_that_names_its_limit():
     with pytest.raises(Busy) as caught:
         admission = Admission(writes_max=1)

@@ -1,13 +1,21 @@
-"""32 batchCreates of 1,000 one-offs at once on a 3-node cluster: each is committed whole or refused busy before proposal, none is answered with an unknown outcome, and every job answered created exists on every node."""
+"""32 batchCreates of 1,000 one-offs at once on a 3-node cluster: each is committed whole or refused busy before proposal, none is answered with an unknown outcome, and every job answered created exists on every node. Creates sent without pause from every node lapse no node's shard lease."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
+import time
+
 import pytest
 
-from raftsched.testing.bench import BATCH, BURST_CLIENTS, batch_burst
+from raftsched.testing.bench import BATCH, BURST_CLIENTS, NOWHERE, batch_burst
 from raftsched.testing.http import call
 
 pytestmark = pytest.mark.integration
+
+SUSTAINED_S = 20.0      # seconds of creates
+SUSTAINED_CLIENTS = 6   # two a node
+SUSTAINED_BATCH = 500   # one-offs a batchCreate
 
 
 def _job_ids(cluster, nid: str) -> set[str]:
@@ -40,3 +48,41 @@ def test_concurrent_batches_are_committed_or_refused_busy_never_left_unknown(fre
                             "target": {"type": "http", "url": "http://127.0.0.1:9/"}}] * BATCH},
                  timeout_s=60, context=cluster.client_ssl)
     assert again.status == 200
+
+
+def test_sustained_creates_from_every_node_never_lapse_a_shard_lease(fresh_cluster):
+    """Clients that honour Retry-After send batchCreates to every node for
+    SUSTAINED_S: the nodes refuse creates while their log trails, so each
+    node's renewals keep coming back applied within its shard lease (none
+    lapses: it would stop calling its runs) and the creates go on."""
+    cluster = fresh_cluster
+    urls = [cluster.url(nid) for nid in cluster.ids]
+    one = {"run_at": "2030-01-01T00:00:00Z", "target": {"type": "http", "url": NOWHERE}}
+    stop_at = time.monotonic() + SUSTAINED_S
+    tally = {"created": 0, "busy": 0, "other": []}
+    lock = threading.Lock()
+
+    def client(i: int) -> None:
+        while time.monotonic() < stop_at:
+            answer = call("POST", urls[i % len(urls)] + "/v1/jobs:batchCreate",
+                          {"jobs": [one] * SUSTAINED_BATCH}, timeout_s=60,
+                          context=cluster.client_ssl)
+            with lock:
+                if answer.status == 200:
+                    tally["created"] += sum("job_id" in r for r in answer.body["results"])
+                elif answer.status == 503 and answer.body.get("reason") == "busy":
+                    tally["busy"] += 1
+                else:
+                    tally["other"].append((answer.status, answer.body))
+            if answer.status == 503:
+                time.sleep(float(answer.headers.get("Retry-After", "1")))
+
+    with concurrent.futures.ThreadPoolExecutor(SUSTAINED_CLIENTS) as pool:
+        list(pool.map(client, range(SUSTAINED_CLIENTS)))
+    print(f"sustained creates: {tally['created']} created, {tally['busy']} refused busy")
+    assert tally["other"] == [], tally["other"][:3]
+    assert tally["created"] >= SUSTAINED_BATCH
+    status = {nid: cluster.api(nid, "GET", "/v1/node").body for nid in cluster.ids}
+    lapses = {nid: s["shard_lease_lapses_total"] for nid, s in status.items()}
+    assert lapses == {nid: 0 for nid in cluster.ids}, (lapses, tally["busy"])
+    cluster.ensure_same(120)

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from raftsched import limits
+from raftsched.core import commands
 from raftsched.core.apply import NODES, SHARDS
 from raftsched.core.tx import BACKFILLS_OPEN
 from raftsched.runtime.backfiller import Backfiller
@@ -102,7 +103,8 @@ async def test_renewals_are_spaced_a_third_of_the_lease_apart(monkeypatch):
 
     monkeypatch.setattr(limits, "renew_period_s", limits.node_lease_s / 3 / 20)
     node = SimpleNamespace(node_id="n1", now_ms=lambda: 0, propose=propose,
-                           monotonic=time.monotonic, supervisor=_spawner())
+                           monotonic=time.monotonic, supervisor=_spawner(),
+                           replicator=SimpleNamespace(term=lambda: 1))
     task = asyncio.ensure_future(Coordinator(node).renew_loop())   # type: ignore[arg-type]
     try:
         deadline = time.monotonic() + 10
@@ -128,7 +130,8 @@ async def test_renewals_fall_on_multiples_of_the_period_on_the_cluster_time(monk
         return {"ok": True}
 
     node = SimpleNamespace(node_id="n1", now_ms=now_ms, propose=propose,
-                           monotonic=time.monotonic, supervisor=_spawner())
+                           monotonic=time.monotonic, supervisor=_spawner(),
+                           replicator=SimpleNamespace(term=lambda: 1))
     task = asyncio.ensure_future(Coordinator(node).renew_loop())   # type: ignore[arg-type]
     try:
         deadline = time.monotonic() + 10
@@ -229,3 +232,37 @@ def test_a_log_that_lags_behind_judges_no_node_dead():
     assert coordinator.live_nodes() == ["n1", "n2", "n3"]
     coordinator.renewed("n2", 10_000 + lease_ms)
     assert coordinator.live_nodes() == ["n1", "n2"]
+
+
+async def test_the_log_latency_is_the_latest_renewals_round_trip_within_a_term():
+    coordinator, node = _coordinator(dict(BALANCED))
+    now = [100.0]
+    node.monotonic = lambda: now[0]
+    applied = asyncio.Event()
+
+    async def propose(command) -> dict:
+        await applied.wait()
+        return {"ok": True}
+
+    node.propose = propose
+
+    async def round_trip(took_s: float, term_after: int | None = None) -> None:
+        applied.clear()
+        task = asyncio.ensure_future(coordinator._renew(
+            commands.renew(node="n1", at_ms=int(now[0] * 1000)), now[0]))
+        await asyncio.sleep(0)
+        now[0] += took_s
+        if term_after is not None:
+            node.term = term_after
+        applied.set()
+        await task
+
+    assert coordinator.log_latency_s() == 0.0
+    await round_trip(0.3)
+    assert coordinator.log_latency_s() == pytest.approx(0.3)
+    await round_trip(0.9)
+    assert coordinator.log_latency_s() == pytest.approx(0.9)
+    await round_trip(2.5, term_after=2)   # across an election: not the log's
+    assert coordinator.log_latency_s() == pytest.approx(0.9)
+    await round_trip(0.02)
+    assert coordinator.log_latency_s() == pytest.approx(0.02)

@@ -165,7 +165,7 @@ def fake_node(**overrides: object) -> SimpleNamespace:
         supervisor=ns(failures={"trigger": 1, "reaper": 0}),
         reaper=ns(expired_total=0, alerts_sent_total=0,
                   alerts_failed_total=0),
-        coordinator=ns(rebalances_total=0),
+        coordinator=ns(rebalances_total=0, lease_lapses_total=0, log_latency_s=lambda: 0.0),
         purger=ns(passes_total=0, refused_total=0, purged_runs_total=6, purged_jobs_total=0,
                   purged_idem_total=0, purged_backfills_total=0),
         backfiller=ns(steps_total=0, launched_total=0))

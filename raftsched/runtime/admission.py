@@ -6,7 +6,11 @@ requests, create_jobs_inflight_max jobs of creates). The answer is 503
 `busy` with Retry-After, naming the limit, and nothing was proposed. So what
 a node proposes is what the cluster commits within propose_timeout_s, and a
 commit timeout means a fault (no quorum), not a queue. A batch is admitted
-whole or refused whole.
+whole or refused whole. Creates are also refused while the node's applied
+log trails its proposals by more than create_log_latency_max_s (the node's
+renewals measure it): every node's renewals queue behind whatever the log
+holds, and a node whose renewals take longer than its shard lease stops
+calling its runs.
 
 Group commit: single creates of one tenant, token and quota that arrive
 while this node has create_groups_inflight_max create entries in flight wait
@@ -55,7 +59,8 @@ class Admission:
                  jobs_max: int = limits.create_jobs_inflight_max,
                  tenant_jobs_max: int = limits.create_jobs_inflight_per_tenant_max,
                  retry_after_s: int = limits.busy_retry_after_s,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 log_latency_s: Callable[[], float] = lambda: 0.0) -> None:
         assert jobs_max >= limits.batch_create_jobs_max, jobs_max
         assert tenant_jobs_max >= limits.batch_create_jobs_max, tenant_jobs_max
         self.writes_max, self.jobs_max, self.retry_after_s = writes_max, jobs_max, retry_after_s
@@ -67,6 +72,7 @@ class Admission:
         self.jobs_by_tenant: dict[str, int] = {}
         self.refused_total = 0
         self._clock = clock
+        self._log_latency_s = log_latency_s
         self._logged_at: float | None = None
         self._refused_since_log = 0
 
@@ -100,6 +106,13 @@ class Admission:
         if jobs and self.jobs and self.jobs + jobs > self.jobs_max:
             return self._busy(f"{self.jobs} jobs of creates await commit on it, and this "
                               f"request adds {jobs}", "create_jobs_inflight_max", self.jobs_max)
+        if jobs:
+            # Whoever's creates filled it: a log that trails by this much
+            # delays every node's renewals, and with them its shard lease.
+            latency_s = self._log_latency_s()
+            if latency_s > limits.create_log_latency_max_s:
+                return self._busy(f"its applied log trails its proposals by {latency_s:.2f} s",
+                                  "create_log_latency_max_s", limits.create_log_latency_max_s)
         held = self.jobs_by_tenant.get(tenant, 0) if tenant is not None else 0
         if jobs and held and held + jobs > self.tenant_jobs_max:
             return self._busy(f"{held} jobs of tenant {tenant}'s creates await commit on it, "
@@ -107,7 +120,7 @@ class Admission:
                               "create_jobs_inflight_per_tenant_max", self.tenant_jobs_max)
         return None
 
-    def _busy(self, what: str, limit: str, bound: int) -> Busy:
+    def _busy(self, what: str, limit: str, bound: float) -> Busy:
         return Busy(f"this node is busy: {what} ({limit} is {bound}); the request was not "
                     f"proposed: retry after {self.retry_after_s} s", limit=limit,
                     retry_after_s=self.retry_after_s)

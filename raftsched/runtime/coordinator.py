@@ -59,6 +59,10 @@ class Coordinator:
         # (at most renewals_inflight_max), for renewal_applied on the Raft thread.
         self._renewals_sent: dict[int, float] = {}
         self.lease_lapses_total = 0
+        # Seconds the latest renewal seen applied here took from its proposal,
+        # within one term: how far this node's applied log trails what it
+        # proposes (log_latency_s).
+        self._renewal_latency_s = 0.0
 
     def renewed(self, node_id: str, at_ms: int) -> None:
         """Loop thread, from apply's NodeRenewed effect."""
@@ -123,6 +127,7 @@ class Coordinator:
             await asyncio.sleep((period_ms - node.now_ms() % period_ms) / 1000)
 
     async def _renew(self, command: commands.Renew, sent: float) -> None:
+        term = self._node.replicator.term()
         try:
             await self._node.propose(command)
         except Unavailable:
@@ -130,6 +135,9 @@ class Coordinator:
         finally:
             self._renewals_sent.pop(command.at_ms, None)
         self.extend_lease(sent)
+        if self._node.replicator.term() == term:
+            # A round trip across an election measures the election, not the log.
+            self._renewal_latency_s = max(0.0, self._node.monotonic() - sent)
 
     def renewal_applied(self, effects: tuple) -> None:
         """Raft thread, right after a renewal was committed here: if it is one
@@ -155,6 +163,16 @@ class Coordinator:
         self._lease_until = max(self._lease_until, until)
         self._lease_extended.set()
         self._lease_extended = asyncio.Event()
+
+    def log_latency_s(self) -> float:
+        """How far this node's applied log trails its proposals, in seconds:
+        what its latest renewal took from proposal to apply here (one that
+        crossed an election excepted: that measures the election, and writes
+        then wait for the new leader instead). Its shard lease lapses once
+        this passes node_lease_s - shard_lease_margin_s less renew_period_s,
+        so the node's admission refuses creates well before that
+        (create_log_latency_max_s)."""
+        return self._renewal_latency_s
 
     async def wait_lease_extended(self, timeout_s: float) -> None:
         """Return at this node's next lease extension, or after timeout_s."""

@@ -105,6 +105,12 @@ class NodeCollector(Collector):
         yield counter("stale_fires", "Fires refused by apply for a stale fencing token, "
                       "cluster-wide (replicated: the same on every node)", stale)
         yield gauge("shards_owned", "Shards this node fires", len(trigger.owned()))
+        yield counter("shard_lease_lapses", "Times this node's shard lease lapsed (a renewal "
+                      "applied too late): its runs were not called meanwhile",
+                      node.coordinator.lease_lapses_total)
+        yield gauge("log_latency_seconds", "How far this node's applied log trails its "
+                    "proposals (its latest renewal's round trip within one term)",
+                    node.coordinator.log_latency_s())
 
     def _runs(self) -> Iterator[Metric]:
         applied = self._node.applied_counts.snapshot()

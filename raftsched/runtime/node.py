@@ -34,7 +34,7 @@ from raftsched.executors.command import CommandExecutor, RunAs
 from raftsched.executors.http import HttpExecutor
 from raftsched.executors.netguard import policy_for
 from raftsched.replication.raft import Replicator
-from raftsched.runtime.admission import ClientProposals
+from raftsched.runtime.admission import Admission, ClientProposals
 from raftsched.runtime.apply_bridge import EXIT_INVARIANT, ApplyBridge
 from raftsched.runtime.armed import ArmedRuns
 from raftsched.runtime.backfiller import Backfiller
@@ -222,7 +222,8 @@ class Node:
         # What clients propose: admitted against the node's bounds, single
         # creates group-committed (runtime/admission.py).
         self.client_proposals = ClientProposals(
-            functools.partial(self.propose, wait_max_s=limits.propose_wait_max_s))
+            functools.partial(self.propose, wait_max_s=limits.propose_wait_max_s),
+            admission=Admission(log_latency_s=self.coordinator.log_latency_s))
         # Committed entries reach the store and this node through it.
         self.bridge = ApplyBridge(self)
         self.bridge.start_digest_thread()

@@ -171,6 +171,12 @@ class NodeAdapter(StoreQueries):
                 "arming_lead": node.arming_lead.snapshot(),
                 "armed_runs": len(node.armed),
                 "refused_fires_total": node.trigger.refused_fires_total,
+                # This node's shard lease lapsed (a renewal came back applied too
+                # late), and how far its applied log trails its proposals now
+                # (runtime/coordinator.py log_latency_s; creates wait past
+                # create_log_latency_max_s).
+                "shard_lease_lapses_total": node.coordinator.lease_lapses_total,
+                "log_latency_ms": round(node.coordinator.log_latency_s() * 1000, 1),
                 # The most CPU one Raft entry's apply took on this node since
                 # start, and that entry's tag (runtime/apply_bridge.py).
                 "apply_entry_ms_max": round(node.bridge.apply_entry_s_max * 1000, 1),
