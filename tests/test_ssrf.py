@@ -288,3 +288,14 @@ def test_a_cluster_follows_no_redirect_and_refuses_a_loopback_name_at_call(one_n
         assert run["error"].startswith("localhost resolves to ")
         assert "which is refused (loopback)" in run["error"]
         assert target.snapshot() == []
+
+
+def test_a_host_judged_callable_is_remembered_and_a_refused_one_is_judged_each_time():
+    policy = AddressPolicy.parse(("127.0.0.0/8",))
+    policy.check_url("http://127.0.0.1:8080/a")
+    policy.check_url("http://127.0.0.1:8080/b")
+    assert policy._callable_hosts == {"127.0.0.1"}
+    for _ in range(2):   # a new refusal each time, naming the address
+        with pytest.raises(AddressRefused, match="10.0.0.1"):
+            policy.check_url("http://10.0.0.1/x")
+    assert policy._callable_hosts == {"127.0.0.1"}

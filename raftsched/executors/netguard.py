@@ -132,11 +132,18 @@ def is_localhost_name(host: str) -> bool:
     return name in _LOCALHOST_NAMES or name.endswith(".localhost")
 
 
+_HOSTS_KNOWN_MAX = 4096
+
+
 class AddressPolicy:
     """Refuses the ranges above, except those the node allows."""
 
     def __init__(self, allowed: Sequence[Network] = ()) -> None:
         self.allowed = tuple(allowed)
+        # URL hosts check_url found callable: a host is judged by its text
+        # alone and the policy never changes, so each is parsed once (a burst
+        # calls the same few hosts many times). At most _HOSTS_KNOWN_MAX.
+        self._callable_hosts: set[str] = set()
 
     @classmethod
     def parse(cls, cidrs: Iterable[str]) -> "AddressPolicy":
@@ -210,10 +217,15 @@ class AddressPolicy:
             host = URL(url).raw_host
         except ValueError:
             return   # aiohttp refuses the URL itself (InvalidURL)
-        address = None if host is None else literal_address(host)
+        if host is None or host in self._callable_hosts:
+            return
+        address = literal_address(host)
         refused = None if address is None else self.literal_refusal(host, address)
         if refused is not None:
             raise refused
+        if len(self._callable_hosts) >= _HOSTS_KNOWN_MAX:
+            self._callable_hosts.clear()
+        self._callable_hosts.add(host)
 
 
 def url_hosts(url: str) -> list[str]:
