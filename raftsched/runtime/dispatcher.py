@@ -79,6 +79,8 @@ def masked_outcome(job: dict | None, outcome: Outcome) -> Outcome:
     """The outcome with the job's secrets masked in its output and error
     (core/redact.py), before the output is stored and the error replicated:
     a secret a target or command echoed never reaches a disk or another node."""
+    if not outcome.output and not outcome.error:
+        return outcome   # nothing to mask (a 2xx with an empty body)
     values = secret_values(job["spec"]) if job is not None else ()
     if not values:
         return outcome
