@@ -52,25 +52,41 @@ _ATTEMPT_NONE = ("finished_ms", "http_status", "exit_code", "error", "output_nod
                  "retry_delay_ms")
 
 
-def _same_as(default: Any) -> Callable[[Any], bool]:
-    """A predicate: is a value the default? Equal, and of the same types (1
-    and 1.0 differ: the value restored must be the very one stored). A
-    default is a scalar, or a list or map of scalars and empty lists and
-    maps, so equality and the member types decide. Generated: equality in C,
-    then one type test per member, with no loop."""
+def _same_test(default: Any, v: str, d: str) -> str:
+    """Python source of a test: is the value named `v` the default (named `d`
+    in the generated code's namespace)? Equal, and of the same types (1 and
+    1.0 differ: the value restored must be the very one stored). A default is
+    a scalar, or a list or map of scalars and empty lists and maps, so
+    equality and the member types decide: equality in C, then one type test
+    per member, with no loop."""
     members = default.values() if isinstance(default, dict) else \
         default if isinstance(default, list) else ()
     assert all(not isinstance(v, (dict, list)) or not v for v in members), default
-    tests = [f"type(v) is {type(default).__name__}", "v == D"]
+    assert all(type(x) in _TYPE_NAMES for x in (default, *members)), default
+    tests = [f"type({v}) is {_TYPE_NAMES[type(default)]}", f"{v} == {d}"]
     if isinstance(default, dict):
-        tests += [f"type(v[{k!r}]) is {type(x).__name__}" for k, x in default.items()]
+        tests += [f"type({v}[{k!r}]) is {_TYPE_NAMES[type(x)]}" for k, x in default.items()]
     elif isinstance(default, list):
-        tests += [f"type(v[{i}]) is {type(x).__name__}" for i, x in enumerate(default)]
-    assert all(type(x).__name__ in ("NoneType", "bool", "int", "float", "str", "list", "dict")
-               for x in (default, *members)), default
-    source = ("def same(v):\n    return " + " and ".join(tests) + "\n").replace(
-        "is NoneType", "is NONE")
-    return _compiled(source, "same", D=default, NONE=type(None))
+        tests += [f"type({v}[{i}]) is {_TYPE_NAMES[type(x)]}" for i, x in enumerate(default)]
+    return " and ".join(tests)
+
+
+_TYPE_NAMES = {type(None): "NONE", bool: "bool", int: "int", float: "float", str: "str",
+               list: "list", dict: "dict"}
+
+
+def _stripper(defaults: dict[str, Any]) -> Callable[[dict], dict]:
+    """A function that copies a map without the members equal to their
+    defaults (_same_test), in the map's order. Generated: a create pays it
+    for every job."""
+    lines = ["def strip(m):", "    out = dict(m)"]
+    names: dict[str, Any] = {"NONE": type(None), "MISSING": object()}
+    for i, (name, value) in enumerate(defaults.items()):
+        names[f"D{i}"] = value
+        lines += [f"    v = out.get({name!r}, MISSING)",
+                  f"    if {_same_test(value, 'v', f'D{i}')}:",
+                  f"        del out[{name!r}]"]
+    return _compiled("\n".join(lines + ["    return out"]) + "\n", "strip", **names)
 
 
 def _literal(value: Any) -> str:
@@ -104,34 +120,25 @@ def _filler(defaults: dict[str, Any]) -> Callable[[dict], None]:
     return _compiled("\n".join(lines or ["    pass"]) + "\n    return m\n", "fill")
 
 
-def _encoded(defaults: dict) -> dict[str, Callable[[Any], bool]]:
-    return {name: _same_as(value) for name, value in defaults.items()}
-
-
-_SPEC = _encoded(_SPEC_DEFAULTS)
-_SCHEDULE = {kind: _encoded(d) for kind, d in _SCHEDULE_DEFAULTS.items()}
-_TARGET = {kind: _encoded(d) for kind, d in _TARGET_DEFAULTS.items()}
-_NONE: dict[str, Callable[[Any], bool]] = {}
 _FILL_SPEC = _filler(_SPEC_DEFAULTS)
 _FILL_SCHEDULE = {kind: _filler(d) for kind, d in _SCHEDULE_DEFAULTS.items()}
 _FILL_TARGET = {kind: _filler(d) for kind, d in _TARGET_DEFAULTS.items()}
 
 
-def _without(member: dict, defaults: dict[str, Callable[[Any], bool]]) -> dict:
-    return {k: v for k, v in member.items() if not (k in defaults and defaults[k](v))}
+_STRIP_SPEC = _stripper(_SPEC_DEFAULTS)
+_STRIP_SCHEDULE = {kind: _stripper(d) for kind, d in _SCHEDULE_DEFAULTS.items()}
+_STRIP_TARGET = {kind: _stripper(d) for kind, d in _TARGET_DEFAULTS.items()}
 
 
 def compact_spec(spec: dict) -> dict:
-    out = {}
-    for name, value in spec.items():
-        same = _SPEC.get(name)
-        if same is not None and same(value):
-            continue
-        if name == "schedule" and isinstance(value, dict):
-            value = _without(value, _SCHEDULE.get(value.get("kind"), _NONE))
-        elif name == "target" and isinstance(value, dict):
-            value = _without(value, _TARGET.get(value.get("type"), _NONE))
-        out[name] = value
+    out = _STRIP_SPEC(spec)
+    schedule, target = out.get("schedule"), out.get("target")
+    if isinstance(schedule, dict):
+        strip = _STRIP_SCHEDULE.get(schedule.get("kind"))
+        out["schedule"] = strip(schedule) if strip is not None else dict(schedule)
+    if isinstance(target, dict):
+        strip = _STRIP_TARGET.get(target.get("type"))
+        out["target"] = strip(target) if strip is not None else dict(target)
     return out
 
 
