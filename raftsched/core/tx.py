@@ -70,6 +70,35 @@ def merge_job(job: dict | None, state: dict | None) -> dict | None:
     return job
 
 
+_STATIC_SKIP = frozenset(JOB_STATE_FIELDS)
+
+
+class _AllBut:
+    """The names that are not in JOB_STATE_FIELDS: a container test only."""
+
+    def __contains__(self, name: object) -> bool:
+        return name not in _STATIC_SKIP
+
+
+_STATE_SKIP = _AllBut()
+
+
+def _same_members(job: dict, before: dict, skip: Any) -> bool:
+    """Whether `job` and `before` agree on every member not in `skip` (a
+    member one lacks reads as None), a value compared only when it is not the
+    very one read (a spec is replaced, never changed in place: see _snapshot)."""
+    for name, value in job.items():
+        if name in skip:
+            continue
+        old = before.get(name)
+        if value is not old and value != old:
+            return False
+    for name, old in before.items():
+        if old is not None and name not in job and name not in skip:
+            return False
+    return True
+
+
 def _job_state(job: dict) -> dict:
     return {"v": 1, **{name: job[name] for name in JOB_STATE_FIELDS if name in job}}
 
@@ -270,12 +299,10 @@ class Tx:
             return [(JOBS, key, None), (JOB_STATE, key, None)]
         if read is not None:
             before, had_state = read
-            static = [name for name in set(job) | set(before) if name not in JOB_STATE_FIELDS]
-            if all(job.get(name) == before.get(name) for name in static):
-                state = _job_state(job)
-                if all(job.get(n) == before.get(n) for n in JOB_STATE_FIELDS):
+            if _same_members(job, before, _STATIC_SKIP):
+                if _same_members(job, before, _STATE_SKIP):
                     return []   # written unchanged
-                return [(JOB_STATE, key, state)]
+                return [(JOB_STATE, key, _job_state(job))]
             if had_state:
                 return [(JOBS, key, job), (JOB_STATE, key, None)]
         return [(JOBS, key, job)]
