@@ -73,16 +73,6 @@ def merge_job(job: dict | None, state: dict | None) -> dict | None:
 _STATIC_SKIP = frozenset(JOB_STATE_FIELDS)
 
 
-class _AllBut:
-    """The names that are not in JOB_STATE_FIELDS: a container test only."""
-
-    def __contains__(self, name: object) -> bool:
-        return name not in _STATIC_SKIP
-
-
-_STATE_SKIP = _AllBut()
-
-
 def _same_members(job: dict, before: dict, skip: Any) -> bool:
     """Whether `job` and `before` agree on every member not in `skip` (a
     member one lacks reads as None), a value compared only when it is not the
@@ -99,6 +89,15 @@ def _same_members(job: dict, before: dict, skip: Any) -> bool:
     return True
 
 
+def _same_state(job: dict, before: dict) -> bool:
+    """Whether `job` and `before` agree on JOB_STATE_FIELDS (missing reads as None)."""
+    for name in JOB_STATE_FIELDS:
+        value, old = job.get(name), before.get(name)
+        if value is not old and value != old:
+            return False
+    return True
+
+
 def _job_state(job: dict) -> dict:
     return {"v": 1, **{name: job[name] for name in JOB_STATE_FIELDS if name in job}}
 
@@ -107,8 +106,11 @@ def _snapshot(job: dict) -> dict:
     """A copy of a job as read, deep enough to tell later what changed: the
     lists callers change in place (active, waiting) are copied; the spec is
     only ever replaced, never changed in place, so it is shared."""
-    return {name: list(value) if isinstance(value, list) else value
-            for name, value in job.items()}
+    snapshot = dict(job)
+    for name, value in job.items():
+        if type(value) is list:
+            snapshot[name] = value.copy()
+    return snapshot
 
 RECORD_VERSION = 1
 
@@ -300,7 +302,7 @@ class Tx:
         if read is not None:
             before, had_state = read
             if _same_members(job, before, _STATIC_SKIP):
-                if _same_members(job, before, _STATE_SKIP):
+                if _same_state(job, before):
                     return []   # written unchanged
                 return [(JOB_STATE, key, _job_state(job))]
             if had_state:
