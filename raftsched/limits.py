@@ -202,15 +202,18 @@ create_jobs_inflight_max = 4000
 # with batches leaves the others at least create_jobs_inflight_max minus this
 # (1000 jobs) of room. At least batch_create_jobs_max.
 create_jobs_inflight_per_tenant_max = 3000
-# Creates are refused (busy) while this node's applied log trails its
-# proposals by more than this many seconds (Coordinator.log_latency_s: what its
-# latest renewal took from proposal to apply, or its oldest in flight has
-# waited). The bounds above are per node, and three nodes' creates together
-# could keep the log over a second behind on two cores: every renewal then
-# queued behind them, and shard leases lapsed (runs not called) under creates
-# alone. With the log at most this far behind, a renewal (every
-# renew_period_s) is applied within node_lease_s - shard_lease_margin_s.
-create_log_latency_max_s = 0.5
+# Creates are refused (busy) while this node has creates in flight and its
+# log trails by more than this many seconds: by the wait of its oldest create
+# in flight (once it carries batch_create_jobs_max jobs of them), or by its
+# latest renewal's round trip, proposal to applied here (Coordinator
+# .log_latency_s), which every node's creates delay. The bounds above are per
+# node, and three nodes' creates together kept the log over a second behind
+# on two cores: every renewal queued behind them, and shard leases lapsed
+# (runs not called) under creates alone. A renewal (every renew_period_s) is
+# applied within node_lease_s - shard_lease_margin_s (1.25 s) while the log
+# trails by less than 0.75 s; this leaves room for what was admitted before
+# the trail was seen (docs/benchmarks.md, "Creates that kept the log behind").
+create_log_latency_max_s = 0.3
 # Seconds a client refused as busy is told to wait (Retry-After): about what
 # the admitted work takes to commit.
 busy_retry_after_s = 1

@@ -203,26 +203,46 @@ def test_one_tenant_cannot_take_all_of_a_nodes_room_for_creates():
 
 
 def test_creates_wait_while_the_applied_log_trails_but_other_writes_go_on():
-    """Whoever filled the log, a node refuses creates while its renewals take
-    longer than create_log_latency_max_s to come back applied: behind the
-    log's backlog they would come too late for its shard lease."""
+    """While it has creates in flight, a node refuses more while its renewals
+    take longer than create_log_latency_max_s to come back applied (whoever
+    filled the log): behind the log's backlog they would come too late for its
+    shard lease. With none in flight it takes any create."""
     latency = [0.0]
     admission = Admission(log_latency_s=lambda: latency[0])
     with admission.admit(jobs=1000, tenant="a"):
-        pass
-    latency[0] = limits.create_log_latency_max_s + 0.3
-    with pytest.raises(Busy) as caught:
-        with admission.admit(jobs=1, tenant="a"):
+        latency[0] = limits.create_log_latency_max_s + 0.3
+        with pytest.raises(Busy) as caught:
+            with admission.admit(jobs=1, tenant="a"):
+                pass
+        assert caught.value.limit == "create_log_latency_max_s"
+        assert f"trails its proposals by {latency[0]:.2f} s" in caught.value.detail
+        assert (admission.writes, admission.jobs) == (1, 1000)   # nothing held for it
+        with admission.admit(jobs=0):   # a delete, a pause: no creates, admitted
             pass
-    assert caught.value.limit == "create_log_latency_max_s"
-    assert "trails its proposals by 0.80 s" in caught.value.detail
-    assert (admission.writes, admission.jobs) == (0, 0)   # nothing held for the refused
-    with admission.admit(jobs=0):   # a delete, a pause: no creates, admitted
+    with admission.admit(jobs=1000, tenant="a"):   # none in flight: taken
         pass
     latency[0] = limits.create_log_latency_max_s
-    with admission.admit(jobs=1000, tenant="a"):
+    with admission.admit(jobs=1000, tenant="a"), admission.admit(jobs=1000, tenant="b"):
         pass
     assert admission.refused_total == 1
+
+
+def test_a_node_carrying_a_batch_refuses_creates_once_its_oldest_has_waited_too_long():
+    now = [100.0]
+    admission = Admission(clock=lambda: now[0])
+    with admission.admit(jobs=limits.batch_create_jobs_max, tenant="a"):
+        now[0] += limits.create_log_latency_max_s
+        with admission.admit(jobs=10, tenant="a"):   # not over the bound yet
+            now[0] += 0.01
+            with pytest.raises(Busy) as caught:
+                with admission.admit(jobs=1, tenant="b"):
+                    pass
+            assert caught.value.limit == "create_log_latency_max_s"
+            assert "oldest create in flight has waited" in caught.value.detail
+    with admission.admit(jobs=5, tenant="a"):   # fewer than a batch in flight: not judged
+        now[0] += 10.0
+        with admission.admit(jobs=5, tenant="a"):
+            pass
 
 
 def test_busy_is_an_unavailable_that_names_its_limit():

@@ -6,11 +6,11 @@ requests, create_jobs_inflight_max jobs of creates). The answer is 503
 `busy` with Retry-After, naming the limit, and nothing was proposed. So what
 a node proposes is what the cluster commits within propose_timeout_s, and a
 commit timeout means a fault (no quorum), not a queue. A batch is admitted
-whole or refused whole. Creates are also refused while the node's applied
-log trails its proposals by more than create_log_latency_max_s (the node's
-renewals measure it): every node's renewals queue behind whatever the log
-holds, and a node whose renewals take longer than its shard lease stops
-calling its runs.
+whole or refused whole. While a node has creates in flight it also refuses
+more once its log trails by more than create_log_latency_max_s (the wait of
+its oldest create in flight, or its latest renewal's round trip): every
+node's renewals queue behind whatever the log holds, and a node whose
+renewals take longer than its shard lease stops calling its runs.
 
 Group commit: single creates of one tenant, token and quota that arrive
 while this node has create_groups_inflight_max create entries in flight wait
@@ -73,6 +73,9 @@ class Admission:
         self.refused_total = 0
         self._clock = clock
         self._log_latency_s = log_latency_s
+        # Create requests in flight -> when each was admitted (self._clock),
+        # oldest first.
+        self._creates_since: dict[object, float] = {}
         self._logged_at: float | None = None
         self._refused_since_log = 0
 
@@ -88,11 +91,15 @@ class Admission:
         self.jobs += jobs
         if jobs and tenant is not None:
             self.jobs_by_tenant[tenant] = self.jobs_by_tenant.get(tenant, 0) + jobs
+        ticket = object()
+        if jobs:
+            self._creates_since[ticket] = self._clock()
         try:
             yield
         finally:
             self.writes -= 1
             self.jobs -= jobs
+            self._creates_since.pop(ticket, None)
             if jobs and tenant is not None:
                 left = self.jobs_by_tenant.pop(tenant) - jobs
                 if left:
@@ -106,9 +113,18 @@ class Admission:
         if jobs and self.jobs and self.jobs + jobs > self.jobs_max:
             return self._busy(f"{self.jobs} jobs of creates await commit on it, and this "
                               f"request adds {jobs}", "create_jobs_inflight_max", self.jobs_max)
-        if jobs:
-            # Whoever's creates filled it: a log that trails by this much
-            # delays every node's renewals, and with them its shard lease.
+        if jobs and self._creates_since:
+            # A log that trails by this much delays every node's renewals,
+            # and with them its shard lease. Judged only while this node has
+            # creates in flight (one with none takes any batch): by its own
+            # oldest, once it carries a batch's worth, and by its latest
+            # renewal's round trip, which the others' creates delay too.
+            if self.jobs >= limits.batch_create_jobs_max:
+                waited_s = self._clock() - next(iter(self._creates_since.values()))
+                if waited_s > limits.create_log_latency_max_s:
+                    return self._busy(f"its oldest create in flight has waited {waited_s:.2f} s",
+                                      "create_log_latency_max_s",
+                                      limits.create_log_latency_max_s)
             latency_s = self._log_latency_s()
             if latency_s > limits.create_log_latency_max_s:
                 return self._busy(f"its applied log trails its proposals by {latency_s:.2f} s",
