@@ -202,11 +202,11 @@ create_jobs_inflight_max = 4000
 # with batches leaves the others at least create_jobs_inflight_max minus this
 # (1000 jobs) of room. At least batch_create_jobs_max.
 create_jobs_inflight_per_tenant_max = 3000
-# Creates are refused (busy) while this node has creates in flight and its
-# log trails by more than this many seconds: by the wait of its oldest create
-# in flight (once it carries batch_create_jobs_max jobs of them), or by its
-# latest renewal's round trip, proposal to applied here (Coordinator
-# .log_latency_s), which every node's creates delay. The bounds above are per
+# Creates are refused (busy) while this node carries batch_create_jobs_max
+# jobs of creates in flight and its log trails by more than this many
+# seconds: by the wait of its oldest create in flight, or by its latest
+# renewal's round trip, proposal to applied here (Coordinator.log_latency_s),
+# which every node's creates delay. The bounds above are per
 # node, and three nodes' creates together kept the log over a second behind
 # on two cores: every renewal queued behind them, and shard leases lapsed
 # (runs not called) under creates alone. A renewal (every renew_period_s) is
@@ -864,3 +864,8 @@ cli_poll_period_s = 1.0
 # Rows `raftsched jobs list` and `runs list` ask for when --limit is not given:
 # a screenful; --page-token reads on.
 cli_list_limit_default = 50
+
+# HTTP target hosts a node's address policy judged callable, remembered so that
+# each is parsed once (executors/netguard.py AddressPolicy.check_url); past
+# this many the memory starts over. Hosts, each at most a URL's host.
+callable_hosts_known_max = 4096

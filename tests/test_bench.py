@@ -59,8 +59,9 @@ def test_creates_reports_single_and_batched_rates(tmp_path):
     out = tmp_path / "creates.json"
     assert main(["bench", "creates", "6", "--seconds", "1", "--json", str(out)]) == 0
     figures = json.loads(out.read_text())
-    assert figures["single_posts_per_s"] > 0 and figures["single_refused"] == 0
-    assert figures["batch_jobs_per_s"] >= 1000 and figures["batch_requests_refused"] == 0
+    # Busy refusals (with Retry-After) are admission at work; nothing else fails.
+    assert figures["single_posts_per_s"] > 0 and figures["single_failed"] == 0
+    assert figures["batch_jobs_per_s"] >= 1000 and figures["batch_requests_failed"] == 0
 
 
 def test_the_apscheduler_reference_calls_every_job_of_a_burst():

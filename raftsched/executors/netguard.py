@@ -42,6 +42,8 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
+from raftsched import limits
+
 log = logging.getLogger("raftsched.netguard")
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -132,9 +134,6 @@ def is_localhost_name(host: str) -> bool:
     return name in _LOCALHOST_NAMES or name.endswith(".localhost")
 
 
-_HOSTS_KNOWN_MAX = 4096
-
-
 class AddressPolicy:
     """Refuses the ranges above, except those the node allows."""
 
@@ -142,7 +141,7 @@ class AddressPolicy:
         self.allowed = tuple(allowed)
         # URL hosts check_url found callable: a host is judged by its text
         # alone and the policy never changes, so each is parsed once (a burst
-        # calls the same few hosts many times). At most _HOSTS_KNOWN_MAX.
+        # calls the same few hosts many times). At most callable_hosts_known_max.
         self._callable_hosts: set[str] = set()
 
     @classmethod
@@ -223,7 +222,7 @@ class AddressPolicy:
         refused = None if address is None else self.literal_refusal(host, address)
         if refused is not None:
             raise refused
-        if len(self._callable_hosts) >= _HOSTS_KNOWN_MAX:
+        if len(self._callable_hosts) >= limits.callable_hosts_known_max:
             self._callable_hosts.clear()
         self._callable_hosts.add(host)
 

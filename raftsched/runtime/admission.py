@@ -6,10 +6,10 @@ requests, create_jobs_inflight_max jobs of creates). The answer is 503
 `busy` with Retry-After, naming the limit, and nothing was proposed. So what
 a node proposes is what the cluster commits within propose_timeout_s, and a
 commit timeout means a fault (no quorum), not a queue. A batch is admitted
-whole or refused whole. While a node has creates in flight it also refuses
-more once its log trails by more than create_log_latency_max_s (the wait of
-its oldest create in flight, or its latest renewal's round trip): every
-node's renewals queue behind whatever the log holds, and a node whose
+whole or refused whole. A node carrying a batch's worth of creates also
+refuses more once its log trails by more than create_log_latency_max_s (the
+wait of its oldest create in flight, or its latest renewal's round trip):
+every node's renewals queue behind whatever the log holds, and a node whose
 renewals take longer than its shard lease stops calling its runs.
 
 Group commit: single creates of one tenant, token and quota that arrive
@@ -113,18 +113,16 @@ class Admission:
         if jobs and self.jobs and self.jobs + jobs > self.jobs_max:
             return self._busy(f"{self.jobs} jobs of creates await commit on it, and this "
                               f"request adds {jobs}", "create_jobs_inflight_max", self.jobs_max)
-        if jobs and self._creates_since:
+        if jobs and self.jobs >= limits.batch_create_jobs_max:
             # A log that trails by this much delays every node's renewals,
-            # and with them its shard lease. Judged only while this node has
-            # creates in flight (one with none takes any batch): by its own
-            # oldest, once it carries a batch's worth, and by its latest
-            # renewal's round trip, which the others' creates delay too.
-            if self.jobs >= limits.batch_create_jobs_max:
-                waited_s = self._clock() - next(iter(self._creates_since.values()))
-                if waited_s > limits.create_log_latency_max_s:
-                    return self._busy(f"its oldest create in flight has waited {waited_s:.2f} s",
-                                      "create_log_latency_max_s",
-                                      limits.create_log_latency_max_s)
+            # and with them its shard lease. Judged while this node carries a
+            # batch's worth of creates (one with less takes any create): by
+            # its oldest create in flight, and by its latest renewal's round
+            # trip, which the other nodes' creates delay too.
+            waited_s = self._clock() - next(iter(self._creates_since.values()))
+            if waited_s > limits.create_log_latency_max_s:
+                return self._busy(f"its oldest create in flight has waited {waited_s:.2f} s",
+                                  "create_log_latency_max_s", limits.create_log_latency_max_s)
             latency_s = self._log_latency_s()
             if latency_s > limits.create_log_latency_max_s:
                 return self._busy(f"its applied log trails its proposals by {latency_s:.2f} s",

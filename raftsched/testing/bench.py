@@ -444,31 +444,46 @@ def footprint(sizes: list[int] | int, runs: int, nodes: int = 3) -> dict:
 
 # --- creates ----------------------------------------------------------------------------
 
-async def _post_loop(url: str, body: bytes, clients: int, seconds: float) -> tuple[int, int]:
-    """(answers 2xx, other answers) of `clients` keep-alive clients posting
-    `body` to `url` for `seconds`. A client refused 503 waits its Retry-After
-    before it sends again, as the Python client does."""
+async def _post_loop(url: str, body: bytes, clients: int,
+                     seconds: float) -> tuple[int, int, int]:
+    """(answers 2xx, answers 503 busy, other answers) of `clients` keep-alive
+    clients posting `body` to `url` for `seconds`. A client refused 503 waits
+    its Retry-After before it sends again, as the Python client does."""
     headers = {"Content-Type": "application/json", **auth_headers()}
-    ok = failed = 0
+    ok = busy = failed = 0
     stop_at = time.monotonic() + seconds
     connector = aiohttp.TCPConnector(limit=clients)
     async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
 
         async def client() -> None:
-            nonlocal ok, failed
+            nonlocal ok, busy, failed
             while time.monotonic() < stop_at:
+                retry_after = None
                 async with session.post(url, data=body) as response:
-                    await response.read()
+                    answer = await response.read()
                     if response.status < 300:
                         ok += 1
+                    elif response.status == 503 and _reason(answer) == "busy":
+                        busy += 1
                     else:
                         failed += 1
+                    if response.status == 503:
                         retry_after = response.headers.get("Retry-After")
-                if response.status == 503 and retry_after is not None:
-                    await asyncio.sleep(min(float(retry_after), max(0.0, stop_at - time.monotonic())))
+                if retry_after is not None:
+                    await asyncio.sleep(min(float(retry_after),
+                                            max(0.0, stop_at - time.monotonic())))
 
         await asyncio.gather(*(client() for _ in range(clients)))
-    return ok, failed
+    return ok, busy, failed
+
+
+def _reason(answer: bytes) -> str | None:
+    """A problem answer's `reason` (busy, no_leader...), if it has one."""
+    try:
+        body = json.loads(answer)
+    except ValueError:
+        return None
+    return body.get("reason") if isinstance(body, dict) else None
 
 
 BURST_CLIENTS = 32   # batchCreate requests of BATCH jobs sent at once (creates scenario)
@@ -544,12 +559,12 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
         lapses = _lease_lapses(cluster)
         burst = batch_burst([cluster.url(nid) for nid in cluster.ids])
         cluster.ensure_same(120)
-    single_ok, single_failed = sum(s[0] for s in single), sum(s[1] for s in single)
-    batch_ok = sum(b[0] for b in batched)
-    return {**conditions, "single_posts_per_s": round(single_ok / seconds),
-            "single_refused": single_failed,
-            "batch_jobs_per_s": round(batch_ok * BATCH / seconds),
-            "batch_requests_refused": sum(b[1] for b in batched),
+    return {**conditions, "single_posts_per_s": round(sum(s[0] for s in single) / seconds),
+            "single_refused_busy": sum(s[1] for s in single),
+            "single_failed": sum(s[2] for s in single),
+            "batch_jobs_per_s": round(sum(b[0] for b in batched) * BATCH / seconds),
+            "batch_requests_refused_busy": sum(b[1] for b in batched),
+            "batch_requests_failed": sum(b[2] for b in batched),
             "shard_lease_lapses": lapses,
             "burst": {k: v for k, v in burst.items() if k != "job_ids"}}
 
@@ -817,9 +832,11 @@ def rejoin(n: int, nodes: int = 3, snapshot_entries: int = REJOIN_SNAPSHOT_ENTRI
 
 def _render_creates(figures: dict) -> str:
     return (f"single POSTs: {figures['single_posts_per_s']}/s with {figures['clients']} "
-            f"keep-alive clients ({figures['single_refused']} not 2xx); batchCreate of "
+            f"keep-alive clients ({figures['single_refused_busy']} refused busy, "
+            f"{figures['single_failed']} other failures); batchCreate of "
             f"{BATCH}: {figures['batch_jobs_per_s']} jobs/s with 6 clients "
-            f"({figures['batch_requests_refused']} requests not 2xx); shard lease lapses "
+            f"({figures['batch_requests_refused_busy']} requests refused busy, "
+            f"{figures['batch_requests_failed']} other failures); shard lease lapses "
             f"while creating: {figures.get('shard_lease_lapses')}\n"
             f"{BURST_CLIENTS} batchCreates of {BATCH} one-offs at once: "
             f"{figures['burst']['committed']} committed, {figures['burst']['busy']} refused busy, "

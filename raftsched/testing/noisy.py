@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import datetime as dt
 import time
+from typing import Any
 from dataclasses import dataclass
 
 from raftsched.testing.cluster import LocalCluster
@@ -47,6 +48,19 @@ def writer_token(cluster: LocalCluster, tenant: str) -> str:
     return answer.body["token"]
 
 
+def _unless_busy(send: Any, attempts: int = 10) -> Any:
+    """The answer to `send()`, sent again after Retry-After while it is 503
+    busy (refused before proposal: nothing of it was created), as a client
+    honouring Retry-After does."""
+    for _ in range(attempts - 1):
+        answer = send()
+        if not (answer.status == 503 and isinstance(answer.body, dict)
+                and answer.body.get("reason") == "busy"):
+            return answer
+        time.sleep(float(answer.headers.get("Retry-After", "1")))
+    return send()
+
+
 def run_noisy(cluster: LocalCluster, sink: Sink, a_jobs: int, b_jobs: int,
               lead_s: float | None = None) -> tuple[TenantFigures, TenantFigures, float]:
     """Create the jobs, wait for every call; (a's figures, b's, create seconds)."""
@@ -60,14 +74,16 @@ def run_noisy(cluster: LocalCluster, sink: Sink, a_jobs: int, b_jobs: int,
 
     def batch(i: int) -> list[str]:
         n = min(BATCH, a_jobs - i * BATCH)
-        answer = call("POST", urls[i % len(urls)] + "/v1/jobs:batchCreate",
-                      {"jobs": [body] * n}, token=tokens["a"], timeout_s=60)
+        answer = _unless_busy(lambda: call("POST", urls[i % len(urls)] + "/v1/jobs:batchCreate",
+                                           {"jobs": [body] * n}, token=tokens["a"],
+                                           timeout_s=60))
         assert answer.status == 200, answer
         assert all("job_id" in r for r in answer.body["results"]), answer.body["results"][:3]
         return [r["job_id"] for r in answer.body["results"]]
 
     def single(i: int) -> str:
-        answer = call("POST", urls[i % len(urls)] + "/v1/jobs", body, token=tokens["b"])
+        answer = _unless_busy(lambda: call("POST", urls[i % len(urls)] + "/v1/jobs", body,
+                                           token=tokens["b"]))
         assert answer.status == 201, answer
         return answer.body["job_id"]
 
