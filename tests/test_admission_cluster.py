@@ -75,12 +75,12 @@ def test_sustained_creates_from_every_node_keep_shard_leases_held(fresh_cluster)
             with lock:
                 if answer.status == 200:
                     tally["created"] += sum("job_id" in r for r in answer.body["results"])
-                elif answer.status == 503 and answer.body.get("reason") == "busy":
+                elif answer.busy:
                     tally["busy"] += 1
                 else:
                     tally["other"].append((answer.status, answer.body))
             if answer.status == 503:
-                time.sleep(float(answer.headers.get("Retry-After", "1")))
+                time.sleep(answer.retry_after_s)
 
     def lapses() -> dict[str, int]:
         return {nid: cluster.api(nid, "GET", "/v1/node").body["shard_lease_lapses_total"]

@@ -70,21 +70,21 @@ def merge_job(job: dict | None, state: dict | None) -> dict | None:
     return job
 
 
-_STATIC_SKIP = frozenset(JOB_STATE_FIELDS)
+_STATE_NAMES = frozenset(JOB_STATE_FIELDS)
 
 
-def _same_members(job: dict, before: dict, skip: Any) -> bool:
-    """Whether `job` and `before` agree on every member not in `skip` (a
-    member one lacks reads as None), a value compared only when it is not the
-    very one read (a spec is replaced, never changed in place: see _snapshot)."""
+def _same_static(job: dict, before: dict) -> bool:
+    """Whether `job` and `before` agree on every member but JOB_STATE_FIELDS
+    (a member one lacks reads as None), a value compared only when it is not
+    the very one read (a spec is replaced, never changed in place: see _snapshot)."""
     for name, value in job.items():
-        if name in skip:
+        if name in _STATE_NAMES:
             continue
         old = before.get(name)
         if value is not old and value != old:
             return False
     for name, old in before.items():
-        if old is not None and name not in job and name not in skip:
+        if old is not None and name not in job and name not in _STATE_NAMES:
             return False
     return True
 
@@ -301,7 +301,7 @@ class Tx:
             return [(JOBS, key, None), (JOB_STATE, key, None)]
         if read is not None:
             before, had_state = read
-            if _same_members(job, before, _STATIC_SKIP):
+            if _same_static(job, before):
                 if _same_state(job, before):
                     return []   # written unchanged
                 return [(JOB_STATE, key, _job_state(job))]

@@ -90,7 +90,7 @@ from raftsched.testing.apscheduler_reference import measure_in_subprocess
 from raftsched.testing import runcost
 from raftsched.testing.cluster import LocalCluster
 from raftsched.testing.fastsink import FastSink
-from raftsched.testing.http import auth_headers, call, wait_until
+from raftsched.testing.http import auth_headers, call, decode_body, is_busy, wait_until
 
 BATCH = 1000
 REFERENCE_CONNECTIONS = 64
@@ -142,11 +142,10 @@ def _create(cluster: LocalCluster, n: int, run_at: str, url: str,
             answer = call("POST", urls[(i + sent) % len(urls)] + "/v1/jobs:batchCreate",
                           {"jobs": [body] * size}, timeout_s=120)
             sent += 1
-            if answer.status == 503 and isinstance(answer.body, dict) \
-                    and answer.body.get("reason") == "busy":
+            if answer.busy:
                 # Refused before proposal (nothing of it committed): sent again
                 # after Retry-After, as a client honouring it does.
-                time.sleep(float(answer.headers.get("Retry-After", "1")))
+                time.sleep(answer.retry_after_s)
                 continue
             attempt += 1
             if answer.status == 503 and resent is not None and attempt <= RESENDS_MAX:
@@ -463,7 +462,7 @@ async def _post_loop(url: str, body: bytes, clients: int,
                     answer = await response.read()
                     if response.status < 300:
                         ok += 1
-                    elif response.status == 503 and _reason(answer) == "busy":
+                    elif is_busy(response.status, decode_body(answer)):
                         busy += 1
                     else:
                         failed += 1
@@ -475,15 +474,6 @@ async def _post_loop(url: str, body: bytes, clients: int,
 
         await asyncio.gather(*(client() for _ in range(clients)))
     return ok, busy, failed
-
-
-def _reason(answer: bytes) -> str | None:
-    """A problem answer's `reason` (busy, no_leader...), if it has one."""
-    try:
-        body = json.loads(answer)
-    except ValueError:
-        return None
-    return body.get("reason") if isinstance(body, dict) else None
 
 
 BURST_CLIENTS = 32   # batchCreate requests of BATCH jobs sent at once (creates scenario)

@@ -32,6 +32,32 @@ class Response:
     def __repr__(self) -> str:
         return f"Response({self.status}, {self.body!r})"
 
+    @property
+    def busy(self) -> bool:
+        """Refused 503 `busy` before proposal: nothing of it was done."""
+        return is_busy(self.status, self.body)
+
+    @property
+    def retry_after_s(self) -> float:
+        return float(self.headers.get("Retry-After", "1"))
+
+
+def is_busy(status: int, body: Any) -> bool:
+    """A node's 503 `busy` (admission: refused before proposal)."""
+    return status == 503 and isinstance(body, dict) and body.get("reason") == "busy"
+
+
+def unless_busy(send: Callable[[], Response], attempts: int = 10) -> Response:
+    """The answer to `send()`, sent again after Retry-After while it is 503
+    busy (refused before proposal: nothing of it was done), as a client
+    honouring Retry-After does; the last answer, busy or not, after `attempts`."""
+    for _ in range(attempts - 1):
+        answer = send()
+        if not answer.busy:
+            return answer
+        time.sleep(answer.retry_after_s)
+    return send()
+
 
 def call(method: str, url: str, body: Any = None, *, timeout_s: float = 10.0,
          raw: bytes | None = None, token: Any = _ADMIN,
@@ -46,10 +72,10 @@ def call(method: str, url: str, body: Any = None, *, timeout_s: float = 10.0,
     try:
         with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
             payload = resp.read()
-            return Response(resp.status, _decode(payload), dict(resp.headers))
+            return Response(resp.status, decode_body(payload), dict(resp.headers))
     except urllib.error.HTTPError as exc:
         payload = exc.read()
-        return Response(exc.code, _decode(payload), dict(exc.headers))
+        return Response(exc.code, decode_body(payload), dict(exc.headers))
 
 
 class ServiceUnavailable(Exception):
@@ -72,7 +98,7 @@ def expect(response: Response, status: int) -> Response:
     return response
 
 
-def _decode(payload: bytes) -> Any:
+def decode_body(payload: bytes) -> Any:
     if not payload:
         return None
     try:

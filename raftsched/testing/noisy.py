@@ -12,11 +12,10 @@ from __future__ import annotations
 import concurrent.futures
 import datetime as dt
 import time
-from typing import Any
 from dataclasses import dataclass
 
 from raftsched.testing.cluster import LocalCluster
-from raftsched.testing.http import call, wait_until
+from raftsched.testing.http import call, unless_busy, wait_until
 from raftsched.testing.sink import Sink
 
 BATCH = 1000
@@ -48,19 +47,6 @@ def writer_token(cluster: LocalCluster, tenant: str) -> str:
     return answer.body["token"]
 
 
-def _unless_busy(send: Any, attempts: int = 10) -> Any:
-    """The answer to `send()`, sent again after Retry-After while it is 503
-    busy (refused before proposal: nothing of it was created), as a client
-    honouring Retry-After does."""
-    for _ in range(attempts - 1):
-        answer = send()
-        if not (answer.status == 503 and isinstance(answer.body, dict)
-                and answer.body.get("reason") == "busy"):
-            return answer
-        time.sleep(float(answer.headers.get("Retry-After", "1")))
-    return send()
-
-
 def run_noisy(cluster: LocalCluster, sink: Sink, a_jobs: int, b_jobs: int,
               lead_s: float | None = None) -> tuple[TenantFigures, TenantFigures, float]:
     """Create the jobs, wait for every call; (a's figures, b's, create seconds)."""
@@ -74,7 +60,7 @@ def run_noisy(cluster: LocalCluster, sink: Sink, a_jobs: int, b_jobs: int,
 
     def batch(i: int) -> list[str]:
         n = min(BATCH, a_jobs - i * BATCH)
-        answer = _unless_busy(lambda: call("POST", urls[i % len(urls)] + "/v1/jobs:batchCreate",
+        answer = unless_busy(lambda: call("POST", urls[i % len(urls)] + "/v1/jobs:batchCreate",
                                            {"jobs": [body] * n}, token=tokens["a"],
                                            timeout_s=60))
         assert answer.status == 200, answer
@@ -82,7 +68,7 @@ def run_noisy(cluster: LocalCluster, sink: Sink, a_jobs: int, b_jobs: int,
         return [r["job_id"] for r in answer.body["results"]]
 
     def single(i: int) -> str:
-        answer = _unless_busy(lambda: call("POST", urls[i % len(urls)] + "/v1/jobs", body,
+        answer = unless_busy(lambda: call("POST", urls[i % len(urls)] + "/v1/jobs", body,
                                            token=tokens["b"]))
         assert answer.status == 201, answer
         return answer.body["job_id"]
