@@ -869,3 +869,9 @@ cli_list_limit_default = 50
 # each is parsed once (executors/netguard.py AddressPolicy.check_url); past
 # this many the memory starts over. Hosts, each at most a URL's host.
 callable_hosts_known_max = 4096
+# Answers of keys.execution_id and keys.run_id remembered (each a sha256, done
+# on every read and write of a run record): the recent runs' ids. Entries.
+run_ids_remembered_max = 8192
+# X-Raftsched-Scheduled-For header values remembered (executors/http.py): a
+# burst's runs share a few due seconds. Entries.
+scheduled_for_remembered_max = 1024

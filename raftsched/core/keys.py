@@ -10,6 +10,8 @@ import functools
 import hashlib
 import struct
 
+from raftsched import limits
+
 _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 _U16U64 = struct.Struct(">HQ")
@@ -29,15 +31,16 @@ def shard_of(job_id: str, shard_count: int) -> int:
 
 # A run's ids are read back from its job and occurrence on every read of it
 # (core/compact.py), and a run is read several times in its life on a node:
-# the recent ones are remembered. `typed`: 1 and 1.0 give different ids.
-@functools.lru_cache(maxsize=8192, typed=True)
+# the recent ones are remembered (run_ids_remembered_max). `typed`: 1 and
+# 1.0 give different ids.
+@functools.lru_cache(maxsize=limits.run_ids_remembered_max, typed=True)
 def execution_id(job_id: str, scheduled_ms: int) -> str:
     """Stable across retries and failover: what a target deduplicates on."""
     digest = hashlib.sha256(f"{job_id}|{scheduled_ms}".encode()).hexdigest()
     return "exe_" + digest[:32]
 
 
-@functools.lru_cache(maxsize=8192, typed=True)
+@functools.lru_cache(maxsize=limits.run_ids_remembered_max, typed=True)
 def run_id(job_id: str, scheduled_ms: int, attempt: int) -> str:
     digest = hashlib.sha256(f"{job_id}|{scheduled_ms}|{attempt}".encode()).hexdigest()
     return "run_" + digest[:24]

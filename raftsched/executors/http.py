@@ -44,7 +44,7 @@ Send = Callable[[str, str, dict, bytes | None, float], Awaitable[Reply]]
 CALL_ERRORS = (asyncio.TimeoutError, aiohttp.ClientError, AddressRefused)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=limits.scheduled_for_remembered_max)
 def _scheduled_for(scheduled_ms: int) -> str:
     """The header's time: a burst's runs share a few seconds."""
     return format_ms(scheduled_ms) or ""
