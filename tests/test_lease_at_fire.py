@@ -247,6 +247,52 @@ async def test_a_backlog_held_past_the_run_lease_is_called_once_and_never_reaped
     assert cluster.tags["run_updates.start"] == 0
 
 
+async def test_a_retry_queued_before_its_failed_attempts_finish_settled_is_called(cluster):
+    """The finish of a failed attempt may bring its retry back to the same
+    node (fired ahead as soon as it is due) before the dispatcher has done
+    with that finish: the retry is a new attempt of the same run, and is
+    called, not taken for the attempt still settling."""
+    calls: collections.Counter = collections.Counter()
+    n1 = FakeNode(cluster, "n1", calls)
+    outcomes = [Outcome(ok=False, retryable=True, http_status=500, error="HTTP 500")]
+    executor_run = n1.http_executor.run
+
+    async def run_once_failing(attempt, target: dict, deadline_ms: int) -> Outcome:
+        outcome = await executor_run(attempt, target, deadline_ms)
+        return outcomes.pop() if outcomes else outcome
+
+    n1.http_executor.run = run_once_failing
+    report = n1.reporter.send
+
+    def send_then_fire_the_retry(update, tenant: str = "", cost: int = 1,
+                                 hold: bool = False) -> asyncio.Future:
+        applied = report(update, tenant, cost)   # applied at once
+        # ... and its answer back a little later, after the retry's fire below.
+        answered = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(0.05, answered.set_result, applied.result())
+        run = cluster.get_run(update.run_id)
+        if run["retry_due_ms"] is not None:
+            # The retry fired right after the finish was applied, as a trigger
+            # pass may fire it (its delay is short), before the answer is back.
+            n1.clock_ms = max(n1.clock_ms, run["retry_due_ms"])
+            token = cluster.store.get("shards", keys.shard_key(SHARD))["token"]
+            fired = cluster.run(commands.fire(
+                shard=SHARD, token=token, upto_ms=run["retry_due_ms"], node="n1",
+                at_ms=run["retry_due_ms"], items=[],
+                retries=[(run["id"], run["retry_due_ms"])]))
+            assert fired["ok"], fired
+        return answered
+
+    n1.reporter.send = send_then_fire_the_retry
+    make_job(cluster)
+    n1.renew()
+    start(n1)
+    (run_id,) = fire(cluster, "n1", 1)
+    await until(lambda: state(cluster, run_id) == "succeeded", "the retry to be called")
+    assert calls == {("n1", run_id): 2}
+    assert cluster.get_run(run_id)["attempt"] == 2
+
+
 async def test_a_node_whose_shard_lease_is_past_does_not_call(cluster):
     calls: collections.Counter = collections.Counter()
     n1 = FakeNode(cluster, "n1", calls)

@@ -110,9 +110,11 @@ class Dispatcher:
             weight_of=lambda tenant: node.quota_of(tenant)["weight"],
             cap_of=lambda tenant: node.quota_of(tenant)["runs_concurrent_max"],
             maxsize=limits.dispatch_queue_max)
-        # Runs taken and not yet settled: starting, executing, or finished with
-        # the finish not yet committed. A rescan skips them.
-        self._active: set[str] = set()
+        # Attempts taken and not yet settled (run id -> attempt): starting,
+        # executing, or finished with the finish not yet committed.
+        # A rescan skips them. By attempt: the finish of one attempt may queue
+        # the next (a retry fired ahead) before its own sender has ended here.
+        self._active: dict[str, int] = {}
         self._running: dict[str, tuple[int, asyncio.Task]] = {}   # run -> (attempt, task)
         self._slots = asyncio.Semaphore(limits.runs_inflight_max)
         self._rescan = True   # resume open runs at start-up
@@ -200,11 +202,11 @@ class Dispatcher:
                 continue
             # Read once for the breaker's host and for the call.
             job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
-            if run["id"] in self._active or self._maybe_park(run, job):
+            if self._active.get(run["id"]) == run["attempt"] or self._maybe_park(run, job):
                 self._queue.done(run["tenant"])
                 self._slots.release()
                 continue
-            self._active.add(run["id"])
+            self._active[run["id"]] = run["attempt"]
             task = self._node.supervisor.spawn("dispatcher.attempt", self._attempt(run, job))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -360,7 +362,8 @@ class Dispatcher:
                                                stop=keys.open_run_prefix_end(shard),
                                                limit=limits.dispatch_queue_max - resumed):
                 run = node.store.get(RUNS, open_key[2:])
-                if run is None or run["id"] in self._active or run["state"] != "running" \
+                if run is None or self._active.get(run["id"]) == run["attempt"] \
+                        or run["state"] != "running" \
                         or run["holder"] != node.node_id or run["token"] != state["token"]:
                     continue
                 self.submit(run)
@@ -410,7 +413,12 @@ class Dispatcher:
             self._slots.release()
             self._queue.done(run["tenant"])
             if settled_here:
-                self._active.discard(run["id"])
+                self._settled(run)
+
+    def _settled(self, run: dict) -> None:
+        """This attempt is settled here (a later one of the run may be active)."""
+        if self._active.get(run["id"]) == run["attempt"]:
+            del self._active[run["id"]]
 
     def _report_failure(self, run: dict, error: str) -> None:
         job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
@@ -524,7 +532,7 @@ class Dispatcher:
         update = finish_update(node, run, node.node_id, outcome, policy, called_ms)
         task = node.supervisor.spawn("dispatcher.finish",
                                      self._send_finish(run, update, report_cost(job, run)))
-        task.add_done_callback(lambda _: self._active.discard(run["id"]))
+        task.add_done_callback(lambda _: self._settled(run))
 
     async def _send_finish(self, run: dict, update: commands.RunFinish, cost_units: int) -> None:
         """Send the finish until it is applied, or the run is no longer this
