@@ -474,6 +474,20 @@ run_update_fair_batch_max = 64
 run_update_retry_s = 0.5
 # Run state changes waiting to be proposed while there is no leader.
 run_update_pending_max = 200_000
+# Calls come first: while runs wait on this node for a dispatcher slot (more
+# than runs_inflight_max due at once), the finish of a successful call that
+# nothing waits on (no DAG task, no retry, a job whose concurrency policy is
+# allow) is held back, and sent when no run waits any more, or once it has
+# waited this long (seconds), in batches of run_update_batch_max (and at once
+# when a shard moves to another node, so that they land within its
+# take_over_grace_s). During a
+# spike every replica then spends its CPU on calls, and applies their finishes
+# after them. A node killed meanwhile loses the finishes it held: their runs
+# are called again by the shard's new owner (at least once, with the same
+# execution id), as for a call in flight when a node dies.
+finish_hold_max_s = 10.0
+# How often held finishes are looked at (seconds): whether calls still wait.
+finish_hold_check_s = 0.05
 # Short error summary kept in the replicated run record.
 run_error_chars_max = 500
 # The exit code a worker may report for an attempt: a C int (negative for a

@@ -17,6 +17,7 @@ from raftsched.runtime.armed import ArmedRuns
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
 from raftsched.runtime.reaper import Reaper
+from raftsched.runtime.reporter import Reporter as BatchingReporter
 from raftsched.runtime.supervise import Supervisor
 from raftsched.testing.replica import EVERY_2S, HTTP, Replica
 
@@ -55,7 +56,7 @@ class Reporter:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
 
-    def send(self, update, tenant: str = "", cost: int = 1) -> asyncio.Future:
+    def send(self, update, tenant: str = "", cost: int = 1, hold: bool = False) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
         result = self.cluster.run(commands.run_updates(updates=[update]))
         future.set_result(result["accepted"][0])
@@ -245,6 +246,39 @@ async def test_a_backlog_held_past_the_run_lease_is_called_once_and_never_reaped
     assert sorted(calls.values()) == [1] * backlog   # each called once, by its holder
     assert all(cluster.get_run(r)["attempt"] == 1 for r in run_ids)
     assert cluster.tags["run_updates.start"] == 0
+
+
+async def test_a_backlogs_finishes_are_applied_after_its_calls_and_none_is_lost(cluster):
+    """Calls first: while runs wait for a slot, the finishes of the calls made
+    are held (runtime/reporter.py); none is applied until no run waits, and
+    then every one is."""
+    calls: collections.Counter = collections.Counter()
+    n1 = FakeNode(cluster, "n1", calls)
+    n1.reporter = BatchingReporter(n1, calls_waiting=n1.dispatcher.waiting)
+    n1.supervisor.start("reporter", n1.reporter.run)
+    waiting_at_finish: list[int] = []
+    run_entry = cluster.run
+
+    def run(command) -> dict:
+        if commands.tag_of(command) == "run_updates":
+            waiting_at_finish.append(n1.dispatcher.waiting())
+        return run_entry(command)
+
+    cluster.run = run
+    make_job(cluster)
+    n1.renew()
+    n1.http_executor.release.clear()
+    start(n1)
+    backlog = 5 * limits.runs_inflight_max
+    run_ids = fire(cluster, "n1", backlog)
+    await until(lambda: len(calls) == limits.runs_inflight_max, "the slots to fill")
+    n1.http_executor.release.set()
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
+                "every finish to be applied")
+    assert sorted(calls.values()) == [1] * backlog
+    assert n1.reporter.held_total >= backlog - limits.runs_inflight_max
+    assert waiting_at_finish and set(waiting_at_finish) == {0}
+    assert n1.reporter.pending() == 0
 
 
 async def test_a_retry_queued_before_its_failed_attempts_finish_settled_is_called(cluster):

@@ -148,7 +148,7 @@ def fake_node(**overrides: object) -> SimpleNamespace:
                       taken_over_total=0, not_called_total=0),
         breaker=ns(opened_total=0), workers=ns(claimed_total=0, waits_refused=lambda: 1),
         topic_waiters=ns(refused_total=2),
-        reporter=ns(pending=lambda: 0, dropped_total=0),
+        reporter=ns(pending=lambda: 0, dropped_total=0, held=lambda: 0, held_total=0),
         replicator=ns(status=lambda: raft, journal_flushes_total=5, frames_refused_total=0,
                       handshakes_refused_total=0,
                       snapshots_written_total=2, snapshot_installs_total=0,

@@ -26,7 +26,8 @@ class _Reporter:
     def __init__(self, log: Replica) -> None:
         self.log = log
 
-    def send(self, update: dict, tenant: str = "", cost: int = 1) -> asyncio.Future:
+    def send(self, update: dict, tenant: str = "", cost: int = 1,
+             hold: bool = False) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
         result = self.log.run(commands.run_updates(updates=[update]))
         future.set_result(result["accepted"][0])

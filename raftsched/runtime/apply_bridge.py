@@ -289,6 +289,8 @@ class ApplyBridge:
                 node.trigger.ownership_changed()
                 if effect.owner == node.node_id:
                     node.dispatcher.shard_gained(effect.shard)
+                else:
+                    node.reporter.release_held()   # perhaps a shard of ours
             elif isinstance(effect, NodeRenewed):
                 node.coordinator.renewed(effect.node, effect.at_ms)
             elif isinstance(effect, RunsPurged):

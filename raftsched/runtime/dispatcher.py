@@ -89,6 +89,16 @@ def masked_outcome(job: dict | None, outcome: Outcome) -> Outcome:
         error=outcome.error and redact_text(outcome.error, values))
 
 
+def may_hold(job: dict | None, run: dict, outcome: Outcome) -> bool:
+    """May this finish wait while calls do (runtime/reporter.py)? Only when
+    nothing waits on it: a scheduled run's success (no retry to schedule, no
+    alert), not a DAG task (its finish releases others), of a job whose
+    concurrency policy lets its next run start while this one is open."""
+    return outcome.ok and job is not None and run.get("trigger") == "schedule" \
+        and "dag_run" not in run \
+        and job["spec"].get("concurrency", {}).get("policy", "allow") == "allow"
+
+
 def breaker_ok(outcome: Outcome) -> bool:
     """Did the host answer sanely? A 3xx or a 4xx other than 429 is the
     request's fault, as is an address the node refused to call (the host was
@@ -111,7 +121,7 @@ class Dispatcher:
             cap_of=lambda tenant: node.quota_of(tenant)["runs_concurrent_max"],
             maxsize=limits.dispatch_queue_max)
         # Attempts taken and not yet settled (run id -> attempt): starting,
-        # executing, or finished with the finish not yet committed.
+        # executing, or finished with the finish not yet committed (or held).
         # A rescan skips them. By attempt: the finish of one attempt may queue
         # the next (a retry fired ahead) before its own sender has ended here.
         self._active: dict[str, int] = {}
@@ -178,6 +188,10 @@ class Dispatcher:
     def running(self) -> int:
         return len(self._running)
 
+    def waiting(self) -> int:
+        """Runs waiting here for a call slot."""
+        return self._queue.qsize()
+
     def queue_depths(self) -> dict[str, int]:
         """Runs waiting for a slot here, by tenant."""
         return self._queue.depths()
@@ -195,11 +209,15 @@ class Dispatcher:
             # A slot first, then the run: the fair queue chooses among the runs
             # waiting when a slot is free, not before.
             await self._slots.acquire()
-            try:
-                run = await asyncio.wait_for(self._queue.get(), 1.0)
-            except asyncio.TimeoutError:
-                self._slots.release()
-                continue
+            # A run waiting is taken at once (during a spike, most are): only
+            # an empty queue is waited on, a second at a time for the rescan.
+            run = self._queue.get_nowait()
+            if run is None:
+                try:
+                    run = await asyncio.wait_for(self._queue.get(), 1.0)
+                except asyncio.TimeoutError:
+                    self._slots.release()
+                    continue
             # Read once for the breaker's host and for the call.
             job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
             if self._active.get(run["id"]) == run["attempt"] or self._maybe_park(run, job):
@@ -530,17 +548,18 @@ class Dispatcher:
                              now_ms=node.now_ms(), tenant=run["tenant"])
         policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
         update = finish_update(node, run, node.node_id, outcome, policy, called_ms)
-        task = node.supervisor.spawn("dispatcher.finish",
-                                     self._send_finish(run, update, report_cost(job, run)))
+        task = node.supervisor.spawn("dispatcher.finish", self._send_finish(
+            run, update, report_cost(job, run), may_hold(job, run, outcome)))
         task.add_done_callback(lambda _: self._settled(run))
 
-    async def _send_finish(self, run: dict, update: commands.RunFinish, cost_units: int) -> None:
+    async def _send_finish(self, run: dict, update: commands.RunFinish, cost_units: int,
+                           hold: bool = False) -> None:
         """Send the finish until it is applied, or the run is no longer this
         node's attempt (cancelled, taken over). A node-executed run has no
         lease of its own that would expire: a finish the reporter dropped
         (run_update_pending_max) or a batch apply refused is sent again."""
         node = self._node
-        while not await node.reporter.send(update, run["tenant"], cost_units):
+        while not await node.reporter.send(update, run["tenant"], cost_units, hold):
             current = node.store.get(RUNS, run["id"].encode())
             if current is None or current["state"] != "running" \
                     or current.get("holder") != node.node_id \

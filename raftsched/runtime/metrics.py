@@ -168,6 +168,10 @@ class NodeCollector(Collector):
                     node.reporter.pending())
         yield counter("reporter_dropped", "Run reports dropped with run_update_pending_max "
                       "reached", node.reporter.dropped_total)
+        yield gauge("reporter_held_finishes", "Finishes held back while runs wait here for a "
+                    "call slot (finish_hold_max_s)", node.reporter.held())
+        yield counter("finishes_held", "Finishes held back while runs waited here "
+                      "for a call slot", node.reporter.held_total)
 
     def _raft(self) -> Iterator[Metric]:
         node = self._node

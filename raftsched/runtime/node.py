@@ -354,7 +354,7 @@ class Node:
             snapshot_pin=bridge.snapshot_pin, snapshot_install=bridge.snapshot_install,
             snapshot_install_items=bridge.snapshot_install_items,
             snapshot_entries=cfg.raft_snapshot_entries, fsync=cfg.fsync)
-        self.reporter = Reporter(self)
+        self.reporter = Reporter(self, calls_waiting=lambda: self.dispatcher.waiting())
         await self.http_executor.start()
         app = make_app(self)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)

@@ -177,6 +177,10 @@ class NodeAdapter(StoreQueries):
                 # create_log_latency_max_s).
                 "shard_lease_lapses_total": node.coordinator.lease_lapses_total,
                 "log_latency_ms": round(node.coordinator.log_latency_s() * 1000, 1),
+                # Finishes held back while runs waited here for a call slot
+                # (runtime/reporter.py, finish_hold_max_s): now, and since start.
+                "finishes_held": node.reporter.held(),
+                "finishes_held_total": node.reporter.held_total,
                 # The most CPU one Raft entry's apply took on this node since
                 # start, and that entry's tag (runtime/apply_bridge.py).
                 "apply_entry_ms_max": round(node.bridge.apply_entry_s_max * 1000, 1),

@@ -12,6 +12,14 @@ tenants' reports wait, a batch holds a fair share of each (runtime/fair.py). Eac
 its lease expired and it moved on). While there is no quorum, reports wait
 and are sent again; a start whose caller has given up (its future cancelled)
 is dropped before it is sent.
+
+Calls come first: while runs wait on this node for a dispatcher slot, the
+dispatcher marks the finishes nothing waits on as ones that may be held
+(`send(..., hold=True)`); they are kept back and go when no run waits any
+more, or once the oldest has waited `finish_hold_max_s`, in the largest
+batches. During a spike every replica's CPU then goes to calls, and the
+finishes are applied after them: later and larger, never lost while the node
+lives.
 """
 
 from __future__ import annotations
@@ -19,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Callable
 
 from raftsched import limits
 from raftsched.core import commands
@@ -32,8 +41,17 @@ log = logging.getLogger("raftsched.report")
 
 
 class Reporter:
-    def __init__(self, node: "Node") -> None:
+    def __init__(self, node: "Node", calls_waiting: Callable[[], int] = lambda: 0) -> None:
+        """`calls_waiting`: how many runs wait on this node for a call slot
+        (the dispatcher's queue); while any do, finishes that may be held are."""
         self._node = node
+        self._calls_waiting = calls_waiting
+        # Finishes held back while calls wait: (time.monotonic() when held,
+        # tenant, report, future), oldest first. Counted in run_update_pending_max.
+        self._held: collections.deque[tuple[float, str, commands.RunUpdate,
+                                            asyncio.Future]] = collections.deque()
+        self._held_check: asyncio.TimerHandle | None = None
+        self.held_total = 0
         # Reports waiting, by tenant ("" where the caller did not say): a batch
         # takes them by deficit round robin when several tenants wait, so one
         # tenant's thousands of starts do not fill the entries ahead of
@@ -48,10 +66,11 @@ class Reporter:
         self.dropped_total = 0
 
     def send(self, update: commands.RunUpdate | dict, tenant: str = "",
-             cost: int = 1) -> asyncio.Future:
+             cost: int = 1, hold: bool = False) -> asyncio.Future:
         """Queue one report; the future resolves to True (applied) or False
         (refused). `cost`: what apply may do for it, in cost units
-        (core/cost.run_update_cost)."""
+        (core/cost.run_update_cost). `hold`: nothing waits on this finish, so
+        it may wait while calls do (see the module's docstring)."""
         future = asyncio.get_running_loop().create_future()
         try:
             # A malformed report would make apply refuse the whole batch it
@@ -61,7 +80,7 @@ class Reporter:
             log.error("run report not sent: %s", exc.detail)
             future.set_result(False)
             return future
-        if self._count >= limits.run_update_pending_max:
+        if self.pending() >= limits.run_update_pending_max:
             # A dropped finish leaves the lease to expire: the run is retried,
             # not lost. Said loudly because it means the log is far behind.
             self.dropped_total += 1
@@ -69,13 +88,51 @@ class Reporter:
                       limits.run_update_pending_max, commands.tag_of(update), update.run_id)
             future.set_result(False)
             return future
-        self._pending.setdefault(tenant, collections.deque()).append((update, future))
         if cost > 1:
             self._costs[future] = cost
             future.add_done_callback(self._forget_cost)
+        if hold and self._calls_waiting() > 0:
+            self._held.append((time.monotonic(), tenant, update, future))
+            self.held_total += 1
+            self._check_held_later()
+            return future
+        self._pending.setdefault(tenant, collections.deque()).append((update, future))
         self._count += 1
         self._flush.set()
         return future
+
+    def _check_held_later(self) -> None:
+        if self._held_check is None:
+            self._held_check = asyncio.get_running_loop().call_later(
+                limits.finish_hold_check_s, self._held_checked)
+
+    def _held_checked(self) -> None:
+        self._held_check = None
+        self._release_held()
+
+    def release_held(self) -> None:
+        """Send every held finish now. A shard moved to another node: the
+        finishes of calls this node made must land within the new owner's
+        take_over_grace_s, or those runs would be called again."""
+        self._release_held(everything=True)
+
+    def _release_held(self, everything: bool = False) -> None:
+        """Send the held finishes: all once no call waits on this node, else
+        those held finish_hold_max_s; look again later while any stay."""
+        if not self._held:
+            return
+        everything = everything or self._calls_waiting() <= 0
+        oldest_kept = time.monotonic() - limits.finish_hold_max_s
+        released = 0
+        while self._held and (everything or self._held[0][0] <= oldest_kept):
+            _, tenant, update, future = self._held.popleft()
+            self._pending.setdefault(tenant, collections.deque()).append((update, future))
+            self._count += 1
+            released += 1
+        if released:
+            self._flush.set()
+        if self._held:
+            self._check_held_later()
 
     async def run(self) -> None:
         """Batches are proposed while their tenants have fewer than
@@ -87,6 +144,8 @@ class Reporter:
         report and on an answered batch."""
         if self._count:
             self._flush.set()   # restarted after a failure: reports may be waiting
+        if self._held:
+            self._check_held_later()
         while True:
             await self._flush.wait()
             self._flush.clear()
@@ -196,4 +255,8 @@ class Reporter:
         return self._node.quota_of(tenant)["weight"] if tenant else 1
 
     def pending(self) -> int:
-        return self._count
+        """Reports waiting to be proposed, held finishes included."""
+        return self._count + len(self._held)
+
+    def held(self) -> int:
+        return len(self._held)
