@@ -486,6 +486,12 @@ run_update_pending_max = 200_000
 # are called again by the shard's new owner (at least once, with the same
 # execution id), as for a call in flight when a node dies.
 finish_hold_max_s = 10.0
+# The most finishes one node holds that way; past it the oldest goes. A run
+# called and not yet reported is one the shard's next owner calls again if
+# the shard moves (its take_over_grace_s passed first: a node whose renewals
+# came too late): the bound keeps that number to what a spike of a few
+# seconds holds, where a longer one gains nothing by holding more.
+finishes_held_max = 2000
 # How often held finishes are looked at (seconds): whether calls still wait.
 finish_hold_check_s = 0.05
 # Short error summary kept in the replicated run record.

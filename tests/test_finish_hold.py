@@ -117,6 +117,19 @@ async def test_held_finishes_go_at_once_when_a_shard_moves(reporter_of):
     assert sent(proposed) == ["run_0", "run_1"]
 
 
+async def test_past_finishes_held_max_the_oldest_held_goes(reporter_of, monkeypatch):
+    """A run called and not reported is called again if its shard moves
+    before the report lands: only so many are held."""
+    monkeypatch.setattr(limits, "finishes_held_max", 2)
+    reporter, proposed = reporter_of(Calls(waiting=10))
+    first = reporter.send(finish("run_1"), "acme", hold=True)
+    reporter.send(finish("run_2"), "acme", hold=True)
+    reporter.send(finish("run_3"), "acme", hold=True)
+    assert reporter.held() == 2
+    assert await asyncio.wait_for(first, 5)
+    assert sent(proposed) == ["run_1"]
+
+
 async def test_held_finishes_count_towards_run_update_pending_max(reporter_of, monkeypatch):
     monkeypatch.setattr(limits, "run_update_pending_max", 2)
     reporter, _ = reporter_of(Calls(waiting=1))

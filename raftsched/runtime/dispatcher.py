@@ -209,15 +209,11 @@ class Dispatcher:
             # A slot first, then the run: the fair queue chooses among the runs
             # waiting when a slot is free, not before.
             await self._slots.acquire()
-            # A run waiting is taken at once (during a spike, most are): only
-            # an empty queue is waited on, a second at a time for the rescan.
-            run = self._queue.get_nowait()
-            if run is None:
-                try:
-                    run = await asyncio.wait_for(self._queue.get(), 1.0)
-                except asyncio.TimeoutError:
-                    self._slots.release()
-                    continue
+            try:
+                run = await asyncio.wait_for(self._queue.get(), 1.0)
+            except asyncio.TimeoutError:
+                self._slots.release()
+                continue
             # Read once for the breaker's host and for the call.
             job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
             if self._active.get(run["id"]) == run["attempt"] or self._maybe_park(run, job):

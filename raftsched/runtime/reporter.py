@@ -16,8 +16,9 @@ is dropped before it is sent.
 Calls come first: while runs wait on this node for a dispatcher slot, the
 dispatcher marks the finishes nothing waits on as ones that may be held
 (`send(..., hold=True)`); they are kept back and go when no run waits any
-more, or once the oldest has waited `finish_hold_max_s`, in the largest
-batches. During a spike every replica's CPU then goes to calls, and the
+more, once the oldest has waited `finish_hold_max_s`, or when a shard moves,
+in the largest batches; at most `finishes_held_max` wait (past it the oldest
+goes). During a spike every replica's CPU then goes to calls, and the
 finishes are applied after them: later and larger, never lost while the node
 lives.
 """
@@ -92,6 +93,14 @@ class Reporter:
             self._costs[future] = cost
             future.add_done_callback(self._forget_cost)
         if hold and self._calls_waiting() > 0:
+            if len(self._held) >= limits.finishes_held_max:
+                # The oldest goes: a run called and not reported is one the
+                # shard's next owner would call again, so only so many wait.
+                _, oldest_tenant, oldest, oldest_future = self._held.popleft()
+                self._pending.setdefault(oldest_tenant, collections.deque()).append(
+                    (oldest, oldest_future))
+                self._count += 1
+                self._flush.set()
             self._held.append((time.monotonic(), tenant, update, future))
             self.held_total += 1
             self._check_held_later()
