@@ -490,8 +490,11 @@ finish_hold_max_s = 10.0
 # called and not yet reported is one the shard's next owner calls again if
 # the shard moves (its take_over_grace_s passed first: a node whose renewals
 # came too late): the bound keeps that number to what a spike of a few
-# seconds holds, where a longer one gains nothing by holding more.
-finishes_held_max = 2000
+# seconds holds (a node's share of a 10,000-run spike on three nodes), where
+# a longer one gains nothing by holding more. Measured (docs/benchmarks.md):
+# 10K burst call p99 2.1-2.4 s held to 4,000, 2.4-3.0 s to 2,000, 3.6-3.7 s
+# with none held; a 100K burst the same with or without.
+finishes_held_max = 4000
 # How often held finishes are looked at (seconds): whether calls still wait.
 finish_hold_check_s = 0.05
 # Short error summary kept in the replicated run record.
