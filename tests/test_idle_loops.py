@@ -196,6 +196,7 @@ async def test_the_storage_guard_keeps_one_session_for_its_peers(monkeypatch, tm
                            config=SimpleNamespace(peer_session=peers.session,
                                                   min_free_disk_bytes=0))
     monkeypatch.setattr(limits, "storage_check_period_s", 0.001)
+    monkeypatch.setattr(limits, "storage_check_period_max_s", 0.001)
     task = asyncio.ensure_future(StorageGuard(node).run())   # type: ignore[arg-type]
     try:
         deadline = time.monotonic() + 10
@@ -266,3 +267,86 @@ async def test_the_log_latency_is_the_latest_renewals_round_trip_within_a_term()
     assert coordinator.log_latency_s() == pytest.approx(0.9)
     await round_trip(0.02)
     assert coordinator.log_latency_s() == pytest.approx(0.02)
+
+
+class _Answering(_Peers):
+    """Peers that answer with the storage status given (one for all)."""
+
+    def __init__(self, storage: dict) -> None:
+        super().__init__()
+        self.storage = storage
+
+    def session(self, timeout):
+        outer = super().session(timeout)
+        storage = self.storage
+
+        class Session(type(outer)):   # type: ignore[misc]
+            def get(self, url):
+                answer = super().get(url)
+
+                async def json():
+                    return {"storage": storage}
+                answer.json = json
+                return answer
+        return Session()
+
+
+def _guard(tmp_path, peers: _Peers, used: int, map_size: int = 1 << 30) -> StorageGuard:
+    store = SimpleNamespace(
+        path=str(tmp_path), map_size=map_size, used_bytes=lambda: used, file_bytes=lambda: used,
+        scan=lambda table, **kw: [(b"n", {"id": nid, "http": f"http://{nid}"})
+                                  for nid in ("n1", "n2")])
+    node = SimpleNamespace(node_id="n1", store=store,
+                           config=SimpleNamespace(peer_session=peers.session,
+                                                  min_free_disk_bytes=0))
+    guard = StorageGuard(node)   # type: ignore[arg-type]
+    guard._measure = lambda: (used, used, 1 << 50)   # a disk with room to spare
+    return guard
+
+
+def _peer_storage(room: int, full: str | None = None) -> dict:
+    high_water = 1 << 40
+    return {"used_bytes": high_water - room, "high_water_bytes": high_water,
+            "free_disk_bytes": None, "min_free_disk_bytes": 0, "full": full}
+
+
+async def _checked(guard: StorageGuard, peers: _Peers) -> float:
+    async with peers.session(None) as session:
+        guard._session = session
+        await guard.check()
+    return guard.next_check_s()
+
+
+async def test_an_idle_cluster_with_room_is_checked_at_the_longest_period(tmp_path):
+    peers = _Answering(_peer_storage(room=100 * limits.storage_fill_rate_bytes_per_s))
+    guard = _guard(tmp_path, peers, used=0)
+    assert guard.next_check_s() == limits.storage_check_period_s   # nothing known yet
+    assert await _checked(guard, peers) == limits.storage_check_period_max_s
+
+
+@pytest.mark.parametrize("room_s", [0, 0.5, 3])
+async def test_a_peer_near_its_mark_is_asked_again_before_it_could_reach_it(tmp_path, room_s):
+    peers = _Answering(_peer_storage(room=int(room_s * limits.storage_fill_rate_bytes_per_s)))
+    guard = _guard(tmp_path, peers, used=0)
+    period = await _checked(guard, peers)
+    assert period == pytest.approx(max(limits.storage_check_period_s, room_s))
+    assert period < limits.storage_check_period_max_s
+
+
+async def test_a_full_peer_or_a_node_near_its_own_mark_is_checked_every_period(tmp_path):
+    full = _Answering(_peer_storage(room=1 << 40, full="max_data_bytes"))
+    assert await _checked(_guard(tmp_path, full, used=0), full) == limits.storage_check_period_s
+    roomy = _Answering(_peer_storage(room=1 << 40))
+    map_size = 1 << 30
+    near = int(map_size * limits.data_bytes_high_water_ratio) - limits.storage_fill_rate_bytes_per_s
+    guard = _guard(tmp_path, roomy, used=near, map_size=map_size)
+    assert await _checked(guard, roomy) == limits.storage_check_period_s
+
+
+async def test_a_peer_whose_disk_is_near_its_minimum_free_is_asked_again_soon(tmp_path):
+    storage = _peer_storage(room=1 << 40)
+    storage.update(free_disk_bytes=(1 << 30) + limits.storage_fill_rate_bytes_per_s,
+                   min_free_disk_bytes=1 << 30)   # a second's writes from its minimum
+    peers = _Answering(storage)
+    assert await _checked(_guard(tmp_path, peers, used=0), peers) == \
+        limits.storage_check_period_s

@@ -1,9 +1,14 @@
 """Full storage is a refusal, not a crash: the node's storage guard.
 
-Every `storage_check_period_s` the guard measures, off the event loop, the
-bytes the state's B-trees use in the LMDB map (cheap: database headers only)
-and the free space of the data disk, and asks its peers (GET /v1/node) for
-theirs. This node is past its mark when the state uses
+At each check the guard measures, off the event loop, the bytes the state's
+B-trees use in the LMDB map (cheap: database headers only) and the free
+space of the data disk, and asks its peers (GET /v1/node) for theirs. The
+next check comes after the time the node, or a peer, nearest its mark
+would take to reach it at `storage_fill_rate_bytes_per_s`: every
+`storage_check_period_s` (1 s) near a mark, at most every
+`storage_check_period_max_s` (10 s) far from all of them, so an idle
+cluster with room to spare is not asked every second. This node is past its
+mark when the state uses
 `data_bytes_high_water_ratio` of --max-data-bytes, or when the disk has less
 than --min-free-disk-bytes free.
 
@@ -51,6 +56,9 @@ class StorageGuard:
         # peer id -> (limit, detail, time.monotonic() of the answer)
         self._peers: dict[str, tuple[str, str, float]] = {}
         self.refused_total = 0
+        # The least room, in bytes, this node or a peer that answered the last
+        # check has before its mark (None: not known yet): it sets the next check.
+        self._room_bytes: int | None = None
         # The session peers are asked through while run() runs: its
         # connections are kept between checks, where a session a check would
         # open (TCP, and TLS in production) a connection to every peer every
@@ -70,7 +78,7 @@ class StorageGuard:
             try:
                 while True:
                     await self.check()
-                    await asyncio.sleep(limits.storage_check_period_s)
+                    await asyncio.sleep(self.next_check_s())
             finally:
                 self._session = None
 
@@ -78,7 +86,34 @@ class StorageGuard:
         loop = asyncio.get_running_loop()
         used, file_bytes, free = await loop.run_in_executor(None, self._measure)
         self._judge(used, file_bytes, free)
+        self._room_bytes = self._room_of(self.status())
         await self._ask_peers()
+
+    def next_check_s(self) -> float:
+        """Seconds to the next check: what the least room this node or a peer
+        has before its mark lasts at storage_fill_rate_bytes_per_s, between
+        storage_check_period_s and storage_check_period_max_s."""
+        if self._room_bytes is None:
+            return limits.storage_check_period_s
+        lasts_s = self._room_bytes / limits.storage_fill_rate_bytes_per_s
+        return min(limits.storage_check_period_max_s, max(limits.storage_check_period_s, lasts_s))
+
+    @staticmethod
+    def _room_of(storage: dict) -> int | None:
+        """Bytes a node (its GET /v1/node `storage`) may still fill before a
+        mark: the state's before its high water, the disk's before its minimum
+        free; None if it did not say."""
+        try:
+            state = int(storage["high_water_bytes"]) - int(storage["used_bytes"])
+            free = storage.get("free_disk_bytes")
+            disk = state if free is None else int(free) - int(storage["min_free_disk_bytes"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        return max(0, min(state, disk))
+
+    def _note_room(self, room: int | None) -> None:
+        if room is not None and (self._room_bytes is None or room < self._room_bytes):
+            self._room_bytes = room
 
     def _measure(self) -> tuple[int, int, int]:
         store = self._node.store
@@ -122,6 +157,9 @@ class StorageGuard:
                 storage = (await response.json()).get("storage") or {}
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
             return   # an unreachable peer applies nothing until it is back
+        if not isinstance(storage, dict):
+            return
+        self._note_room(0 if storage.get("full") else self._room_of(storage))
         if storage.get("full"):
             self._peers[rec["id"]] = (storage["full"], str(storage.get("detail")),
                                       time.monotonic())
