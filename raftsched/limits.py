@@ -681,7 +681,8 @@ min_free_disk_bytes_default = 1024 ** 3
 # How often a node measures its state's size and its disk's free space (both
 # cheap), and asks its peers whether they are past their marks; a peer's
 # answer counts for storage_peer_report_s. Every storage_check_period_s while
-# this node or a peer is within a few seconds of its mark at
+# this node's state changes size, or this node or a peer is within a few
+# seconds of its mark at
 # storage_fill_rate_bytes_per_s (the most a node is taken to write a second:
 # well over what a node applies, batchCreates at full speed included); at
 # most storage_check_period_max_s apart while every node has room for that

@@ -350,3 +350,14 @@ async def test_a_peer_whose_disk_is_near_its_minimum_free_is_asked_again_soon(tm
     peers = _Answering(storage)
     assert await _checked(_guard(tmp_path, peers, used=0), peers) == \
         limits.storage_check_period_s
+
+
+async def test_a_node_whose_state_changes_size_is_measured_every_second(tmp_path):
+    """What GET /v1/node shows of the state's size (the footprint benchmark
+    reads it) is then at most a second old."""
+    peers = _Answering(_peer_storage(room=1 << 40))
+    guard = _guard(tmp_path, peers, used=0)
+    assert await _checked(guard, peers) == limits.storage_check_period_max_s
+    guard._measure = lambda: (1 << 20, 1 << 20, 1 << 50)   # writes since
+    assert await _checked(guard, peers) == limits.storage_check_period_s
+    assert await _checked(guard, peers) == limits.storage_check_period_max_s   # it stopped

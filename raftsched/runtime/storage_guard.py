@@ -3,11 +3,12 @@
 At each check the guard measures, off the event loop, the bytes the state's
 B-trees use in the LMDB map (cheap: database headers only) and the free
 space of the data disk, and asks its peers (GET /v1/node) for theirs. The
-next check comes after the time the node, or a peer, nearest its mark
-would take to reach it at `storage_fill_rate_bytes_per_s`: every
-`storage_check_period_s` (1 s) near a mark, at most every
-`storage_check_period_max_s` (10 s) far from all of them, so an idle
-cluster with room to spare is not asked every second. This node is past its
+next check comes after `storage_check_period_s` (1 s) while this node's
+state changes size, and otherwise after the time the node, or a peer,
+nearest its mark would take to reach it at `storage_fill_rate_bytes_per_s`:
+every second near a mark, at most every `storage_check_period_max_s` (10 s)
+far from all of them, so an idle cluster with room to spare is not asked
+every second. This node is past its
 mark when the state uses
 `data_bytes_high_water_ratio` of --max-data-bytes, or when the disk has less
 than --min-free-disk-bytes free.
@@ -59,6 +60,7 @@ class StorageGuard:
         # The least room, in bytes, this node or a peer that answered the last
         # check has before its mark (None: not known yet): it sets the next check.
         self._room_bytes: int | None = None
+        self._changing = True   # whether the state's size moved at the last check
         # The session peers are asked through while run() runs: its
         # connections are kept between checks, where a session a check would
         # open (TCP, and TLS in production) a connection to every peer every
@@ -85,15 +87,17 @@ class StorageGuard:
     async def check(self) -> None:
         loop = asyncio.get_running_loop()
         used, file_bytes, free = await loop.run_in_executor(None, self._measure)
+        self._changing = used != self.used_bytes
         self._judge(used, file_bytes, free)
         self._room_bytes = self._room_of(self.status())
         await self._ask_peers()
 
     def next_check_s(self) -> float:
-        """Seconds to the next check: what the least room this node or a peer
-        has before its mark lasts at storage_fill_rate_bytes_per_s, between
-        storage_check_period_s and storage_check_period_max_s."""
-        if self._room_bytes is None:
+        """Seconds to the next check: storage_check_period_s while this node's
+        state changes size (what GET /v1/node shows is then at most that old);
+        else what the least room this node or a peer has before its mark lasts
+        at storage_fill_rate_bytes_per_s, up to storage_check_period_max_s."""
+        if self._room_bytes is None or self._changing:
             return limits.storage_check_period_s
         lasts_s = self._room_bytes / limits.storage_fill_rate_bytes_per_s
         return min(limits.storage_check_period_max_s, max(limits.storage_check_period_s, lasts_s))

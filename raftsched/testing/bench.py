@@ -368,7 +368,7 @@ def _used(cluster: LocalCluster) -> list[int]:
 def _settled_used(cluster: LocalCluster, baseline: list[int]) -> list[int]:
     """Each node's pages in use once they have grown past `baseline` and two
     readings a storage check apart agree (a node measures every
-    storage_check_period_s to storage_check_period_max_s, so a reading may
+    storage_check_period_s while its state changes size, so a reading may
     predate the last writes)."""
     readings: list[list[int]] = []
 
@@ -378,8 +378,8 @@ def _settled_used(cluster: LocalCluster, baseline: list[int]) -> list[int]:
         grown = all(u > b for u, b in zip(readings[-1], baseline))
         return readings[-1] if grown and len(last) == 2 and last[0] == last[1] else None
 
-    return wait_until(settled, 120, "the nodes' storage measured after the writes",
-                      limits.storage_check_period_max_s * 1.5)
+    return wait_until(settled, 60, "the nodes' storage measured after the writes",
+                      limits.storage_check_period_s * 1.5)
 
 
 def _pending_at_sizes(cluster: LocalCluster, sizes: list[int], url: str,
