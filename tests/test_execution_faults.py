@@ -148,10 +148,11 @@ def test_a_killed_workers_command_dies_with_it_and_only_the_retry_runs(fresh_clu
                 lambda: (r := runs_of(cluster, job_id, "n2")) and r[0]["state"] == "running"
                 and r[0], 20, "a worker to start the run")
             run_id = first["run_id"]
+            # The shell forks before its child becomes `sleep`: wait for the exec.
             first_pids = wait_until(
-                lambda: (p := command_processes(run_id)) and len(p) == 3 and p, 10,
+                lambda: (p := command_processes(run_id)) and len(p) == 3
+                and {name for _, name in p.values()} >= {"sh", "sleep"} and p, 10,
                 "the shim, the shell and sleep of attempt 1")
-            assert {name for _, name in first_pids.values()} >= {"sh", "sleep"}
             holder = first["holder"].split(":", 1)[1]
             workers.kill(holder)
             killed_at = time.monotonic()
@@ -162,7 +163,8 @@ def test_a_killed_workers_command_dies_with_it_and_only_the_retry_runs(fresh_clu
                 lambda: (r := runs_of(cluster, job_id, "n3")) and r[0]["state"] == "running"
                 and r[0]["attempt"] == 2 and r[0], 30, "the retry to start on the other worker")
             assert second["holder"] != first["holder"]
-            live = wait_until(lambda: (p := command_processes(run_id)) and len(p) == 3 and p,
+            live = wait_until(lambda: (p := command_processes(run_id)) and len(p) == 3
+                              and {name for _, name in p.values()} >= {"sh", "sleep"} and p,
                               10, "the retry's processes")
             assert {attempt for attempt, _ in live.values()} == {"2"}
             assert sorted(name for _, name in live.values()).count("sh") == 1
