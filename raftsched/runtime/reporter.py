@@ -96,19 +96,19 @@ class Reporter:
             if len(self._held) >= limits.finishes_held_max:
                 # The oldest goes: a run called and not reported is one the
                 # shard's next owner would call again, so only so many wait.
-                _, oldest_tenant, oldest, oldest_future = self._held.popleft()
-                self._pending.setdefault(oldest_tenant, collections.deque()).append(
-                    (oldest, oldest_future))
-                self._count += 1
-                self._flush.set()
+                self._queue(*self._held.popleft()[1:])
             self._held.append((time.monotonic(), tenant, update, future))
             self.held_total += 1
             self._check_held_later()
             return future
+        self._queue(tenant, update, future)
+        return future
+
+    def _queue(self, tenant: str, update: commands.RunUpdate, future: asyncio.Future) -> None:
+        """To be proposed at the loop's next turn."""
         self._pending.setdefault(tenant, collections.deque()).append((update, future))
         self._count += 1
         self._flush.set()
-        return future
 
     def _check_held_later(self) -> None:
         if self._held_check is None:
@@ -132,14 +132,8 @@ class Reporter:
             return
         everything = everything or self._calls_waiting() <= 0
         oldest_kept = time.monotonic() - limits.finish_hold_max_s
-        released = 0
         while self._held and (everything or self._held[0][0] <= oldest_kept):
-            _, tenant, update, future = self._held.popleft()
-            self._pending.setdefault(tenant, collections.deque()).append((update, future))
-            self._count += 1
-            released += 1
-        if released:
-            self._flush.set()
+            self._queue(*self._held.popleft()[1:])
         if self._held:
             self._check_held_later()
 
