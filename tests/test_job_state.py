@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from raftsched.core import commands, keys, retry
 from raftsched.core.apply import apply_entry
 from raftsched.core.tx import JOB_STATE, JOBS
@@ -54,3 +56,63 @@ def test_fire_and_finish_write_the_state_record_and_not_the_spec(store):
     job = store.get(JOBS, keys.job_key(JOB))
     assert (job["status"], job["next_ms"], job["runs_count"], job["version"]) == \
         ("paused", None, 1, 2)
+
+
+class _CountingView:
+    """The store, counting reads of job records."""
+
+    def __init__(self, store) -> None:
+        self._store, self.job_reads = store, 0
+
+    def get(self, table: str, key: bytes):
+        if table == JOBS:
+            self.job_reads += 1
+        return self._store.get(table, key)
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+
+def _two_open_runs(store) -> tuple[str, str]:
+    run(store, 1, commands.assign_shards(assignments=[(SHARD, "n1")], at_ms=1))
+    run(store, 2, commands.create_job(
+        job_id=JOB, tenant="default", spec=spec(), idempotency_key=None, shard=SHARD,
+        next_ms=10_000, at_ms=1_000))
+    result, _ = run(store, 3, commands.fire(
+        shard=SHARD, token=1, upto_ms=12_000, node="n1", at_ms=12_000,
+        items=[(JOB, 10_000, 14_000, [10_000, 12_000], False)]))
+    assert result["fired"] == 2
+    first, second = keys.run_id(JOB, 10_000, 1), keys.run_id(JOB, 12_000, 1)
+    assert store.get(JOBS, keys.job_key(JOB))["active"] == [first, second]
+    return first, second
+
+
+def test_a_success_reads_and_writes_its_jobs_state_alone(store):
+    first, _ = _two_open_runs(store)
+    view = _CountingView(store)
+    finish = commands.run_finish(run_id=first, holder="n1", attempt=1, at_ms=12_100, ok=True)
+    _, transition = apply_entry(view, commands.encode(commands.run_updates(updates=[finish])), 4)
+    store.commit(transition, 4)
+    assert transition.result["accepted"] == [True]
+    assert view.job_reads == 0   # neither the job's record nor its spec was read
+    assert {table for table, _, _ in transition.writes} == {"runs", "runs_open", JOB_STATE}
+    job = store.get(JOBS, keys.job_key(JOB))
+    assert job["active"] == [keys.run_id(JOB, 12_000, 1)] and job["spec"]["name"] == "j"
+
+
+@pytest.mark.parametrize("success_first", [True, False])
+def test_a_success_and_a_failure_of_one_job_in_one_entry_both_leave_its_open_runs(
+        store, success_first):
+    """One entry ends two runs of a job: a success, which changes the job's
+    state alone, and a failure, which reads the job whole (its retry
+    policy). Whichever comes first, the other sees what it changed."""
+    first, second = _two_open_runs(store)
+    ok = commands.run_finish(run_id=first, holder="n1", attempt=1, at_ms=12_100, ok=True)
+    failed = commands.run_finish(run_id=second, holder="n1", attempt=1, at_ms=12_100,
+                                 ok=False, retryable=False, error="HTTP 400")
+    result, _ = run(store, 4, commands.run_updates(
+        updates=[ok, failed] if success_first else [failed, ok]))
+    assert result["accepted"] == [True, True]
+    assert store.get(JOBS, keys.job_key(JOB))["active"] == []
+    assert [store.get("runs", r.encode())["state"] for r in (first, second)] == \
+        ["succeeded", "failed"]

@@ -252,7 +252,13 @@ def finish(tx: Tx, run: dict, update: commands.RunUpdate) -> bool:
     attempts left) or failed."""
     if run["state"] != RUNNING or not _holds(run, update):
         return False
-    job = tx.get(JOBS, keys.job_key(run["job_id"]))
+    # A success of a run outside a DAG changes only its job's state (its open
+    # runs): read that alone, not the job's record and spec (tx.job_state).
+    alone = update.ok and "dag_run" not in run
+    job = tx.job_state(run["job_id"]) if alone else None
+    if job is None:
+        alone = False
+        job = tx.get(JOBS, keys.job_key(run["job_id"]))
     _release(tx, run)
     at_ms = update.at_ms
     summary = {name: getattr(update, name) for name in ("http_status", "exit_code", "error",
@@ -263,12 +269,12 @@ def finish(tx: Tx, run: dict, update: commands.RunUpdate) -> bool:
         # reads as its start once it has ended.
         run["attempts"][-1]["started_ms"] = run["started_ms"] = update.called_ms
     run.update({k: v for k, v in summary.items() if k != "output_node"})
-    policy = retry.policy_of(dag.retry_of(job["spec"], run.get("task_id")))
     # A re-driven run counts its attempts from the re-drive (core/redrive.py).
     if update.ok:
         _move(run, "succeed")
     elif update.retryable is not False and job["status"] != "deleted" \
-            and run["attempt"] - run.get("redrive_base", 0) < policy["max_attempts"]:
+            and run["attempt"] - run.get("redrive_base", 0) < \
+            retry.policy_of(dag.retry_of(job["spec"], run.get("task_id")))["max_attempts"]:
         _move(run, "retry")
         tx.tally(TALLY_RETRY)
         delay_ms = update.retry_delay_ms
@@ -289,7 +295,10 @@ def finish(tx: Tx, run: dict, update: commands.RunUpdate) -> bool:
             dagrun.task_ended(tx, job, run, at_ms)
         else:
             settle(tx, job, run, at_ms)
-        put_job(tx, job)
+        if alone:
+            tx.put_job_state(job)
+        else:
+            put_job(tx, job)
     elif "dag_run" in run:
         dagrun.task_moved(tx, run)
     put_run(tx, run)
@@ -387,7 +396,7 @@ def reassign(tx: Tx, run: dict, from_node: str, to_node: str, at_ms: int) -> boo
 
 def settle(tx: Tx, job: dict, run: dict, at_ms: int) -> None:
     """A run left the active set: under the queue policy the next waiting run
-    of the job is queued."""
+    of the job is queued. `job` may be its state alone (Tx.job_state)."""
     active = job.get("active", [])
     if run["id"] in active:
         active.remove(run["id"])
@@ -397,7 +406,7 @@ def settle(tx: Tx, job: dict, run: dict, at_ms: int) -> None:
     nxt = get_run(tx, waiting.pop(0))
     assert nxt is not None and nxt["state"] == SCHEDULED, (job["id"], nxt)
     _move(nxt, "promote")
-    _enqueue(tx, nxt, _shard_owner(tx, job) or nxt["node"], at_ms)
+    _enqueue(tx, nxt, _shard_holder(tx, nxt["shard"])[0] or nxt["node"], at_ms)
     active.append(nxt["id"])
     job["active"] = active
     put_run(tx, nxt)

@@ -272,11 +272,40 @@ class Tx:
         job = self._view.get(JOBS, key)
         if job is None:
             return None
-        state = self._view.get(JOB_STATE, key)
+        # A state this command wrote alone (put_job_state) is the job's state now.
+        state = self._writes.get((JOB_STATE, key), None)
+        if state is None:
+            state = self._view.get(JOB_STATE, key)
+        elif state is self._DELETED:
+            state = None
         merge_job(job, state)
         if key not in self._jobs_read:
             self._jobs_read[key] = (_snapshot(job), state is not None)
         return job
+
+    def job_state(self, job_id: str) -> dict | None:
+        """A job's state (JOB_STATE_FIELDS) and id, for a change to its state
+        alone (a run's end), read without its record and spec: its state
+        record. A job whose state is still in its record (not fired yet, or
+        written whole since), or that this command has written whole, is read
+        whole, as `get` reads it. Write it back with put_job_state."""
+        key = keys.job_key(job_id)
+        if (JOBS, key) not in self._writes:
+            state = self.get(JOB_STATE, key)
+            if state is not None:
+                view = dict(state)
+                view["id"] = job_id
+                return view
+        return self.get(JOBS, key)
+
+    def put_job_state(self, job: dict) -> None:
+        """Write back what job_state gave: a state read alone as a state
+        record, a job read whole as `put` writes a job."""
+        key = keys.job_key(job["id"])
+        if "spec" in job:
+            self.put(JOBS, key, job)
+        else:
+            self.put(JOB_STATE, key, _job_state(job))
 
     def put(self, table: str, key: bytes, value: Any) -> None:
         assert value is not None
