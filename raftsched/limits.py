@@ -379,6 +379,13 @@ node_register_retry_s = 0.5
 # GET /v1/cluster asks every peer for its status; one that has not answered
 # within this (seconds) is listed as unreachable, so the view stays quick.
 cluster_peer_status_timeout_s = 0.5
+# A node calls its peers' APIs through one client (runtime/peer.py PeerClient):
+# at most this many connections open at once, to all peers together, each kept
+# alive this long (seconds) after its last call, longer than the slowest of the
+# periodic callers (clock probes, the storage guard's checks) waits, so that
+# they reuse their connections rather than open one a call.
+peer_connections_max = 64
+peer_keepalive_s = 30.0
 
 # --- Cost of a Raft entry (core/cost.py) --------------------------------------------
 # The most one Raft entry a proposer builds from tenants' work (a fire, a batch

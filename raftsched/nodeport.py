@@ -19,7 +19,6 @@ raftsched.limits (the contract checks it).
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, ContextManager, Protocol
 
 from raftsched import limits
@@ -55,10 +54,16 @@ class Settings(Protocol):
     def node_credential_sha256(self) -> str | None:
         """The SHA-256 of the credential nodes call each other with (None: none)."""
 
-    def peer_session(self, timeout: Any) -> "AbstractAsyncContextManager[Any]":
-        """An aiohttp ClientSession for calls to another node's API: it sends
-        the node credential (never the admin token) and verifies the nodes' TLS
-        certificates by the cluster's CA. `timeout`: an aiohttp.ClientTimeout."""
+
+class Peers(Protocol):
+    """How a handler calls another node's API (runtime/peer.py PeerClient):
+    with the node credential (never the admin token), the nodes' TLS
+    certificates verified by the cluster's CA, on the node's kept-alive
+    connections. Raises what aiohttp raises, and ValueError for a body that is
+    not JSON."""
+
+    async def get_json(self, url: str, *, timeout_s: float,
+                       params: dict[str, str] | None = None) -> Any: ...
 
 
 class NodePort(Protocol):
@@ -72,6 +77,8 @@ class NodePort(Protocol):
     def shard_count(self) -> int: ...
     @property
     def config(self) -> Settings: ...
+    @property
+    def peers(self) -> Peers: ...
 
     def shard_of(self, job_id: str) -> int:
         """The shard a job id belongs to in this cluster (what a create carries)."""

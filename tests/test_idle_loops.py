@@ -153,59 +153,16 @@ def test_a_renewal_period_is_a_third_of_the_lease():
 
 
 class _Peers:
-    """A stand-in for peer sessions: counts the sessions opened and the asks."""
+    """A stand-in for the node's peer client (runtime/peer.py): answers every
+    GET /v1/node with the storage status given, and counts the asks."""
 
-    def __init__(self) -> None:
-        self.opened = 0
+    def __init__(self, storage: dict | None = None) -> None:
         self.asked = 0
+        self.storage = storage if storage is not None else {"full": None}
 
-    def session(self, timeout):
-        peers = self
-
-        class Session:
-            async def __aenter__(self):
-                peers.opened += 1
-                return self
-
-            async def __aexit__(self, *exc):
-                return False
-
-            def get(self, url):
-                peers.asked += 1
-
-                class Answer:
-                    async def __aenter__(self):
-                        return self
-
-                    async def __aexit__(self, *exc):
-                        return False
-
-                    async def json(self):
-                        return {"storage": {"full": None}}
-                return Answer()
-        return Session()
-
-
-async def test_the_storage_guard_keeps_one_session_for_its_peers(monkeypatch, tmp_path):
-    peers = _Peers()
-    store = SimpleNamespace(
-        path=str(tmp_path), map_size=1 << 30, used_bytes=lambda: 0, file_bytes=lambda: 0,
-        scan=lambda table, **kw: [(b"n", {"id": nid, "http": f"http://{nid}"})
-                                  for nid in ("n1", "n2", "n3")])
-    node = SimpleNamespace(node_id="n1", store=store,
-                           config=SimpleNamespace(peer_session=peers.session,
-                                                  min_free_disk_bytes=0))
-    monkeypatch.setattr(limits, "storage_check_period_s", 0.001)
-    monkeypatch.setattr(limits, "storage_check_period_max_s", 0.001)
-    task = asyncio.ensure_future(StorageGuard(node).run())   # type: ignore[arg-type]
-    try:
-        deadline = time.monotonic() + 10
-        while peers.asked < 10 and time.monotonic() < deadline:
-            await asyncio.sleep(0.005)
-    finally:
-        task.cancel()
-    assert peers.asked >= 10
-    assert peers.opened == 1
+    async def get_json(self, url: str, *, timeout_s: float, params=None) -> dict:
+        self.asked += 1
+        return {"storage": self.storage}
 
 
 async def test_the_backfiller_wakes_no_thread_while_no_backfill_is_open(monkeypatch):
@@ -269,36 +226,13 @@ async def test_the_log_latency_is_the_latest_renewals_round_trip_within_a_term()
     assert coordinator.log_latency_s() == pytest.approx(0.02)
 
 
-class _Answering(_Peers):
-    """Peers that answer with the storage status given (one for all)."""
-
-    def __init__(self, storage: dict) -> None:
-        super().__init__()
-        self.storage = storage
-
-    def session(self, timeout):
-        outer = super().session(timeout)
-        storage = self.storage
-
-        class Session(type(outer)):   # type: ignore[misc]
-            def get(self, url):
-                answer = super().get(url)
-
-                async def json():
-                    return {"storage": storage}
-                answer.json = json
-                return answer
-        return Session()
-
-
 def _guard(tmp_path, peers: _Peers, used: int, map_size: int = 1 << 30) -> StorageGuard:
     store = SimpleNamespace(
         path=str(tmp_path), map_size=map_size, used_bytes=lambda: used, file_bytes=lambda: used,
         scan=lambda table, **kw: [(b"n", {"id": nid, "http": f"http://{nid}"})
                                   for nid in ("n1", "n2")])
-    node = SimpleNamespace(node_id="n1", store=store,
-                           config=SimpleNamespace(peer_session=peers.session,
-                                                  min_free_disk_bytes=0))
+    node = SimpleNamespace(node_id="n1", store=store, peers=peers,
+                           config=SimpleNamespace(min_free_disk_bytes=0))
     guard = StorageGuard(node)   # type: ignore[arg-type]
     guard._measure = lambda: (used, used, 1 << 50)   # a disk with room to spare
     return guard
@@ -311,14 +245,14 @@ def _peer_storage(room: int, full: str | None = None) -> dict:
 
 
 async def _checked(guard: StorageGuard, peers: _Peers) -> float:
-    async with peers.session(None) as session:
-        guard._session = session
-        await guard.check()
+    asked = peers.asked
+    await guard.check()
+    assert peers.asked > asked   # the check asked its peers
     return guard.next_check_s()
 
 
 async def test_an_idle_cluster_with_room_is_checked_at_the_longest_period(tmp_path):
-    peers = _Answering(_peer_storage(room=100 * limits.storage_fill_rate_bytes_per_s))
+    peers = _Peers(_peer_storage(room=100 * limits.storage_fill_rate_bytes_per_s))
     guard = _guard(tmp_path, peers, used=0)
     assert guard.next_check_s() == limits.storage_check_period_s   # nothing known yet
     assert await _checked(guard, peers) == limits.storage_check_period_max_s
@@ -326,7 +260,7 @@ async def test_an_idle_cluster_with_room_is_checked_at_the_longest_period(tmp_pa
 
 @pytest.mark.parametrize("room_s", [0, 0.5, 3])
 async def test_a_peer_near_its_mark_is_asked_again_before_it_could_reach_it(tmp_path, room_s):
-    peers = _Answering(_peer_storage(room=int(room_s * limits.storage_fill_rate_bytes_per_s)))
+    peers = _Peers(_peer_storage(room=int(room_s * limits.storage_fill_rate_bytes_per_s)))
     guard = _guard(tmp_path, peers, used=0)
     period = await _checked(guard, peers)
     assert period == pytest.approx(max(limits.storage_check_period_s, room_s))
@@ -334,9 +268,9 @@ async def test_a_peer_near_its_mark_is_asked_again_before_it_could_reach_it(tmp_
 
 
 async def test_a_full_peer_or_a_node_near_its_own_mark_is_checked_every_period(tmp_path):
-    full = _Answering(_peer_storage(room=1 << 40, full="max_data_bytes"))
+    full = _Peers(_peer_storage(room=1 << 40, full="max_data_bytes"))
     assert await _checked(_guard(tmp_path, full, used=0), full) == limits.storage_check_period_s
-    roomy = _Answering(_peer_storage(room=1 << 40))
+    roomy = _Peers(_peer_storage(room=1 << 40))
     map_size = 1 << 30
     near = int(map_size * limits.data_bytes_high_water_ratio) - limits.storage_fill_rate_bytes_per_s
     guard = _guard(tmp_path, roomy, used=near, map_size=map_size)
@@ -347,7 +281,7 @@ async def test_a_peer_whose_disk_is_near_its_minimum_free_is_asked_again_soon(tm
     storage = _peer_storage(room=1 << 40)
     storage.update(free_disk_bytes=(1 << 30) + limits.storage_fill_rate_bytes_per_s,
                    min_free_disk_bytes=1 << 30)   # a second's writes from its minimum
-    peers = _Answering(storage)
+    peers = _Peers(storage)
     assert await _checked(_guard(tmp_path, peers, used=0), peers) == \
         limits.storage_check_period_s
 
@@ -355,7 +289,7 @@ async def test_a_peer_whose_disk_is_near_its_minimum_free_is_asked_again_soon(tm
 async def test_a_node_whose_state_changes_size_is_measured_every_second(tmp_path):
     """What GET /v1/node shows of the state's size (the footprint benchmark
     reads it) is then at most a second old."""
-    peers = _Answering(_peer_storage(room=1 << 40))
+    peers = _Peers(_peer_storage(room=1 << 40))
     guard = _guard(tmp_path, peers, used=0)
     assert await _checked(guard, peers) == limits.storage_check_period_max_s
     guard._measure = lambda: (1 << 20, 1 << 20, 1 << 50)   # writes since

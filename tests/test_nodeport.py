@@ -74,7 +74,8 @@ def test_every_handler_asks_its_node_only_what_the_port_offers():
         of_config |= config_attrs
     # The scan sees the handlers' calls (were it blind, the checks above would pass vacuously).
     assert {"propose", "job", "runs_page", "wait_caught_up", "now_ms"} <= of_node
-    assert {"peer_session", "node_credential_sha256", "insecure_no_auth"} <= of_config
+    assert {"propose", "peers"} <= of_node
+    assert {"node_credential_sha256", "insecure_no_auth"} <= of_config
 
 
 def test_the_scan_catches_a_handler_that_reaches_into_the_node():

@@ -506,10 +506,8 @@ async def cluster(request: web.Request) -> web.Response:
         if rec["id"] == node.node_id:
             return me
         try:
-            timeout = aiohttp.ClientTimeout(total=limits.cluster_peer_status_timeout_s)
-            async with node.config.peer_session(timeout) as session:
-                async with session.get(rec["http"] + "/v1/node") as response:
-                    return await response.json()
+            return await node.peers.get_json(rec["http"] + "/v1/node",
+                                             timeout_s=limits.cluster_peer_status_timeout_s)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
             return {"id": rec["id"], "http": rec["http"], "raft": rec["raft"],
                     "role": "unreachable"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
@@ -125,13 +125,12 @@ async def _logs_from(node: "NodePort", holder: str, run_id: str) -> tuple[list[d
     if rec is None:
         return [], f"node {holder} is not registered"
     try:
-        timeout = aiohttp.ClientTimeout(total=limits.logs_fetch_timeout_s)
-        async with node.config.peer_session(timeout) as session:
-            async with session.get(f"{rec['http']}/v1/runs/{run_id}/logs",
-                                   params={"local": "true"}) as response:
-                body = await response.json()
-                return body["attempts"], None
-    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError) as exc:
+        body = await node.peers.get_json(f"{rec['http']}/v1/runs/{run_id}/logs",
+                                         timeout_s=limits.logs_fetch_timeout_s,
+                                         params={"local": "true"})
+        return body["attempts"], None
+    except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError,
+            TypeError) as exc:
         return [], f"node {holder} did not answer: {type(exc).__name__}"
 
 

@@ -36,7 +36,7 @@ import logging
 import math
 import os
 import time
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import aiohttp
 
@@ -44,6 +44,9 @@ from raftsched import limits
 from raftsched.core.clocks import Estimate, Judgement, Sample, add_sample, best, judge, \
     next_verdict, sample
 
+
+if TYPE_CHECKING:
+    from raftsched.runtime.peer import PeerClient
 log = logging.getLogger("raftsched.clock")
 
 TEST_SHIFT_ENV = "RAFTSCHED_TEST_CLOCK_SHIFT_FILE"
@@ -209,21 +212,18 @@ class ClusterClock:
 
     # --- measuring (loop thread) -------------------------------------------------------
 
-    async def run(self, peers: Callable[[], dict[str, str]],
-                  session_of: Callable[[aiohttp.ClientTimeout], aiohttp.ClientSession]) -> None:
+    async def run(self, peers: Callable[[], dict[str, str]], client: "PeerClient") -> None:
         """Measure every peer (`peers()`: node id -> HTTP URL) each period, then
-        judge. `session_of(timeout)` makes the session peers are called with
-        (the node credential, TLS). Runs under the node's supervisor."""
-        timeout = aiohttp.ClientTimeout(total=limits.clock_probe_timeout_s)
-        async with session_of(timeout) as session:
-            while True:
-                await asyncio.sleep(await self.measure_round(session, peers()))
+        judge. `client`: the node's peer client (runtime/peer.py), which calls
+        with the node credential, over TLS, on kept-alive connections. Runs
+        under the node's supervisor."""
+        while True:
+            await asyncio.sleep(await self.measure_round(client, peers()))
 
-    async def measure_round(self, session: aiohttp.ClientSession,
-                            targets: dict[str, str]) -> float:
+    async def measure_round(self, client: "PeerClient", targets: dict[str, str]) -> float:
         """Measure every peer in `targets` once, then judge; the seconds to wait
         before the next round."""
-        await asyncio.gather(*(self._probe(session, node_id, url)
+        await asyncio.gather(*(self._probe(client, node_id, url)
                                for node_id, url in targets.items()))
         self.evaluate()
         unmeasured = not self.synced() or any(n not in self._samples for n in targets)
@@ -233,14 +233,14 @@ class ClusterClock:
             return limits.clock_probe_period_stable_s
         return limits.clock_probe_period_s
 
-    async def _probe(self, session: aiohttp.ClientSession, node_id: str, url: str) -> None:
+    async def _probe(self, client: "PeerClient", node_id: str, url: str) -> None:
         try:
             t0_us = monotonic_us()
-            async with session.get(url + "/v1/node/clock") as response:
-                raw = await response.read()
-                t3_us = monotonic_us()
-                if response.status != 200:
-                    raise ValueError(f"HTTP {response.status}")
+            status, raw = await client.get(url + "/v1/node/clock",
+                                           timeout_s=limits.clock_probe_timeout_s)
+            t3_us = monotonic_us()
+            if status != 200:
+                raise ValueError(f"HTTP {status}")
             wall_us = _wall_us_of(raw)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             self.probes_failed_total += 1

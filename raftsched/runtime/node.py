@@ -150,10 +150,6 @@ class NodeConfig:
     def peer_ssl(self) -> ssl.SSLContext | None:
         return peer.client_ssl_context(self.tls_ca)
 
-    def peer_session(self, timeout: aiohttp.ClientTimeout) -> aiohttp.ClientSession:
-        """A session for calls to other nodes: the node credential, and the CA."""
-        return peer.peer_session(timeout=timeout, headers=self.peer_headers(),
-                                 ssl_context=self.peer_ssl)
 
     def quota_defaults(self) -> dict[str, int]:
         return {"jobs_max": self.tenant_jobs_max, "creates_per_s": self.tenant_creates_per_s,
@@ -180,6 +176,8 @@ class Node:
         self.storage = StorageGuard(self)
         self.outputs = OutputStore(os.path.join(config.data_dir, "output"))
         self.http_executor = HttpExecutor(policy_for(config.allow_target_cidrs), now_ms=self.now_ms)
+        # Every call this node makes to another node's API (runtime/peer.py).
+        self.peers = peer.PeerClient(headers=config.peer_headers(), ssl_context=config.peer_ssl)
         self.command_executor = CommandExecutor(now_ms=self.now_ms,
                                                 run_as=config.command_run_as)
         self.breaker = Breaker(window=limits.breaker_window,
@@ -329,14 +327,11 @@ class Node:
             raise Unavailable("no leader known, cannot read consistently; retry",
                               reason="no_leader")
         try:
-            timeout = aiohttp.ClientTimeout(total=timeout_s)
-            async with self.config.peer_session(timeout) as session:
-                async with session.get(leader["http"] + "/v1/node") as response:
-                    body = await response.json()
+            body = await self.peers.get_json(leader["http"] + "/v1/node", timeout_s=timeout_s)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             raise Unavailable(f"cannot ask the leader {leader['id']} for its commit index: "
                               f"{exc!r}", reason="no_leader") from None
-        if body.get("role") != "leader":
+        if not isinstance(body, dict) or body.get("role") != "leader":
             raise Unavailable(f"{leader['id']} is no longer the leader; retry",
                               reason="leader_changed")
         return int(body["commit_index"])
@@ -356,6 +351,7 @@ class Node:
             snapshot_entries=cfg.raft_snapshot_entries, fsync=cfg.fsync)
         self.reporter = Reporter(self, calls_waiting=lambda: self.dispatcher.waiting())
         await self.http_executor.start()
+        await self.peers.start()
         app = make_app(self)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -380,7 +376,7 @@ class Node:
                  "sync": self._sync_loop, "prune_outputs": self._prune_outputs_loop,
                  "purger": self.purger.run, "storage": self.storage.run,
                  "backfiller": self.backfiller.run,
-                 "clock": lambda: self.clock.run(self._peer_urls, self.config.peer_session)}
+                 "clock": lambda: self.clock.run(self._peer_urls, self.peers)}
         for name, loop in loops.items():
             self.supervisor.start(name, loop)
         self.supervisor.start("register", self._register_loop, finite=True)
@@ -427,6 +423,7 @@ class Node:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.http_executor.close()
+        await self.peers.close()
         self.replicator.destroy()
         await asyncio.sleep(0.05)   # let pysyncobj's thread leave its tick
         self.store.close()

@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import ssl
+from typing import Any
 
 import aiohttp
+
+from raftsched import limits
 
 NODE_CREDENTIAL_PREFIX = "rsnode_"
 # Changing the label changes every node's credential: a cluster's nodes must
@@ -48,10 +52,48 @@ def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     return context
 
 
-def peer_session(*, timeout: aiohttp.ClientTimeout, headers: dict[str, str],
-                 ssl_context: ssl.SSLContext | None) -> aiohttp.ClientSession:
-    """A session for calls to other nodes. trust_env=False: a proxy from the
-    environment must not see the node credential."""
-    connector = aiohttp.TCPConnector(ssl=ssl_context if ssl_context is not None else True)
-    return aiohttp.ClientSession(timeout=timeout, headers=headers, connector=connector,
-                                 trust_env=False)
+class PeerClient:
+    """How a node calls other nodes' HTTP API: one aiohttp session for every
+    caller on the node (consistent reads asking the leader, clock probes, the
+    storage guard, run logs, cluster status), so that calls to a peer reuse
+    its kept-alive connections (and TLS sessions) rather than each caller
+    opening its own. It sends the node credential (never the admin token),
+    verifies the nodes' certificates by the cluster's CA, and ignores proxies
+    from the environment (trust_env=False: a proxy must not see the
+    credential). Each call has its own total timeout.
+
+    Calls raise what aiohttp raises (aiohttp.ClientError, asyncio.TimeoutError),
+    and get_json raises ValueError for a body that is not JSON."""
+
+    def __init__(self, *, headers: dict[str, str], ssl_context: ssl.SSLContext | None) -> None:
+        self._headers = headers
+        self._ssl = ssl_context
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(
+            ssl=self._ssl if self._ssl is not None else True,
+            limit=limits.peer_connections_max,
+            keepalive_timeout=limits.peer_keepalive_s)
+        self._session = aiohttp.ClientSession(headers=self._headers, connector=connector,
+                                              trust_env=False)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def get(self, url: str, *, timeout_s: float,
+                  params: dict[str, str] | None = None) -> tuple[int, bytes]:
+        """(status, body) of a GET of `url` on another node."""
+        if self._session is None:
+            raise aiohttp.ClientConnectionError("the node's peer client is not started")
+        async with self._session.get(url, params=params,
+                                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+            return response.status, await response.read()
+
+    async def get_json(self, url: str, *, timeout_s: float,
+                       params: dict[str, str] | None = None) -> Any:
+        """The JSON body of a GET of `url` on another node, whatever its status."""
+        _, body = await self.get(url, timeout_s=timeout_s, params=params)
+        return json.loads(body)

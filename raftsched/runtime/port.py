@@ -19,6 +19,7 @@ from raftsched.storage.base import digest
 
 if TYPE_CHECKING:
     from raftsched.runtime.node import Node, NodeConfig
+    from raftsched.runtime.peer import PeerClient
 
 
 class StoreQueries:
@@ -113,6 +114,10 @@ class NodeAdapter(StoreQueries):
     @property
     def config(self) -> "NodeConfig":
         return self._node.config
+
+    @property
+    def peers(self) -> "PeerClient":
+        return self._node.peers
 
     def shard_of(self, job_id: str) -> int:
         return keys.shard_of(job_id, self._node.shard_count)

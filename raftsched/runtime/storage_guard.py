@@ -61,11 +61,6 @@ class StorageGuard:
         # check has before its mark (None: not known yet): it sets the next check.
         self._room_bytes: int | None = None
         self._changing = True   # whether the state's size moved at the last check
-        # The session peers are asked through while run() runs: its
-        # connections are kept between checks, where a session a check would
-        # open (TCP, and TLS in production) a connection to every peer every
-        # check, most of what this loop cost an idle node.
-        self._session: aiohttp.ClientSession | None = None
 
     @property
     def high_water_bytes(self) -> int:
@@ -74,15 +69,9 @@ class StorageGuard:
     async def run(self) -> None:
         # A failed check is the node's supervisor's: it logs and counts it and
         # starts the loop again; meanwhile the last measurement stands.
-        timeout = aiohttp.ClientTimeout(total=limits.storage_peer_timeout_s)
-        async with self._node.config.peer_session(timeout) as session:
-            self._session = session
-            try:
-                while True:
-                    await self.check()
-                    await asyncio.sleep(self.next_check_s())
-            finally:
-                self._session = None
+        while True:
+            await self.check()
+            await asyncio.sleep(self.next_check_s())
 
     async def check(self) -> None:
         loop = asyncio.get_running_loop()
@@ -148,17 +137,13 @@ class StorageGuard:
         peers = [rec for _, rec in self._node.store.scan(NODES) if rec["id"] != self._node.node_id]
         if not peers:
             return
-        if self._session is not None:
-            await asyncio.gather(*(self._ask(self._session, rec) for rec in peers))
-            return
-        timeout = aiohttp.ClientTimeout(total=limits.storage_peer_timeout_s)
-        async with self._node.config.peer_session(timeout) as session:
-            await asyncio.gather(*(self._ask(session, rec) for rec in peers))
+        await asyncio.gather(*(self._ask(rec) for rec in peers))
 
-    async def _ask(self, session: aiohttp.ClientSession, rec: dict) -> None:
+    async def _ask(self, rec: dict) -> None:
         try:
-            async with session.get(rec["http"] + "/v1/node") as response:
-                storage = (await response.json()).get("storage") or {}
+            status = await self._node.peers.get_json(rec["http"] + "/v1/node",
+                                                     timeout_s=limits.storage_peer_timeout_s)
+            storage = status.get("storage") or {}
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
             return   # an unreachable peer applies nothing until it is back
         if not isinstance(storage, dict):
