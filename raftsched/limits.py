@@ -495,13 +495,13 @@ run_update_pending_max = 200_000
 finish_hold_max_s = 10.0
 # The most finishes one node holds that way; past it the oldest goes. A run
 # called and not yet reported is one the shard's next owner calls again if
-# the shard moves (its take_over_grace_s passed first: a node whose renewals
-# came too late): the bound keeps that number to what a spike of a few
-# seconds holds (a node's share of a 10,000-run spike on three nodes), where
-# a longer one gains nothing by holding more. Measured (docs/benchmarks.md):
-# 10K burst call p99 2.1-2.4 s held to 4,000, 2.4-3.0 s to 2,000, 3.6-3.7 s
-# with none held; a 100K burst the same with or without.
-finishes_held_max = 4000
+# the shard moves (a node that died, froze or was cut off mid-spike; a node
+# alive and working keeps its shards): the bound keeps that number to about
+# what a node calls in finish_hold_max_s on two cores (900 calls a second),
+# so that the two bounds meet. Measured (docs/benchmarks.md): 10K burst call
+# p99 2.1-2.4 s held to 4,000, 2.4-3.0 s to 2,000, 3.6-3.7 s with none held;
+# 100K burst call p99 39.3-40.9 s held to 4,000, 35.6-37.0 s to 8,000.
+finishes_held_max = 8000
 # How often held finishes are looked at (seconds): whether calls still wait.
 finish_hold_check_s = 0.05
 # Short error summary kept in the replicated run record.
