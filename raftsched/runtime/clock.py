@@ -44,9 +44,9 @@ from raftsched import limits
 from raftsched.core.clocks import Estimate, Judgement, Sample, add_sample, best, judge, \
     next_verdict, sample
 
-
 if TYPE_CHECKING:
     from raftsched.runtime.peer import PeerClient
+
 log = logging.getLogger("raftsched.clock")
 
 TEST_SHIFT_ENV = "RAFTSCHED_TEST_CLOCK_SHIFT_FILE"

@@ -150,7 +150,6 @@ class NodeConfig:
     def peer_ssl(self) -> ssl.SSLContext | None:
         return peer.client_ssl_context(self.tls_ca)
 
-
     def quota_defaults(self) -> dict[str, int]:
         return {"jobs_max": self.tenant_jobs_max, "creates_per_s": self.tenant_creates_per_s,
                 "runs_concurrent_max": self.tenant_runs_concurrent_max,
