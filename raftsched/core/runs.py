@@ -203,8 +203,7 @@ def _dequeue(tx: Tx, run: dict) -> None:
 
 
 def _shard_owner(tx: Tx, job: dict) -> str | None:
-    state = tx.get(SHARDS, keys.shard_key(job["shard"]))
-    return state["owner"] if state else None
+    return _shard_holder(tx, job["shard"])[0]
 
 
 # --- attempts --------------------------------------------------------------------------
