@@ -11,7 +11,7 @@ import pytest
 from pysyncobj import SyncObjConf
 
 from raftsched import limits
-from raftsched.replication.raft import _StateMachine
+from raftsched.replication.raft import Replicator, _StateMachine
 from raftsched.testing.cluster import free_ports
 from raftsched.testing.http import wait_until
 
@@ -100,3 +100,26 @@ def test_a_destroyed_member_closes_its_wake_up_pipe():
     wait_until(lambda: not member.tick_thread_alive(), 5, "the Raft thread to end", 0.001)
     with pytest.raises(OSError):
         os.fstat(wake._read_fd)   # closed
+
+
+def _replicator_of(member: _StateMachine) -> Replicator:
+    """The adapter's reading of one member (the rest of a node is not needed)."""
+    replicator = object.__new__(Replicator)
+    replicator._obj, replicator._alias = member, {}
+    return replicator
+
+
+def test_only_the_leader_reports_its_peers_links(group):
+    """pysyncobj records peers' answers only while leading: a follower that
+    reported its peers as down would judge live shard holders dead."""
+    leader = wait_until(lambda: _leader(group), 20, "a leader elected")
+    committed = threading.Event()
+    leader.apply_command(b"x", callback=lambda result, error: committed.set())
+    assert committed.wait(10)
+    others = {str(m.selfNode.id) for m in group if m is not leader}
+    seen = wait_until(lambda: (lambda s: s if None not in s.values() else None)(
+        _replicator_of(leader).peer_liveness()), 10, "the leader connected to both")
+    assert set(seen) == others and all(age >= 0 for age in seen.values())
+    for follower in (m for m in group if m is not leader):
+        assert follower.isNodeConnected(leader.selfNode)
+        assert _replicator_of(follower).peer_liveness() == {}

@@ -1124,8 +1124,16 @@ class Replicator:
         answered an append-entries, or None if its connection is down (a killed
         process is seen at once; a frozen one by the growing age). pysyncobj has
         no public call for this; this adapter is the one place that reads its
-        internals, so a pysyncobj upgrade is checked here."""
+        internals, so a pysyncobj upgrade is checked here.
+
+        On a follower, nothing: pysyncobj records answers only while leading,
+        so a follower would report every peer it never led as down (a node
+        that gained shards as a follower then judged their live holders dead
+        and called their runs fired ahead again, as next attempts). There
+        liveness is the renewals' alone (Coordinator.live_nodes)."""
         obj = self._obj
+        if not obj._isLeader():
+            return {}
         for _ in range(3):
             try:
                 last = dict(getattr(obj, "_SyncObj__lastResponseTime"))

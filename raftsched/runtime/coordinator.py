@@ -71,7 +71,8 @@ class Coordinator:
         self._latest_renewal_ms = max(self._latest_renewal_ms, at_ms)
 
     def live_nodes(self) -> list[str]:
-        """This node, and each registered node whose Raft link is up and whose
+        """This node, and each registered node whose Raft link is up (as the
+        leader knows it: Replicator.peer_liveness) and whose
         latest renewal applied here was proposed less than node_lease_s (plus
         shard_lease_margin_s) before the latest renewal of any node applied
         here. Judged against the log's progress rather than this node's clock:
