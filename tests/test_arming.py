@@ -269,3 +269,19 @@ def test_a_moved_shards_armed_run_due_within_the_margin_is_taken_over_as_its_nex
     assert taken["taken"] == 1, taken
     after = armed_run(log)
     assert (after["holder"], after["attempt"], after["redeliveries"]) == ("n2", 2, 1)
+
+
+@pytest.mark.parametrize("uncalled_by, attempt", [(NODE, 1), ("n3", 2)])
+def test_a_due_run_handed_over_by_its_holder_moves_as_the_same_attempt(uncalled_by, attempt):
+    """Due, so only its holder can say it was not called: its own hand-over
+    moves the same attempt; another node's word counts for nothing."""
+    log = setup()
+    run = armed(log)
+    shard, token = _move_shard(log, ARMED_AT_MS + 1)
+    taken = log.run(commands.hand_over_runs(node="n2", holder=uncalled_by, shard=shard,
+                                            token=token, run_ids=[run["id"]],
+                                            at_ms=DUE_MS + 10))
+    assert taken["taken"] == 1, taken
+    after = armed_run(log)
+    assert (after["holder"], after["attempt"], after.get("redeliveries", 0)) == \
+        ("n2", attempt, attempt - 1)

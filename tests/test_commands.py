@@ -236,6 +236,7 @@ def _one_of_each_tag() -> list:
         c.expire_leases(items=[("r", 1, 4)], at_ms=1),
         c.reassign_runs(items=[("r", "a", "b")], at_ms=1),
         c.take_over_runs(node="n2", shard=3, token=4, run_ids=["r", "s"], at_ms=1),
+        c.hand_over_runs(node="n2", holder="n1", shard=3, token=4, run_ids=["r"], at_ms=1),
         c.assign_shards(assignments=[(1, "n1")], at_ms=1),
         c.purge(at_ms=1, history_max_runs=5, history_max_age_ms=0, finished_job_retention_ms=0,
                 idempotency_ttl_ms=0, runs=[("r", "j")], jobs=["j"], idem=[("t", "k")]),

@@ -464,3 +464,7 @@ async def test_a_live_former_holder_hands_over_the_runs_it_did_not_call(cluster)
     assert n1.dispatcher.handed_over_total == 3
     assert sorted(calls.values()) == [1] * len(run_ids)
     assert sorted(node for node, _ in calls) == ["n1"] * limits.runs_inflight_max + ["n2"] * 3
+    # Not called by n1, so not a failed attempt: n2 calls each as attempt 1.
+    handed = [cluster.get_run(r) for r in run_ids if ("n2", r) in calls]
+    assert [(run["attempt"], run.get("redeliveries", 0)) for run in handed] == [(1, 0)] * 3
+    assert all(run["attempts"][0]["holder"] == "n2" for run in handed)

@@ -491,6 +491,7 @@ HANDLERS: dict[str, Callable[[Tx, dict], dict]] = {
     "expire_leases": runs.handle_expire_leases,
     "reassign_runs": runs.handle_reassign_runs,
     "take_over_runs": runs.handle_take_over_runs,
+    "hand_over_runs": runs.handle_hand_over_runs,
     "cancel_run": runs.handle_cancel_run,
     "alert_done": runs.handle_alert_done,
     "publish": topics.handle_publish,

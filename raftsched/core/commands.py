@@ -683,6 +683,20 @@ class TakeOverRuns(Command, tag="take_over_runs", kw_only=True):
     at_ms: TimeMs
 
 
+class HandOverRuns(Command, tag="hand_over_runs", kw_only=True):
+    """Proposed by `holder`, which lost the shard before calling these runs:
+    the shard's owner `node` takes over under `token` those `holder` still
+    holds as the same attempt (core/runs.take_over). A tag of its own, not a
+    member of take_over_runs: an older node, which would apply it as a take
+    over (a next attempt), stops on it instead of diverging."""
+    node: NodeId
+    holder: NodeId
+    shard: Shard
+    token: Token
+    run_ids: Annotated[list[RunId], Meta(max_length=limits.take_over_batch_max)]
+    at_ms: TimeMs
+
+
 class CancelRun(_Scoped, tag="cancel_run", kw_only=True):
     run_id: RunId
     reason: CommandText
@@ -848,7 +862,7 @@ SHAPES: dict[str, type[Command]] = {
     cls.__struct_config__.tag: cls for cls in (
         CreateJob, CreateJobs, UpdateJob, DeleteJob, PauseJob, ResumeJob, TriggerJob, RetryRun,
         Fire, FireMany, AssignShards, RunUpdates, RegisterNode, Renew, CheckDigest,
-        ExpireLeases, ReassignRuns, TakeOverRuns, CancelRun, AlertDone, Publish, CommitOffset, Purge,
+        ExpireLeases, ReassignRuns, TakeOverRuns, HandOverRuns, CancelRun, AlertDone, Publish, CommitOffset, Purge,
         CreateToken, RevokeToken, PutTenant, DeleteTenant, CreateBackfill, BackfillStep,
         CancelBackfill)}
 TAGS = frozenset(SHAPES)
@@ -1241,6 +1255,14 @@ def take_over_runs(*, node: str, shard: int, token: int, run_ids: list[str],
                    at_ms: int) -> TakeOverRuns:
     """A shard's new owner's: the shard's open runs it takes over."""
     return TakeOverRuns(node=node, shard=shard, token=token, run_ids=list(run_ids), at_ms=at_ms)
+
+
+def hand_over_runs(*, node: str, holder: str, shard: int, token: int, run_ids: list[str],
+                   at_ms: int) -> HandOverRuns:
+    """A shard's former holder's: the runs it held there and did not call,
+    for the shard's owner `node` to take over as the same attempt."""
+    return HandOverRuns(node=node, holder=holder, shard=shard, token=token,
+                        run_ids=list(run_ids), at_ms=at_ms)
 
 
 def reassign_runs(*, items: list[tuple[str, str, str]], at_ms: int) -> ReassignRuns:

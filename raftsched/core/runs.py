@@ -328,22 +328,29 @@ def retry_due(tx: Tx, run: dict, node: str, token: int, at_ms: int) -> bool:
     return True
 
 
-def take_over(tx: Tx, run: dict, node: str, token: int, at_ms: int) -> bool:
+def take_over(tx: Tx, run: dict, node: str, token: int, at_ms: int,
+              uncalled_by: str | None = None) -> bool:
     """The run's shard is `node`'s under `token` now: an open node-executed run
     held under an older token gets its next attempt (same run and execution
     id), held by `node` and counted as a redelivery; one nobody held (fired
     while the shard had no owner) is held by `node` as it is. The old holder
-    is told to stop; its late finish is refused (it holds no attempt)."""
+    is told to stop; its late finish is refused (it holds no attempt).
+    The same attempt moves instead when no node can have called it: fired
+    ahead and not due yet, or handed over by its holder (`uncalled_by`),
+    which lost the shard before its call and drops it uncalled."""
     if run.get("queue") or dagrun.is_dag_run(run) \
             or tx.get(RUNS_OPEN, keys.open_run_key(run["shard"], run["id"])) is None:
         return False
     if run["state"] == QUEUED:
         _hold(tx, run, node, token, at_ms)
-    elif run["state"] == RUNNING and run["token"] < token and not_due(run, at_ms):
+    elif run["state"] == RUNNING and run["token"] < token \
+            and (not_due(run, at_ms)
+                 or (uncalled_by is not None and run.get("holder") == uncalled_by)):
         # Fired ahead and not due by the taker's clock (with a margin for the
         # nodes' clocks): its holder, which calls nothing early, cannot have
-        # called it, so the same attempt moves to the new owner; the old
-        # holder drops it (its report would name a holder it no longer is).
+        # called it; or its holder says it did not and will not. The same
+        # attempt moves to the new owner; the old holder drops it (its report
+        # would name a holder it no longer is).
         tx.effects.append(RunCancelled(run_id=run["id"], holder=run["holder"],
                                        attempt=run["attempt"]))
         run["node"], run["token"], run["holder"] = node, token, node
@@ -531,6 +538,16 @@ def handle_expire_leases(tx: Tx, cmd: commands.Command) -> dict:
 def handle_take_over_runs(tx: Tx, cmd: commands.Command) -> dict:
     """A shard's new owner takes over the shard's open runs (take_over), if
     it still owns the shard under the token it names."""
+    return _take_over_runs(tx, cmd, None)
+
+
+def handle_hand_over_runs(tx: Tx, cmd: commands.Command) -> dict:
+    """As take_over_runs, proposed by the runs' former holder, which says it
+    did not call them: those it still holds move as the same attempt."""
+    return _take_over_runs(tx, cmd, cmd.holder)
+
+
+def _take_over_runs(tx: Tx, cmd: commands.Command, uncalled_by: str | None) -> dict:
     shard = tx.get(SHARDS, keys.shard_key(cmd.shard))
     if shard is None or shard["owner"] != cmd.node or shard["token"] != cmd.token:
         return {"ok": False, "error": "stale_token", "taken": 0,
@@ -540,7 +557,7 @@ def handle_take_over_runs(tx: Tx, cmd: commands.Command) -> dict:
     for run_id in cmd.run_ids:
         run = get_run(tx, run_id)
         if run is not None and run.get("shard") == cmd.shard:
-            taken += int(take_over(tx, run, cmd.node, cmd.token, cmd.at_ms))
+            taken += int(take_over(tx, run, cmd.node, cmd.token, cmd.at_ms, uncalled_by))
     return {"ok": True, "taken": taken, "stale": len(cmd.run_ids) - taken}
 
 

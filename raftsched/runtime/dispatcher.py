@@ -269,8 +269,10 @@ class Dispatcher:
 
     async def hand_over_pending(self) -> None:
         """Propose, for each shard this node lost, that its owner take over
-        the runs this node held there and did not call (take_over_runs, under
-        the owner's name and token: apply checks both)."""
+        the runs this node held there and did not call (hand_over_runs, under
+        the owner's name and token: apply checks both). This node names itself
+        as their holder that did not call them, so each moves as the same
+        attempt: a shard moved off a live node is not a failed attempt."""
         node = self._node
         for shard in sorted(self._handing):
             run_ids = sorted(self._handing.pop(shard))
@@ -278,9 +280,9 @@ class Dispatcher:
             if state is None or state["owner"] in (None, node.node_id):
                 continue
             try:
-                result = await node.propose(commands.take_over_runs(
-                    node=state["owner"], shard=shard, token=state["token"], run_ids=run_ids,
-                    at_ms=node.now_ms()))
+                result = await node.propose(commands.hand_over_runs(
+                    node=state["owner"], holder=node.node_id, shard=shard,
+                    token=state["token"], run_ids=run_ids, at_ms=node.now_ms()))
             except Unavailable as exc:
                 log.warning("hand-over of %d runs of shard %d to %s not committed: %s",
                             len(run_ids), shard, state["owner"], exc.detail)
