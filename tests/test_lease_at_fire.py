@@ -382,6 +382,33 @@ async def test_a_dead_holders_runs_are_taken_over_at_once_without_the_grace(clus
         assert (cluster.get_run(run_id)["attempt"], calls[("n2", run_id)]) == (2, 1)
 
 
+async def test_a_holder_that_dies_after_its_shard_moved_is_taken_over_within_the_grace(cluster):
+    """Liveness is judged again within the grace: a holder alive when its
+    shard moved, whose renewals stop then, has its runs taken over once it
+    lapses, not take_over_grace_s after the move."""
+    calls: collections.Counter = collections.Counter()
+    n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
+    make_job(cluster)
+    for node in (n1, n2):
+        node.renew()
+    n1.http_executor.release.clear()   # n1's calls never answer: it died calling
+    start(n1)
+    start(n2)
+    run_ids = fire(cluster, "n1", limits.runs_inflight_max)
+    await until(lambda: len(calls) == limits.runs_inflight_max, "n1's calls")
+    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=n2.clock_ms))
+    await n2.dispatcher.take_over_pending()
+    assert cluster.tags["take_over_runs"] == 0   # n1 renewed as recently as n2
+    n2.clock_ms += int((limits.node_lease_s + limits.shard_lease_margin_s) * 1000)
+    n2.renew()   # n2 renews on; n1 does not
+    assert n2.coordinator.live_nodes() == ["n2"]
+    await n2.dispatcher.take_over_pending()   # no monotonic time passed: in the grace
+    assert cluster.tags["take_over_runs"] == 1
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
+                "n2 to call every run")
+    assert all(cluster.get_run(r)["attempt"] == 2 for r in run_ids)
+
+
 async def test_a_live_holders_runs_are_taken_over_after_the_grace_and_its_late_finish_refused(
         cluster):
     calls: collections.Counter = collections.Counter()

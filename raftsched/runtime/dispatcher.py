@@ -140,8 +140,8 @@ class Dispatcher:
         # per shard (shard_count_max).
         self._to_take_over: dict[int, float] = {}
         # Shards of _to_take_over swept early already, in their grace (a
-        # subset of it): see take_over_pending.
-        self._armed_swept: set[int] = set()
+        # subset of it), with the nodes live when swept: see take_over_pending.
+        self._armed_swept: dict[int, frozenset[str]] = {}
         # Shards this node lost -> runs it held there and is not calling, for
         # their new owner to take over at once (hand_over_pending).
         self._handing: dict[int, set[str]] = {}
@@ -249,8 +249,11 @@ class Dispatcher:
         whose proposal did not commit, or held more than one entry's worth,
         is tried again."""
         while True:
+            # While a gained shard is in its grace, look each renewal period:
+            # a former holder may be judged dead meanwhile (take_over_pending).
+            period_s = limits.renew_period_s * (1 if self._to_take_over else 4)
             try:
-                await asyncio.wait_for(self._take_over_wake.wait(), limits.renew_period_s * 4)
+                await asyncio.wait_for(self._take_over_wake.wait(), period_s)
             except asyncio.TimeoutError:
                 pass
             self._take_over_wake.clear()
@@ -295,6 +298,7 @@ class Dispatcher:
         """One pass: each shard gained at least take_over_grace_s ago and not
         yet swept."""
         now = self._node.monotonic()
+        live = frozenset(self._node.coordinator.live_nodes()) if self._to_take_over else None
         for shard, gained in sorted(self._to_take_over.items()):
             if now - gained < limits.take_over_grace_s:
                 # At once, without the grace: the runs of a holder this node
@@ -302,17 +306,20 @@ class Dispatcher:
                 # shard lease; nothing of it is on its way through the log),
                 # and runs fired ahead and not due yet, which no node can
                 # have called (none calls early): core/runs.py take_over.
-                if shard not in self._armed_swept:
-                    self._armed_swept.add(shard)
+                # Again whenever the live nodes change within the grace: a
+                # holder killed as its shards moved is judged dead here only
+                # once its renewals lapse, by the log (Coordinator.live_nodes).
+                if self._armed_swept.get(shard) != live:
+                    self._armed_swept[shard] = live
                     try:
                         await self.maybe_take_over(shard, early=True)
                     except Unavailable as exc:
-                        self._armed_swept.discard(shard)
+                        self._armed_swept.pop(shard, None)
                         log.warning("takeover of shard %d's armed runs not committed: %s",
                                     shard, exc.detail)
                 continue
             del self._to_take_over[shard]
-            self._armed_swept.discard(shard)
+            self._armed_swept.pop(shard, None)
             try:
                 more = await self.maybe_take_over(shard)
             except Unavailable as exc:
