@@ -129,6 +129,8 @@ class FakeNode:
             self.dispatcher.cancelled(effect.run_id, effect.attempt)
         elif isinstance(effect, ShardsAssigned) and effect.owner == self.node_id:
             self.dispatcher.shard_gained(effect.shard)
+        elif isinstance(effect, ShardsAssigned):
+            self.dispatcher.shards_lost({effect.shard})
         elif isinstance(effect, NodeRenewed):
             self.coordinator.renewed(effect.node, effect.at_ms)
 
@@ -495,3 +497,36 @@ async def test_a_live_former_holder_hands_over_the_runs_it_did_not_call(cluster)
     handed = [cluster.get_run(r) for r in run_ids if ("n2", r) in calls]
     assert [(run["attempt"], run.get("redeliveries", 0)) for run in handed] == [(1, 0)] * 3
     assert all(run["attempts"][0]["holder"] == "n2" for run in handed)
+
+
+async def test_a_live_holder_hands_its_armed_runs_over_when_its_shard_moves(cluster):
+    """An armed run due too soon for the new owner to take it over itself
+    (within take_over_armed_margin_ms) is handed over by its live former
+    holder as soon as the shard moves, not at its second, and is called once,
+    by the new owner, as attempt 1."""
+    calls: collections.Counter = collections.Counter()
+    n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
+    make_job(cluster)
+    armed_at = AT_MS - limits.take_over_armed_margin_ms // 2
+    for node in (n1, n2):
+        node.clock_ms = armed_at
+        node.renew()
+        start(node)
+        node.supervisor.start("armed", node.armed.run)
+    token = cluster.store.get("shards", keys.shard_key(SHARD))["token"]
+    assert cluster.run(commands.fire(shard=SHARD, token=token, upto_ms=AT_MS, node="n1",
+                                     at_ms=armed_at,
+                                     items=[(JOB, AT_MS, AT_MS + 2000, [AT_MS], False)]
+                                     ))["fired"] == 1
+    run_id = keys.run_id(JOB, AT_MS, 1)
+    assert len(n1.armed) == 1
+    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=armed_at + 1))
+    # Before its second: n1 hands it over, and n2 holds it armed.
+    await until(lambda: cluster.get_run(run_id)["holder"] == "n2", "n1's hand-over")
+    assert cluster.tags["hand_over_runs"] == 1 and len(n1.armed) == 0 and len(n2.armed) == 1
+    for node in (n1, n2):
+        node.clock_ms = AT_MS
+    await until(lambda: state(cluster, run_id) == "succeeded", "n2's call at its second")
+    run = cluster.get_run(run_id)
+    assert (run["attempt"], run.get("redeliveries", 0)) == (1, 0)
+    assert dict(calls) == {("n2", run_id): 1}

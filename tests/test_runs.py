@@ -102,7 +102,7 @@ def test_a_moved_shards_open_run_is_taken_over_once_and_the_old_finish_is_refuse
     assert take_over("n2", 1)["error"] == "stale_token"
     assert take_over("n1", 2)["error"] == "stale_token"
     assert log.get_run(run_id)["holder"] == "n1"
-    assert take_over("n2", 2) == {"ok": True, "taken": 1, "stale": 0}
+    assert take_over("n2", 2) == {"ok": True, "taken": 1, "stale": 0, "next_attempts": 1}
     run = log.get_run(run_id)
     assert (run["state"], run["holder"], run["token"], run["attempt"], run["node"]) == \
         ("running", "n2", 2, 2, "n2")

@@ -553,12 +553,18 @@ def _take_over_runs(tx: Tx, cmd: commands.Command, uncalled_by: str | None) -> d
         return {"ok": False, "error": "stale_token", "taken": 0,
                 "detail": f"shard {cmd.shard} token {cmd.token} from {cmd.node}; current "
                           f"owner {shard and shard['owner']}"}
-    taken = 0
+    taken = next_attempts = 0
     for run_id in cmd.run_ids:
         run = get_run(tx, run_id)
         if run is not None and run.get("shard") == cmd.shard:
-            taken += int(take_over(tx, run, cmd.node, cmd.token, cmd.at_ms, uncalled_by))
-    return {"ok": True, "taken": taken, "stale": len(cmd.run_ids) - taken}
+            attempt = run["attempt"]
+            if take_over(tx, run, cmd.node, cmd.token, cmd.at_ms, uncalled_by):
+                taken += 1
+                next_attempts += int(run["attempt"] > attempt)
+    result = {"ok": True, "taken": taken, "stale": len(cmd.run_ids) - taken}
+    if next_attempts:
+        result["next_attempts"] = next_attempts
+    return result
 
 
 def handle_reassign_runs(tx: Tx, cmd: commands.Command) -> dict:

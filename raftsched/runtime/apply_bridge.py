@@ -270,6 +270,7 @@ class ApplyBridge:
         """The loop: hand each effect of an applied entry to the part of the
         node that acts on it."""
         node = self._node
+        lost: set[int] = set()
         for effect in effects:
             if isinstance(effect, RunQueued):
                 if effect.run.get("queue"):
@@ -291,10 +292,13 @@ class ApplyBridge:
                     node.dispatcher.shard_gained(effect.shard)
                 else:
                     node.reporter.release_held()   # perhaps a shard of ours
+                    lost.add(effect.shard)
             elif isinstance(effect, NodeRenewed):
                 node.coordinator.renewed(effect.node, effect.at_ms)
             elif isinstance(effect, RunsPurged):
                 node.supervisor.spawn("outputs.drop", self._drop_outputs(effect.run_ids))
+        if lost:
+            node.dispatcher.shards_lost(lost)   # those of them that were ours
 
     async def _drop_outputs(self, run_ids: tuple[str, ...]) -> None:
         """The output this node keeps of runs that were purged goes with them."""

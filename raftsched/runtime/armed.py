@@ -109,6 +109,10 @@ class ArmedRuns:
             self._heap = [(due_ms, run_id) for run_id, (due_ms, _) in self._runs.items()]
             heapq.heapify(self._heap)
 
+    def held_in(self, shards: set[int]) -> list[dict]:
+        """The held runs of `shards`."""
+        return [run for _, run in self._runs.values() if run["shard"] in shards]
+
     def withdraw(self, run_id: str) -> bool:
         """Drop a held run (cancelled or withdrawn in apply); say if it was held."""
         if self._runs.pop(run_id, None) is None:

@@ -185,6 +185,31 @@ class Dispatcher:
         self._to_take_over[shard] = self._node.monotonic()
         self._take_over_wake.set()
 
+    def shards_lost(self, shards: set[int]) -> None:
+        """From apply's ShardsAssigned naming another node: the runs this node
+        holds armed in those shards go to their new owner now, as the same
+        attempt (hand_over_runs), rather than at their second. Those fired
+        ahead and not due by take_over_armed_margin_ms the new owner takes
+        over itself; those due sooner only this node can hand over uncalled
+        (otherwise the new owner waits take_over_grace_s, then calls them as
+        next attempts)."""
+        node = self._node
+        for run in node.armed.held_in(shards):
+            if "dag_run" in run:
+                continue   # as at its second: its new owner takes it over
+            state = node.store.get(SHARDS, keys.shard_key(run["shard"]))
+            current = node.store.get(RUNS, run["id"].encode())
+            if state is not None and state["owner"] not in (None, node.node_id) \
+                    and current is not None and current["state"] == "running" \
+                    and current.get("holder") == node.node_id \
+                    and current["attempt"] == run["attempt"]:
+                node.armed.withdraw(run["id"])
+                self._hand_over(run["shard"], run["id"])
+
+    def handing_over(self) -> int:
+        """Runs this node has yet to hand to their shards' new owners."""
+        return sum(len(ids) for ids in self._handing.values())
+
     def running(self) -> int:
         return len(self._running)
 
@@ -365,9 +390,14 @@ class Dispatcher:
             at_ms=at_ms))
         if result.get("ok"):
             self.taken_over_total += result["taken"]
-            log.warning("took over %d open runs of shard %d (their holder lost the shard); "
-                        "each is called here (as its next attempt if it may have been "
-                        "called)", result["taken"], shard)
+            again = result.get("next_attempts", 0)
+            if again:
+                log.warning("took over %d open runs of shard %d (their holder lost the "
+                            "shard); %d of them may have been called and are called here "
+                            "again, as their next attempts", result["taken"], shard, again)
+            elif result["taken"]:
+                log.info("took over %d open runs of shard %d, none called yet (fired "
+                         "ahead, or handed over)", result["taken"], shard)
         return bool(result.get("ok")) and result["taken"] > 0
 
     def _resume_open_runs(self) -> None:
