@@ -207,6 +207,10 @@ class NodePort(Protocol):
     def wall_us(self) -> int:
         """This node's own wall clock, in microseconds since the epoch."""
 
+    def draining(self) -> bool:
+        """Whether this node is stopping and handing its shards and runs over
+        (runtime/node.py Node.drain)."""
+
     def metrics_text(self) -> bytes:
         """This node's metrics in the Prometheus text exposition format."""
 

@@ -41,5 +41,15 @@ async def serve(config: NodeConfig) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
+    stop.clear()
+    # Drain first (Node.drain), unless a second signal comes.
+    drain = asyncio.ensure_future(node.drain())
+    again = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({drain, again}, return_when=asyncio.FIRST_COMPLETED)
+    if not drain.done():
+        log.warning("node %s: a second signal; stopping without draining", node.node_id)
+    for task in (drain, again):
+        task.cancel()
+    await asyncio.gather(drain, again, return_exceptions=True)
     log.info("node %s stopping", node.node_id)
     await node.stop()

@@ -48,8 +48,8 @@ def _coordinator(owners: dict[int, str]) -> tuple[Coordinator, SimpleNamespace]:
         node_id="n1", shard_count=SHARD_COUNT, store=_Store(owners), proposed=proposed,
         replicator=SimpleNamespace(term=lambda: node.term, is_leader=lambda: True,
                                    peer_liveness=lambda: {"r-n2": 0.0, "r-n3": 0.0}),
-        clock=SimpleNamespace(out_of_bound=lambda: set()), now_ms=lambda: 0, term=1,
-        propose=propose)
+        clock=SimpleNamespace(out_of_bound=lambda: set(), draining=lambda: node.peers_draining),
+        now_ms=lambda: 0, term=1, propose=propose, draining=False, peers_draining=set())
     coordinator = Coordinator(node)   # type: ignore[arg-type]
     for nid in ("n1", "n2", "n3"):
         coordinator.renewed(nid, 10_000)
@@ -79,6 +79,24 @@ async def test_a_changed_candidate_set_is_planned_at_once():
     assert await coordinator.maybe_rebalance() is True
     assert node.proposed and all(a.node != "n3" for a in
                                  node.proposed[-1].assignments)
+
+
+@pytest.mark.parametrize("leader_drains", [False, True])
+async def test_a_draining_node_is_given_no_shards(leader_drains):
+    """A node stopping (its clock answers say it drains, or the leader's own
+    flag) is left out of the placement: its shards move to the others while
+    it is alive to hand its runs over."""
+    coordinator, node = _coordinator(dict(BALANCED))
+    assert await coordinator.maybe_rebalance() is False
+    if leader_drains:
+        node.draining = True
+    else:
+        node.peers_draining = {"n3"}
+    gone = "n1" if leader_drains else "n3"
+    assert await coordinator.maybe_rebalance() is True
+    moved = node.proposed[-1].assignments
+    assert sorted(a.shard for a in moved) == sorted(s for s, o in BALANCED.items() if o == gone)
+    assert {a.node for a in moved} == {"n1", "n2", "n3"} - {gone}
 
 
 async def test_the_placement_is_read_again_at_the_recheck_period(monkeypatch):

@@ -194,6 +194,7 @@ class NodeStatus(_Answer, kw_only=True):
     leader_raft: Union[str, None, Maybe] = UNSET
     has_quorum: Union[bool, Maybe] = UNSET
     shards_owned: Union[int, Maybe] = UNSET
+    draining: Union[bool, Maybe] = UNSET
     clock: Union[NodeClockView, Maybe] = UNSET
 
 
@@ -201,6 +202,8 @@ class NodeClock(_Answer, kw_only=True):
     node: str
     wall_us: Annotated[int, Meta(description="this node's wall clock, microseconds since the "
                                              "epoch")]
+    draining: Annotated[bool, Meta(description="this node is stopping: it hands its shards "
+                                               "and runs to the others first")] = False
 
 
 class ClusterMember(_Answer, kw_only=True):

@@ -492,7 +492,8 @@ async def node_clock(request: web.Request) -> web.Response:
     """This node's own wall clock, in microseconds since the epoch: what its
     peers measure it by (runtime/clock.py), so it is read as late as possible."""
     node = node_of(request)
-    return json_response({"node": node.node_id, "wall_us": node.wall_us()})
+    return json_response({"node": node.node_id, "wall_us": node.wall_us(),
+                          "draining": node.draining()})
 
 
 async def cluster(request: web.Request) -> web.Response:

@@ -100,6 +100,9 @@ class ClusterClock:
         self._skew_logged_at = -math.inf
         self.on_synced: Callable[[], None] | None = None
         self.probes_failed_total = 0
+        # Peers whose latest clock answer said they are draining (stopping:
+        # runtime/node.py Node.drain); the leader places no shards on them.
+        self._draining: set[str] = set()
         self.evaluate()   # alone in its cluster, a node is judged at once
 
     # --- reading the time (any thread) ------------------------------------------------
@@ -193,6 +196,10 @@ class ClusterClock:
                         "it may own shards again",
                         "this node's" if node_id == self.node_id else f"node {node_id}'s", off)
 
+    def draining(self) -> set[str]:
+        """The peers whose latest clock answer said they are draining."""
+        return set(self._draining)
+
     def out_of_bound(self) -> set[str]:
         """The nodes whose clocks are judged out of bound (never-measured ones are not)."""
         return {node_id for node_id, within in self._verdicts.items() if within is False}
@@ -241,20 +248,28 @@ class ClusterClock:
             t3_us = monotonic_us()
             if status != 200:
                 raise ValueError(f"HTTP {status}")
-            wall_us = _wall_us_of(raw)
+            wall_us, draining = _clock_answer(raw)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             self.probes_failed_total += 1
             log.debug("clock of node %s not measured: %r", node_id, exc)
             return
         self.observe(node_id, t0_us, wall_us, t3_us)
+        if draining:
+            if node_id not in self._draining:
+                log.info("node %s is draining (stopping): it is given no shards", node_id)
+            self._draining.add(node_id)
+        else:
+            self._draining.discard(node_id)
 
 
-def _wall_us_of(raw: bytes) -> int:
+def _clock_answer(raw: bytes) -> tuple[int, bool]:
+    """(wall_us, draining) of a peer's GET /v1/node/clock; `draining` is
+    False from a node of a release that does not say."""
     body = json.loads(raw)
     wall_us = body.get("wall_us") if isinstance(body, dict) else None
     if type(wall_us) is not int:
         raise ValueError("the answer holds no integer wall_us")
-    return wall_us
+    return wall_us, body.get("draining") is True
 
 
 def _offsets_text(deviations_us: dict[str, int]) -> str:

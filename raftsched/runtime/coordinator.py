@@ -226,9 +226,14 @@ class Coordinator:
 
     def owner_candidates(self) -> list[str]:
         """The live nodes whose clocks are not judged out of bound (runtime/clock.py):
-        a node with a wrong clock owns no shards, the leader itself included."""
-        skewed = self._node.clock.out_of_bound()
-        return [nid for nid in self.live_nodes() if nid not in skewed]
+        a node with a wrong clock owns no shards, the leader itself included.
+        Nor does a node that is draining (stopping: Node.drain), by its clock
+        answers or, for the leader, its own flag."""
+        node = self._node
+        left_out = node.clock.out_of_bound() | node.clock.draining()
+        if node.draining:
+            left_out.add(node.node_id)
+        return [nid for nid in self.live_nodes() if nid not in left_out]
 
     async def maybe_rebalance(self) -> bool:
         """Propose the placement changes live nodes need; say whether it did."""
@@ -237,8 +242,12 @@ class Coordinator:
         if not candidates:
             # Placing shards nowhere would stop every fire: the placement stays.
             if not self._no_candidates_logged:
-                log.error("no live node has a wall clock within the bound; shards stay where "
-                          "they are")
+                log.error("no live node may own shards (clocks out of bound: %s; draining: "
+                          "%s); shards stay where they are",
+                          ",".join(sorted(node.clock.out_of_bound())) or "none",
+                          ",".join(sorted(node.clock.draining()
+                                          | ({node.node_id} if node.draining else set())))
+                          or "none")
             self._no_candidates_logged = True
             return False
         self._no_candidates_logged = False

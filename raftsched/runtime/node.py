@@ -27,7 +27,7 @@ from aiohttp import web
 
 from raftsched import limits
 from raftsched.core import commands
-from raftsched.core.apply import NODES, TENANTS
+from raftsched.core.apply import NODES, SHARDS, TENANTS
 from raftsched.errors import Unavailable
 from raftsched.executors.breaker import Breaker
 from raftsched.executors.command import CommandExecutor, RunAs
@@ -202,6 +202,8 @@ class Node:
         # A node that just learnt the cluster's time may fire what is due at once.
         self.clock.on_synced = self.trigger.ownership_changed
         self.coordinator = Coordinator(self)
+        # Stopping: handing shards and runs to the others first (drain).
+        self.draining = False
         # Every background task of the node runs under it (runtime/supervise.py).
         self.supervisor = Supervisor(f"node {config.node_id}", exit_code=EXIT_INVARIANT)
         self._runner: web.AppRunner | None = None
@@ -415,6 +417,55 @@ class Node:
             await asyncio.sleep(limits.output_prune_period_s)
             await asyncio.get_running_loop().run_in_executor(
                 None, lambda: self.outputs.prune(now_ms=self.now_ms()))
+
+    async def drain(self, timeout_s: float = limits.stop_drain_max_s) -> bool:
+        """Before a stop: leave nothing for the others to call again. With
+        other nodes live, ask to be given no shards (`draining` in this
+        node's clock answers; the leader, if this node, leaves itself out),
+        so that the shards move while this node is alive and hands what it
+        holds there and has not called to the new owners as the same
+        attempts (Dispatcher.shards_lost and hand-overs at a call); let the
+        calls in flight end, and send every finish. Say whether it got there
+        within timeout_s; the node keeps renewing and serving meanwhile."""
+        others = [nid for nid in self.coordinator.live_nodes() if nid != self.node_id]
+        self.draining = bool(others)
+        deadline = self.monotonic() + timeout_s
+        log.info("node %s draining%s, for at most %.0f s (stop_drain_max_s; a second SIGTERM "
+                 "stops it at once)", self.node_id,
+                 f": its shards go to {','.join(others)}" if others else
+                 " (no other live node to take its shards)", timeout_s)
+        while True:
+            self.reporter.release_held()
+            left = self._drain_left(bool(others))
+            if not left:
+                log.info("node %s drained", self.node_id)
+                return True
+            if self.monotonic() >= deadline:
+                log.warning("node %s stops before it drained (stop_drain_max_s, %.0f s): %s; "
+                            "the shards' new owners call those runs again", self.node_id,
+                            timeout_s, "; ".join(left))
+                return False
+            await asyncio.sleep(limits.stop_drain_poll_s)
+
+    def _drain_left(self, others: bool) -> list[str]:
+        """What a draining node still has to do, said for an operator."""
+        left = []
+        if others:
+            owned = sum(1 for _, state in self.store.scan(SHARDS)
+                        if state["owner"] == self.node_id)
+            if owned:
+                left.append(f"{owned} shards still owned")
+            if len(self.armed):
+                left.append(f"{len(self.armed)} armed runs held")
+            if self.dispatcher.waiting():
+                left.append(f"{self.dispatcher.waiting()} runs waiting for a call slot")
+            if self.dispatcher.handing_over():
+                left.append(f"{self.dispatcher.handing_over()} runs to hand over")
+        if self.dispatcher.running():
+            left.append(f"{self.dispatcher.running()} calls in flight")
+        if not self.reporter.idle():
+            left.append(f"{self.reporter.pending()} run reports to send")
+        return left
 
     async def stop(self) -> None:
         await self.supervisor.stop()

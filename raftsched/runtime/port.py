@@ -166,6 +166,8 @@ class NodeAdapter(StoreQueries):
                 "role": raft.role, "term": raft.term, "commit_index": raft.commit_index,
                 "applied_index": node.store.applied_index(), "leader_raft": raft.leader,
                 "has_quorum": raft.has_quorum, "shards_owned": len(node.trigger.owned()),
+                # Stopping: handing its shards and runs over (Node.drain).
+                "draining": node.draining,
                 # This node's wall clock judged against the cluster's (runtime/clock.py).
                 "clock": node.clock.status(),
                 "fired_total": node.trigger.fired_total,
@@ -216,6 +218,9 @@ class NodeAdapter(StoreQueries):
 
     def wall_us(self) -> int:
         return self._node.clock.wall_us()
+
+    def draining(self) -> bool:
+        return self._node.draining
 
     def metrics_text(self) -> bytes:
         return self._node.metrics_text()

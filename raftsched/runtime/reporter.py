@@ -263,3 +263,7 @@ class Reporter:
 
     def held(self) -> int:
         return len(self._held)
+
+    def idle(self) -> bool:
+        """Nothing waits to be proposed, is held, or is in flight."""
+        return self.pending() == 0 and not self._inflight

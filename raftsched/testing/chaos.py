@@ -41,7 +41,7 @@ from raftsched.testing.http import call, wait_until
 from raftsched.testing.sink import Sink
 
 SCENARIOS = ("kill-leader", "kill-random", "kill-owner", "freeze-owner", "partition",
-             "kill-all")
+             "kill-all", "restart")
 
 
 # How long a call may be in flight between its sender and the sink's stamp.
@@ -220,6 +220,24 @@ class Chaos:
         time.sleep(self.phase_s)
         self._heal(phase)
 
+    def restart(self) -> None:
+        """Stop a node that owns shards (never the leader) with SIGTERM and
+        start it again at once, as a rolling upgrade does; wait until it owns
+        shards again. No fault: no call of this phase is repeated, and none
+        is made as a later attempt (phase notes `repeated_calls`,
+        `later_attempts`, filled in by the check)."""
+        phase = self._phase("restart")
+        leader = self.cluster.wait_ready()
+        victim = self.rng.choice([n for n in self.cluster.ids if n != leader])
+        phase.victim = victim
+        wait_until(lambda: self.owners().get(victim), 15, f"{victim} to own shards", 0.05)
+        phase.notes["exit_code"] = self.cluster.stop(victim)
+        self.cluster.start(victim)
+        self.cluster.wait_ready(timeout_s=30)
+        wait_until(lambda: self.owners().get(victim), 30, f"{victim} to own shards again", 0.05)
+        time.sleep(self.phase_s)
+        phase.ended_s = time.time()
+
     def freeze_owner(self) -> None:
         """SIGSTOP a shard owner (never the leader) for freeze_s, then SIGCONT."""
         phase = self._phase("freeze-owner")
@@ -344,6 +362,8 @@ class Chaos:
             self.partition()
         elif scenario == "kill-all":
             self.kill_all()
+        elif scenario == "restart":
+            self.restart()
         else:
             raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
 
@@ -374,6 +394,17 @@ class Chaos:
             if superseded is not None and c.scheduled_s > superseded + 0.5:
                 stale += 1
         lost_occ, trigger_late = self._every_second_runs(end)
+        for phase in self.phases:
+            if phase.name == "restart":
+                # The runs due from the stop until the phase ended (its calls
+                # may come a little after).
+                inside = [c for c in calls
+                          if phase.started_s <= c.scheduled_s < (phase.ended_s or end)]
+                seen = collections.Counter((c.job_id, round(c.scheduled_s * 1000))
+                                           for c in inside)
+                phase.notes["calls"] = len(inside)
+                phase.notes["repeated_calls"] = sum(n - 1 for n in seen.values())
+                phase.notes["later_attempts"] = sum(1 for c in inside if _attempt(c) > 1)
         lateness: dict[str, dict] = {}
         for phase in self.phases:
             window = lambda t: phase.started_s <= t < (phase.ended_s or end)  # noqa: E731

@@ -147,7 +147,8 @@ class LocalCluster:
             if nid in self.procs:
                 self.kill(nid)
 
-    def stop(self, nid: str, timeout_s: float = 10.0) -> int:
+    def stop(self, nid: str, timeout_s: float = 30.0) -> int:
+        """SIGTERM: the node drains (at most stop_drain_max_s), then stops."""
         proc = self.procs[nid]
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -58,6 +58,9 @@ class ReplicaPort(StoreQueries):
     def check_room(self) -> None:
         return None
 
+    def draining(self) -> bool:
+        return False
+
     def shard_of(self, job_id: str) -> int:
         return keys.shard_of(job_id, self.shard_count)
 
