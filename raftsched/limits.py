@@ -351,8 +351,8 @@ renewals_inflight_max = 6
 # owner the new one judges dead (Coordinator.live_nodes) is not waited for,
 # nor are runs fired ahead and not due yet (take_over_armed_margin_ms).
 take_over_grace_s = 5.0
-# A node stopped with SIGTERM (or SIGINT) drains first, for at most this long
-# (seconds; a second signal ends it at once): it asks to be given no shards
+# A node stopped with SIGTERM drains first, for at most this long (seconds; a
+# second signal ends it at once; SIGINT stops it without draining): it asks to be given no shards
 # (its clock answers say it is draining, and the leader places shards on the
 # others), hands the runs it holds and has not called to their shards' new
 # owners as the same attempts, lets its calls in flight end and sends their

@@ -34,22 +34,25 @@ async def start_node(config: NodeConfig) -> Node:
 
 
 async def serve(config: NodeConfig) -> None:
-    """Run a node until SIGTERM or SIGINT, then stop it cleanly."""
+    """Run a node until SIGTERM or SIGINT, then stop it cleanly: after
+    SIGTERM it drains first (Node.drain), unless a second signal comes;
+    SIGINT (Ctrl-C, or a whole local cluster stopping) stops it at once."""
     node = await start_node(config)
     stop = asyncio.Event()
+    signals: list[int] = []
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, lambda sig=sig: (signals.append(sig), stop.set()))
     await stop.wait()
     stop.clear()
-    # Drain first (Node.drain), unless a second signal comes.
-    drain = asyncio.ensure_future(node.drain())
-    again = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({drain, again}, return_when=asyncio.FIRST_COMPLETED)
-    if not drain.done():
-        log.warning("node %s: a second signal; stopping without draining", node.node_id)
-    for task in (drain, again):
-        task.cancel()
-    await asyncio.gather(drain, again, return_exceptions=True)
+    if signals[0] == signal.SIGTERM:
+        drain = asyncio.ensure_future(node.drain())
+        again = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({drain, again}, return_when=asyncio.FIRST_COMPLETED)
+        if not drain.done():
+            log.warning("node %s: a second signal; stopping without draining", node.node_id)
+        for task in (drain, again):
+            task.cancel()
+        await asyncio.gather(drain, again, return_exceptions=True)
     log.info("node %s stopping", node.node_id)
     await node.stop()

@@ -147,3 +147,36 @@ def test_digest_check_catches_a_diverged_replica(fresh_cluster):
     cluster.wait_ready()
     with pytest.raises(AssertionError, match="digests differ"):
         cluster.ensure_same()
+
+
+def test_sigterm_drains_a_node_and_sigint_stops_it_at_once(fresh_cluster):
+    """SIGTERM: the node's shards move to the others while it is alive (the
+    leader reads `draining` in its clock answers), then it stops. SIGINT:
+    it stops without draining."""
+    import signal
+
+    cluster = fresh_cluster
+
+    def owned_by(nid: str, seen_from: str = "n1") -> int:
+        shards = cluster.api(seen_from, "GET", "/v1/cluster/shards").body["shards"]
+        return sum(1 for s in shards if s["owner"] == nid)
+
+    wait_until(lambda: owned_by("n3") > 0, 15, "n3 to own shards")
+    proc = cluster.procs["n3"]
+    proc.send_signal(signal.SIGTERM)
+    # Its shards are gone while it is still running (draining, renewing).
+    wait_until(lambda: owned_by("n3") == 0 and proc.poll() is None or None, 15,
+               "n3's shards to move while it drains")
+    assert proc.wait(30) == 0
+    log = cluster.logs("n3", 20_000)
+    assert "node n3 draining: its shards go to n1,n2" in log and "node n3 drained" in log
+    assert owned_by("n3") == 0
+
+    cluster.start("n3")
+    cluster.wait_ready()
+    wait_until(lambda: owned_by("n3") > 0, 15, "n3 to own shards again")
+    before = len(cluster.logs("n3", 10 ** 7))
+    cluster.procs["n3"].send_signal(signal.SIGINT)
+    assert cluster.procs["n3"].wait(15) == 0
+    after = cluster.logs("n3", 10 ** 7)[before:]
+    assert "node n3 stopped" in after and "draining" not in after

@@ -4,7 +4,8 @@ kept in the data folder (raft-secret, admin-token; mode 600).
 Its nodes may call targets on loopback (--allow-target-cidr 127.0.0.0/8).
 
 A node that exits unexpectedly is restarted (with a growing delay); Ctrl-C or
-SIGTERM stops every node with SIGTERM, then SIGKILL after a grace period.
+SIGTERM stops every node with SIGINT (at once: with every node stopping there
+is no one to drain to), then SIGKILL after a grace period.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ def run_dev(nodes: int, data_dir: str, http_base: int, raft_base: int, *,
     print("raftsched: stopping the cluster", flush=True)
     live = [p for p in procs if p is not None and p.poll() is None]
     for proc in live:
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
     deadline = time.monotonic() + limits.dev_stop_grace_s
     for proc in live:
         try:

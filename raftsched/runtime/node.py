@@ -427,7 +427,7 @@ class Node:
         attempts (Dispatcher.shards_lost and hand-overs at a call); let the
         calls in flight end, and send every finish. Say whether it got there
         within timeout_s; the node keeps renewing and serving meanwhile."""
-        others = [nid for nid in self.coordinator.live_nodes() if nid != self.node_id]
+        others = self._drain_to()
         self.draining = bool(others)
         deadline = self.monotonic() + timeout_s
         log.info("node %s draining%s, for at most %.0f s (stop_drain_max_s; a second SIGTERM "
@@ -436,7 +436,7 @@ class Node:
                  " (no other live node to take its shards)", timeout_s)
         while True:
             self.reporter.release_held()
-            left = self._drain_left(bool(others))
+            left = self._drain_left(bool(self._drain_to()))
             if not left:
                 log.info("node %s drained", self.node_id)
                 return True
@@ -446,6 +446,13 @@ class Node:
                             timeout_s, "; ".join(left))
                 return False
             await asyncio.sleep(limits.stop_drain_poll_s)
+
+    def _drain_to(self) -> list[str]:
+        """The live nodes that may take this node's shards: not itself, nor
+        any that drains too (with every node stopping, no shard can move)."""
+        draining = self.clock.draining()
+        return [nid for nid in self.coordinator.live_nodes()
+                if nid != self.node_id and nid not in draining]
 
     def _drain_left(self, others: bool) -> list[str]:
         """What a draining node still has to do, said for an operator."""
