@@ -295,6 +295,7 @@ class ApplyBridge:
                     lost.add(effect.shard)
             elif isinstance(effect, NodeRenewed):
                 node.coordinator.renewed(effect.node, effect.at_ms)
+                node.dispatcher.renewal_applied()
             elif isinstance(effect, RunsPurged):
                 node.supervisor.spawn("outputs.drop", self._drop_outputs(effect.run_ids))
         if lost:

@@ -185,6 +185,13 @@ class Dispatcher:
         self._to_take_over[shard] = self._node.monotonic()
         self._take_over_wake.set()
 
+    def renewal_applied(self) -> None:
+        """From apply's NodeRenewed: while a gained shard is in its grace, a
+        renewal may be what shows its former holder dead (Coordinator.live_nodes):
+        look again now rather than at the loop's next period."""
+        if self._to_take_over:
+            self._take_over_wake.set()
+
     def shards_lost(self, shards: set[int]) -> None:
         """From apply's ShardsAssigned naming another node: the runs this node
         holds armed in those shards go to their new owner now, as the same
