@@ -554,6 +554,26 @@ def test_a_task_whose_holder_died_is_taken_over_and_no_succeeded_task_runs_again
     assert [log.task_run(dag_run, t)["attempt"] for t in "abc"] == [1, 2, 1]
 
 
+def test_a_task_handed_over_uncalled_by_its_live_holder_keeps_its_attempt():
+    """Its shard moved off a live holder before the call: the holder's
+    hand-over moves the same attempt, and the DAG run's task follows."""
+    log = Log()
+    log.make([task("a"), task("b", ("a",))], retry_policy={"max_attempts": 3})
+    dag_run = log.fire()
+    a = log.task_run(dag_run, "a")
+    log.run(commands.assign_shards(assignments=[(log.shard, "n2")], at_ms=10_300))
+    assert log.run(commands.hand_over_runs(node="n2", holder="n1", shard=log.shard, token=2,
+                                           run_ids=[a["id"]], at_ms=10_400))["taken"] == 1
+    moved = log.task_run(dag_run, "a")
+    assert (moved["holder"], moved["attempt"], moved.get("redeliveries", 0)) == ("n2", 1, 0)
+    assert (log.get(dag_run)["tasks"][0]["state"], log.get(dag_run)["tasks"][0]["attempt"]) \
+        == ("running", 1)
+    log.run_task(dag_run, "a", True)   # n2 reports: it holds the run now
+    log.run_task(dag_run, "b", True)
+    assert log.get(dag_run)["state"] == "succeeded"
+    assert [log.task_run(dag_run, t)["attempt"] for t in "ab"] == [1, 1]
+
+
 def test_a_dag_run_is_never_executed_itself():
     log = Log()
     log.make([task("a")])

@@ -202,8 +202,6 @@ class Dispatcher:
         next attempts)."""
         node = self._node
         for run in node.armed.held_in(shards):
-            if "dag_run" in run:
-                continue   # as at its second: its new owner takes it over
             state = node.store.get(SHARDS, keys.shard_key(run["shard"]))
             current = node.store.get(RUNS, run["id"].encode())
             if state is not None and state["owner"] not in (None, node.node_id) \
@@ -314,17 +312,38 @@ class Dispatcher:
             state = node.store.get(SHARDS, keys.shard_key(shard))
             if state is None or state["owner"] in (None, node.node_id):
                 continue
-            try:
-                result = await node.propose(commands.hand_over_runs(
-                    node=state["owner"], holder=node.node_id, shard=shard,
-                    token=state["token"], run_ids=run_ids, at_ms=node.now_ms()))
-            except Unavailable as exc:
-                log.warning("hand-over of %d runs of shard %d to %s not committed: %s",
-                            len(run_ids), shard, state["owner"], exc.detail)
-                self._handing.setdefault(shard, set()).update(run_ids)
-                continue
-            if result.get("ok"):
-                self.handed_over_total += result["taken"]
+            chunks = self._by_cost(run_ids)
+            for i, chunk in enumerate(chunks):
+                try:
+                    result = await node.propose(commands.hand_over_runs(
+                        node=state["owner"], holder=node.node_id, shard=shard,
+                        token=state["token"], run_ids=chunk, at_ms=node.now_ms()))
+                except Unavailable as exc:
+                    left = [run_id for c in chunks[i:] for run_id in c]
+                    log.warning("hand-over of %d runs of shard %d to %s not committed: %s",
+                                len(left), shard, state["owner"], exc.detail)
+                    self._handing.setdefault(shard, set()).update(left)
+                    break
+                if result.get("ok"):
+                    self.handed_over_total += result["taken"]
+
+    def _by_cost(self, run_ids: list[str]) -> list[list[str]]:
+        """`run_ids` in entries of at most apply_entry_cost_max: moving a DAG
+        task run rewrites its DAG run (core/cost.py), as in maybe_take_over."""
+        store = self._node.store
+        chunks: list[list[str]] = [[]]
+        total = 0
+        for run_id in run_ids:
+            run = store.get(RUNS, run_id.encode())
+            job = store.get(JOBS, keys.job_key(run["job_id"])) \
+                if run is not None and "dag_run" in run else None
+            item_cost = report_cost(job, run, "start") if run is not None else 1
+            if chunks[-1] and total + item_cost > limits.apply_entry_cost_max:
+                chunks.append([])
+                total = 0
+            chunks[-1].append(run_id)
+            total += item_cost
+        return [chunk for chunk in chunks if chunk]
 
     async def take_over_pending(self) -> None:
         """One pass: each shard gained at least take_over_grace_s ago and not
@@ -505,7 +524,7 @@ class Dispatcher:
                 if state is not None and state["owner"] not in (None, node.node_id) \
                         and current is not None and current["state"] == "running" \
                         and current.get("holder") == node.node_id \
-                        and current["attempt"] == run["attempt"] and "dag_run" not in run:
+                        and current["attempt"] == run["attempt"]:
                     self._hand_over(run["shard"], run["id"])
                 return False
             if node.coordinator.shard_lease_valid():
