@@ -530,3 +530,16 @@ async def test_a_live_holder_hands_its_armed_runs_over_when_its_shard_moves(clus
     run = cluster.get_run(run_id)
     assert (run["attempt"], run.get("redeliveries", 0)) == (1, 0)
     assert dict(calls) == {("n2", run_id): 1}
+
+
+async def test_a_hand_over_larger_than_an_entry_goes_in_several(cluster, monkeypatch):
+    """Every run a node hands over goes, take_over_batch_max to an entry;
+    none is left to the grace (and a next attempt)."""
+    monkeypatch.setattr(limits, "take_over_batch_max", 2)
+    calls, n1, n2, run_ids = await moved_while_calling(cluster)
+    n1.http_executor.release.set()
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
+                "every run to succeed within n2's grace")
+    assert n1.dispatcher.handed_over_total == 3
+    assert cluster.tags["hand_over_runs"] >= 2
+    assert all(cluster.get_run(r)["attempt"] == 1 for r in run_ids)

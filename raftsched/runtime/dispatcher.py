@@ -294,10 +294,9 @@ class Dispatcher:
         """A run this node still holds in a shard it lost, and is not calling:
         its new owner may take it over now instead of after take_over_grace_s
         (the grace waits for calls of this node that it says it is not making).
-        At most take_over_batch_max a shard at once; the rest wait the grace."""
-        ids = self._handing.setdefault(shard, set())
-        if len(ids) < limits.take_over_batch_max:
-            ids.add(run_id)
+        Bounded by what this node holds (armed_runs_max, dispatch_queue_max);
+        proposed take_over_batch_max at a time (hand_over_pending)."""
+        self._handing.setdefault(shard, set()).add(run_id)
         self._take_over_wake.set()
 
     async def hand_over_pending(self) -> None:
@@ -328,8 +327,9 @@ class Dispatcher:
                     self.handed_over_total += result["taken"]
 
     def _by_cost(self, run_ids: list[str]) -> list[list[str]]:
-        """`run_ids` in entries of at most apply_entry_cost_max: moving a DAG
-        task run rewrites its DAG run (core/cost.py), as in maybe_take_over."""
+        """`run_ids` in entries of at most take_over_batch_max runs and
+        apply_entry_cost_max: moving a DAG task run rewrites its DAG run
+        (core/cost.py), as in maybe_take_over."""
         store = self._node.store
         chunks: list[list[str]] = [[]]
         total = 0
@@ -338,7 +338,8 @@ class Dispatcher:
             job = store.get(JOBS, keys.job_key(run["job_id"])) \
                 if run is not None and "dag_run" in run else None
             item_cost = report_cost(job, run, "start") if run is not None else 1
-            if chunks[-1] and total + item_cost > limits.apply_entry_cost_max:
+            if chunks[-1] and (total + item_cost > limits.apply_entry_cost_max
+                               or len(chunks[-1]) >= limits.take_over_batch_max):
                 chunks.append([])
                 total = 0
             chunks[-1].append(run_id)
