@@ -537,9 +537,15 @@ async def test_a_hand_over_larger_than_an_entry_goes_in_several(cluster, monkeyp
     none is left to the grace (and a next attempt)."""
     monkeypatch.setattr(limits, "take_over_batch_max", 2)
     calls, n1, n2, run_ids = await moved_while_calling(cluster)
+    waiting = [r for r in run_ids if ("n1", r) not in calls]
+    assert len(waiting) == 3
+    for run_id in waiting:   # as n1 finds each, before a call (or at the move)
+        n1.dispatcher._hand_over(SHARD, run_id)
+    assert n1.dispatcher.handing_over() == 3
+    await n1.dispatcher.hand_over_pending()
+    assert cluster.tags["hand_over_runs"] == 2
+    assert [cluster.get_run(r)["holder"] for r in waiting] == ["n2"] * 3
     n1.http_executor.release.set()
     await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
                 "every run to succeed within n2's grace")
-    assert n1.dispatcher.handed_over_total == 3
-    assert cluster.tags["hand_over_runs"] >= 2
     assert all(cluster.get_run(r)["attempt"] == 1 for r in run_ids)
