@@ -388,17 +388,7 @@ async def test_a_holder_that_dies_after_its_shard_moved_is_taken_over_within_the
     """Liveness is judged again within the grace: a holder alive when its
     shard moved, whose renewals stop then, has its runs taken over once it
     lapses, not take_over_grace_s after the move."""
-    calls: collections.Counter = collections.Counter()
-    n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
-    make_job(cluster)
-    for node in (n1, n2):
-        node.renew()
-    n1.http_executor.release.clear()   # n1's calls never answer: it died calling
-    start(n1)
-    start(n2)
-    run_ids = fire(cluster, "n1", limits.runs_inflight_max)
-    await until(lambda: len(calls) == limits.runs_inflight_max, "n1's calls")
-    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=n2.clock_ms))
+    calls, n1, n2, run_ids = await moved_while_calling(cluster, waiting=0)
     await n2.dispatcher.take_over_pending()
     assert cluster.tags["take_over_runs"] == 0   # n1 renewed as recently as n2
     n2.clock_ms += int((limits.node_lease_s + limits.shard_lease_margin_s) * 1000)
@@ -448,10 +438,11 @@ async def test_a_live_holders_runs_are_taken_over_after_the_grace_and_its_late_f
     assert cluster.run(commands.run_updates(updates=[late]))["accepted"] == [False]
 
 
-async def moved_while_calling(cluster: Cluster) -> tuple[collections.Counter, "FakeNode",
-                                                        "FakeNode", list[str]]:
-    """n1 holds a backlog and is calling as many as it may when its shard
-    moves to n2, both alive and renewing: (calls, n1, n2, the run ids)."""
+async def moved_while_calling(cluster: Cluster, waiting: int = 3
+                              ) -> tuple[collections.Counter, "FakeNode", "FakeNode", list[str]]:
+    """n1 holds a backlog (`waiting` runs beyond its call slots) and is
+    calling as many as it may when its shard moves to n2, both alive and
+    renewing so far: (calls, n1, n2, the run ids)."""
     calls: collections.Counter = collections.Counter()
     n1, n2 = FakeNode(cluster, "n1", calls), FakeNode(cluster, "n2", calls)
     make_job(cluster)
@@ -460,7 +451,7 @@ async def moved_while_calling(cluster: Cluster) -> tuple[collections.Counter, "F
     n1.http_executor.release.clear()   # n1 is calling when its shard moves
     start(n1)
     start(n2)
-    run_ids = fire(cluster, "n1", limits.runs_inflight_max + 3)
+    run_ids = fire(cluster, "n1", limits.runs_inflight_max + waiting)
     await until(lambda: len(calls) == limits.runs_inflight_max, "n1's calls")
     cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=AT_MS + 5000))
     return calls, n1, n2, run_ids
