@@ -352,11 +352,11 @@ renewals_inflight_max = 6
 # nor are runs fired ahead and not due yet (take_over_armed_margin_ms).
 take_over_grace_s = 5.0
 # A node stopped with SIGTERM drains first, for at most this long (seconds; a
-# second signal ends it at once; SIGINT stops it without draining): it asks to be given no shards
-# (its clock answers say it is draining, and the leader places shards on the
-# others), hands the runs it holds and has not called to their shards' new
-# owners as the same attempts, lets its calls in flight end and sends their
-# finishes. Past it, it stops as a killed node would leave things: its runs
+# second signal ends it at once; SIGINT stops it without draining): it asks
+# to be given no shards (its clock answers say it is draining, and the leader
+# places shards on the others), hands the runs it holds and has not called to
+# their shards' new owners as the same attempts, lets its calls in flight end
+# and sends their finishes. Past it, it stops as a killed node would leave things: its runs
 # are taken over as next attempts. About twice take_over_grace_s, after which
 # the new owners call a live former holder's runs again anyway.
 stop_drain_max_s = 10.0

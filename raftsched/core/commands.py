@@ -862,8 +862,8 @@ SHAPES: dict[str, type[Command]] = {
     cls.__struct_config__.tag: cls for cls in (
         CreateJob, CreateJobs, UpdateJob, DeleteJob, PauseJob, ResumeJob, TriggerJob, RetryRun,
         Fire, FireMany, AssignShards, RunUpdates, RegisterNode, Renew, CheckDigest,
-        ExpireLeases, ReassignRuns, TakeOverRuns, HandOverRuns, CancelRun, AlertDone, Publish, CommitOffset, Purge,
-        CreateToken, RevokeToken, PutTenant, DeleteTenant, CreateBackfill, BackfillStep,
+        ExpireLeases, ReassignRuns, TakeOverRuns, HandOverRuns, CancelRun, AlertDone, Publish,
+        CommitOffset, Purge, CreateToken, RevokeToken, PutTenant, DeleteTenant, CreateBackfill, BackfillStep,
         CancelBackfill)}
 TAGS = frozenset(SHAPES)
 
