@@ -195,3 +195,32 @@ async def test_clocks_are_measured_less_often_while_every_clock_is_within_the_bo
     assert await clock.measure_round(None, peers) == limits.clock_probe_period_s
     offsets["n2"] = 0
     assert await clock.measure_round(None, peers) == limits.clock_probe_period_stable_s
+
+
+async def test_the_cluster_applies_the_lowest_level_its_nodes_said(tmp_path):
+    """A peer's clock answer says whether it drains and the level of the
+    commands it applies; one that does not say (an earlier release), or has
+    not answered yet, holds the cluster at the lowest level."""
+    import json
+
+    from raftsched.core import commands
+
+    clock = make_clock(tmp_path)
+    answers: dict[str, dict] = {}
+
+    class Client:
+        async def get(self, url: str, timeout_s: float, params=None):
+            node_id = url.split("//")[1].split("/")[0]
+            return 200, json.dumps({"node": node_id, "wall_us": clock.wall_us(),
+                                    **answers[node_id]}).encode()
+
+    peers = {"n2": "http://n2", "n3": "http://n3"}
+    assert clock.cluster_applies() == commands.APPLY_LEVEL_UNSAID   # nobody heard yet
+    answers.update(n2={"applies": commands.APPLY_LEVEL, "draining": True}, n3={})
+    await clock.measure_round(Client(), peers)
+    assert clock.cluster_applies() == commands.APPLY_LEVEL_UNSAID
+    assert clock.draining() == {"n2"}
+    answers["n3"] = {"applies": commands.APPLY_LEVEL, "draining": False}
+    answers["n2"]["draining"] = False
+    await clock.measure_round(Client(), peers)
+    assert clock.cluster_applies() == commands.APPLY_LEVEL and clock.draining() == set()

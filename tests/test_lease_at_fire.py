@@ -100,6 +100,9 @@ class FakeNode:
                                call=self.dispatcher.enqueue)
         # Every Raft link up: liveness is the renewals' (Coordinator.live_nodes).
         self.replicator = types.SimpleNamespace(peer_liveness=lambda: {})
+        # Every node of this release: hand-overs keep their attempts.
+        self.applies = commands.APPLY_LEVEL
+        self.clock = types.SimpleNamespace(cluster_applies=lambda: self.applies)
         cluster.nodes[node_id] = self
         cluster.run(commands.register_node(node=node_id, http=f"http://{node_id}",
                                            raft=f"raft-{node_id}", at_ms=AT_MS - 20_000))
@@ -540,3 +543,17 @@ async def test_a_hand_over_larger_than_an_entry_goes_in_several(cluster, monkeyp
     await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
                 "every run to succeed within n2's grace")
     assert all(cluster.get_run(r)["attempt"] == 1 for r in run_ids)
+
+
+async def test_while_an_older_node_is_in_the_cluster_a_hand_over_is_a_take_over(cluster):
+    """A node of an earlier release would stop on hand_over_runs: until
+    every node says it applies it, the runs go as that release sent them,
+    as next attempts."""
+    calls, n1, n2, run_ids = await moved_while_calling(cluster)
+    n1.applies = commands.APPLY_LEVEL_UNSAID
+    n1.http_executor.release.set()
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
+                "every run to succeed within n2's grace")
+    assert cluster.tags["hand_over_runs"] == 0 and cluster.tags["take_over_runs"] >= 1
+    assert sorted(cluster.get_run(r)["attempt"] for r in run_ids) == \
+        [1] * limits.runs_inflight_max + [2] * 3

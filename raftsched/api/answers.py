@@ -204,6 +204,9 @@ class NodeClock(_Answer, kw_only=True):
                                              "epoch")]
     draining: Annotated[bool, Meta(description="this node is stopping: it hands its shards "
                                                "and runs to the others first")] = False
+    applies: Annotated[int, Meta(description="the level of the commands this node applies; "
+                                             "its peers propose none above the lowest "
+                                             "level of the cluster")] = 1
 
 
 class ClusterMember(_Answer, kw_only=True):

@@ -493,7 +493,7 @@ async def node_clock(request: web.Request) -> web.Response:
     peers measure it by (runtime/clock.py), so it is read as late as possible."""
     node = node_of(request)
     return json_response({"node": node.node_id, "wall_us": node.wall_us(),
-                          "draining": node.draining()})
+                          "draining": node.draining(), "applies": commands.APPLY_LEVEL})
 
 
 async def cluster(request: web.Request) -> web.Response:

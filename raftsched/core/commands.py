@@ -30,6 +30,13 @@ from raftsched.core.spec import (BackfillOverlap, Backoff, ConcurrencyPolicy, Mi
 from raftsched.errors import CommandRefused, UnknownCommand
 
 VERSION = 1
+# The commands this build applies, as a level its clock answers carry (GET
+# /v1/node/clock `applies`): 2 added hand_over_runs. A node proposes a
+# command of a level only once every other node has said it applies it, so
+# that during a rolling upgrade no older node meets a tag it would stop on.
+APPLY_LEVEL = 2
+# The level of a node that does not say (a release before the levels).
+APPLY_LEVEL_UNSAID = 1
 
 
 # --- member types ----------------------------------------------------------------------

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import aiohttp
 
 from raftsched import limits
+from raftsched.core.commands import APPLY_LEVEL, APPLY_LEVEL_UNSAID
 from raftsched.core.clocks import Estimate, Judgement, Sample, add_sample, best, judge, \
     next_verdict, sample
 
@@ -103,6 +104,10 @@ class ClusterClock:
         # Peers whose latest clock answer said they are draining (stopping:
         # runtime/node.py Node.drain); the leader places no shards on them.
         self._draining: set[str] = set()
+        # Each peer's command level, as its latest clock answer said, and the
+        # peers of the latest round (commands.APPLY_LEVEL).
+        self._applies: dict[str, int] = {}
+        self._peers: frozenset[str] = frozenset()
         self.evaluate()   # alone in its cluster, a node is judged at once
 
     # --- reading the time (any thread) ------------------------------------------------
@@ -200,6 +205,15 @@ class ClusterClock:
         """The peers whose latest clock answer said they are draining."""
         return set(self._draining)
 
+    def cluster_applies(self) -> int:
+        """The lowest command level of the cluster: this build's, and each
+        peer's as it last said; a peer not heard from yet counts as one that
+        does not say."""
+        if len(self._peers) < self._cluster_size - 1:
+            return APPLY_LEVEL_UNSAID
+        return min([APPLY_LEVEL, *(self._applies.get(p, APPLY_LEVEL_UNSAID)
+                                   for p in self._peers)])
+
     def out_of_bound(self) -> set[str]:
         """The nodes whose clocks are judged out of bound (never-measured ones are not)."""
         return {node_id for node_id, within in self._verdicts.items() if within is False}
@@ -230,6 +244,7 @@ class ClusterClock:
     async def measure_round(self, client: "PeerClient", targets: dict[str, str]) -> float:
         """Measure every peer in `targets` once, then judge; the seconds to wait
         before the next round."""
+        self._peers = frozenset(targets)
         await asyncio.gather(*(self._probe(client, node_id, url)
                                for node_id, url in targets.items()))
         self.evaluate()
@@ -248,12 +263,13 @@ class ClusterClock:
             t3_us = monotonic_us()
             if status != 200:
                 raise ValueError(f"HTTP {status}")
-            wall_us, draining = _clock_answer(raw)
+            wall_us, draining, applies = _clock_answer(raw)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             self.probes_failed_total += 1
             log.debug("clock of node %s not measured: %r", node_id, exc)
             return
         self.observe(node_id, t0_us, wall_us, t3_us)
+        self._applies[node_id] = applies
         if draining:
             if node_id not in self._draining:
                 log.info("node %s is draining (stopping): it is given no shards", node_id)
@@ -262,14 +278,16 @@ class ClusterClock:
             self._draining.discard(node_id)
 
 
-def _clock_answer(raw: bytes) -> tuple[int, bool]:
-    """(wall_us, draining) of a peer's GET /v1/node/clock; `draining` is
-    False from a node of a release that does not say."""
+def _clock_answer(raw: bytes) -> tuple[int, bool, int]:
+    """(wall_us, draining, applies) of a peer's GET /v1/node/clock; a node of
+    a release that does not say is not draining, at APPLY_LEVEL_UNSAID."""
     body = json.loads(raw)
     wall_us = body.get("wall_us") if isinstance(body, dict) else None
     if type(wall_us) is not int:
         raise ValueError("the answer holds no integer wall_us")
-    return wall_us, body.get("draining") is True
+    applies = body.get("applies")
+    return (wall_us, body.get("draining") is True,
+            applies if type(applies) is int else APPLY_LEVEL_UNSAID)
 
 
 def _offsets_text(deviations_us: dict[str, int]) -> str:

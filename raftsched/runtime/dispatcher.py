@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("raftsched.dispatch")
 
+# The command level (commands.APPLY_LEVEL) that applies hand_over_runs.
+HAND_OVER_LEVEL = 2
+
 
 def attempt_of(run: dict) -> Attempt:
     return Attempt(run_id=run["id"], job_id=run["job_id"], execution_id=run["execution_id"],
@@ -306,6 +309,10 @@ class Dispatcher:
         as their holder that did not call them, so each moves as the same
         attempt: a shard moved off a live node is not a failed attempt."""
         node = self._node
+        # While a node of an earlier release is in the cluster (a rolling
+        # upgrade), it would stop on hand_over_runs: the runs go as a
+        # take-over (their next attempts) as that release did.
+        keeps_attempt = node.clock.cluster_applies() >= HAND_OVER_LEVEL
         for shard in sorted(self._handing):
             run_ids = sorted(self._handing.pop(shard))
             state = node.store.get(SHARDS, keys.shard_key(shard))
@@ -314,9 +321,13 @@ class Dispatcher:
             chunks = self._by_cost(run_ids)
             for i, chunk in enumerate(chunks):
                 try:
-                    result = await node.propose(commands.hand_over_runs(
-                        node=state["owner"], holder=node.node_id, shard=shard,
-                        token=state["token"], run_ids=chunk, at_ms=node.now_ms()))
+                    result = await node.propose(
+                        commands.hand_over_runs(
+                            node=state["owner"], holder=node.node_id, shard=shard,
+                            token=state["token"], run_ids=chunk, at_ms=node.now_ms())
+                        if keeps_attempt else commands.take_over_runs(
+                            node=state["owner"], shard=shard, token=state["token"],
+                            run_ids=chunk, at_ms=node.now_ms()))
                 except Unavailable as exc:
                     left = [run_id for c in chunks[i:] for run_id in c]
                     log.warning("hand-over of %d runs of shard %d to %s not committed: %s",
