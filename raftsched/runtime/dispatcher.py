@@ -336,6 +336,11 @@ class Dispatcher:
                     break
                 if result.get("ok"):
                     self.handed_over_total += result["taken"]
+                    log.info("handed %d runs of shard %d to %s, not called here (%s)",
+                             result["taken"], shard, state["owner"],
+                             "the same attempts" if keeps_attempt else
+                             "as next attempts: a node of an earlier release is in the "
+                             "cluster")
 
     def _by_cost(self, run_ids: list[str]) -> list[list[str]]:
         """`run_ids` in entries of at most take_over_batch_max runs and
@@ -530,14 +535,17 @@ class Dispatcher:
                     or current["state"] != "running" or current["attempt"] != run["attempt"] \
                     or current.get("holder") != node.node_id:
                 self.not_called_total += 1
-                log.warning("run %s attempt %d not called: this node no longer holds it "
-                            "(shard %d moved, or the run was cancelled or taken over)",
-                            run["id"], run["attempt"], run["shard"])
                 if state is not None and state["owner"] not in (None, node.node_id) \
                         and current is not None and current["state"] == "running" \
                         and current.get("holder") == node.node_id \
                         and current["attempt"] == run["attempt"]:
+                    # Its shard moved: the new owner gets it as it is (one
+                    # line a shard's entry in hand_over_pending).
                     self._hand_over(run["shard"], run["id"])
+                else:
+                    log.warning("run %s attempt %d not called: this node no longer holds it "
+                                "(shard %d moved, or the run was cancelled or taken over)",
+                                run["id"], run["attempt"], run["shard"])
                 return False
             if node.coordinator.shard_lease_valid():
                 return True
