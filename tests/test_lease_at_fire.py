@@ -557,3 +557,27 @@ async def test_while_an_older_node_is_in_the_cluster_a_hand_over_is_a_take_over(
     assert cluster.tags["hand_over_runs"] == 0 and cluster.tags["take_over_runs"] >= 1
     assert sorted(cluster.get_run(r)["attempt"] for r in run_ids) == \
         [1] * limits.runs_inflight_max + [2] * 3
+
+
+async def test_shards_are_taken_over_at_once_up_to_a_bound(monkeypatch):
+    """A node that gains many shards proposes their take-overs together (each
+    its own entry), take_over_shards_at_once at a time, and a failure of one
+    is raised once all have ended."""
+    from raftsched.runtime.dispatcher import _each
+
+    monkeypatch.setattr(limits, "take_over_shards_at_once", 4)
+    running, most, done = 0, 0, []
+
+    async def work(shard: int) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        done.append(shard)
+        if shard == 3:
+            raise RuntimeError("shard 3")
+
+    with pytest.raises(RuntimeError, match="shard 3"):
+        await _each(list(range(10)), work)
+    assert most == 4 and sorted(done) == list(range(10))
