@@ -141,8 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                                          "promises (see raftsched/testing/chaos.py)")
     chaos.add_argument("--scenario", default="kill-leader,freeze-owner,partition,kill-all",
                        help="comma-separated, in order, from: kill-leader, kill-random, "
-                            "kill-owner, freeze-owner, partition, kill-all, restart "
-                            "(default %(default)s)")
+                            "kill-owner, freeze-owner, partition, kill-all, restart, "
+                            "restart-leader (default %(default)s)")
     chaos.add_argument("--seed", type=int, default=None, help="replay a run's random choices")
     chaos.add_argument("--jobs", type=int, default=100, help="every-second jobs (default 100)")
     chaos.add_argument("--create-rate", type=float, default=5.0,

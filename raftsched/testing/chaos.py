@@ -41,7 +41,7 @@ from raftsched.testing.http import call, wait_until
 from raftsched.testing.sink import Sink
 
 SCENARIOS = ("kill-leader", "kill-random", "kill-owner", "freeze-owner", "partition",
-             "kill-all", "restart")
+             "kill-all", "restart", "restart-leader")
 
 
 # How long a call may be in flight between its sender and the sink's stamp.
@@ -220,15 +220,16 @@ class Chaos:
         time.sleep(self.phase_s)
         self._heal(phase)
 
-    def restart(self) -> None:
-        """Stop a node that owns shards (never the leader) with SIGTERM and
-        start it again at once, as a rolling upgrade does; wait until it owns
-        shards again. No fault: no call of this phase is repeated, and none
-        is made as a later attempt (phase notes `repeated_calls`,
-        `later_attempts`, filled in by the check)."""
-        phase = self._phase("restart")
+    def restart(self, leader_too: bool = False) -> None:
+        """Stop a node that owns shards (not the leader; the leader with
+        `leader_too`) with SIGTERM and start it again at once, as a rolling
+        upgrade does; wait until it owns shards again. No fault: no call of
+        this phase is repeated, and none is made as a later attempt (phase
+        notes `repeated_calls`, `later_attempts`, filled in by the check)."""
+        phase = self._phase("restart-leader" if leader_too else "restart")
         leader = self.cluster.wait_ready()
-        victim = self.rng.choice([n for n in self.cluster.ids if n != leader])
+        victim = leader if leader_too else \
+            self.rng.choice([n for n in self.cluster.ids if n != leader])
         phase.victim = victim
         wait_until(lambda: self.owners().get(victim), 15, f"{victim} to own shards", 0.05)
         phase.notes["exit_code"] = self.cluster.stop(victim)
@@ -364,6 +365,8 @@ class Chaos:
             self.kill_all()
         elif scenario == "restart":
             self.restart()
+        elif scenario == "restart-leader":
+            self.restart(leader_too=True)
         else:
             raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
 
@@ -395,7 +398,7 @@ class Chaos:
                 stale += 1
         lost_occ, trigger_late = self._every_second_runs(end)
         for phase in self.phases:
-            if phase.name == "restart":
+            if phase.name in ("restart", "restart-leader"):
                 # The runs due from the stop until the phase ended (its calls
                 # may come a little after).
                 inside = [c for c in calls
