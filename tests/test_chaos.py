@@ -1,8 +1,7 @@
 """Short chaos: leader killed, owner frozen past its lease, a node cut off from its
 peers, all nodes killed, a follower and then the leader restarted as a rolling
-upgrade does; no job lost,
-none fired twice, no stale fire accepted, replicas equal, failover inside 3 s, and
-a restart costs no run an attempt."""
+upgrade does; no job lost, none fired twice, no stale fire accepted, replicas
+equal, failover inside 3 s, and a restart costs no run an attempt."""
 
 from __future__ import annotations
 
