@@ -229,11 +229,13 @@ class Coordinator:
         a node with a wrong clock owns no shards, the leader itself included.
         Nor does a node that is draining (stopping: Node.drain), by its clock
         answers or, for the leader, its own flag."""
-        node = self._node
-        left_out = node.clock.out_of_bound() | node.clock.draining()
-        if node.draining:
-            left_out.add(node.node_id)
+        left_out = self._node.clock.out_of_bound() | self._draining()
         return [nid for nid in self.live_nodes() if nid not in left_out]
+
+    def _draining(self) -> set[str]:
+        """The nodes stopping: peers by their clock answers, this one by its flag."""
+        node = self._node
+        return node.clock.draining() | ({node.node_id} if node.draining else set())
 
     async def maybe_rebalance(self) -> bool:
         """Propose the placement changes live nodes need; say whether it did."""
@@ -245,9 +247,7 @@ class Coordinator:
                 log.error("no live node may own shards (clocks out of bound: %s; draining: "
                           "%s); shards stay where they are",
                           ",".join(sorted(node.clock.out_of_bound())) or "none",
-                          ",".join(sorted(node.clock.draining()
-                                          | ({node.node_id} if node.draining else set())))
-                          or "none")
+                          ",".join(sorted(self._draining())) or "none")
             self._no_candidates_logged = True
             return False
         self._no_candidates_logged = False

@@ -221,13 +221,24 @@ class Dispatcher:
         node = self._node
         for run in node.armed.held_in(shards):
             state = node.store.get(SHARDS, keys.shard_key(run["shard"]))
-            current = node.store.get(RUNS, run["id"].encode())
-            if state is not None and state["owner"] not in (None, node.node_id) \
-                    and current is not None and current["state"] == "running" \
-                    and current.get("holder") == node.node_id \
-                    and current["attempt"] == run["attempt"]:
+            if self._may_hand_over(run, state, node.store.get(RUNS, run["id"].encode())):
                 node.armed.withdraw(run["id"])
                 self._hand_over(run["shard"], run["id"])
+
+    def _may_hand_over(self, run: dict, state: dict | None, current: dict | None) -> bool:
+        """Is `run` (this attempt) still this node's, in a shard another node
+        owns now (`state`: the shard's; `current`: the run as stored)?"""
+        me = self._node.node_id
+        return state is not None and state["owner"] not in (None, me) \
+            and current is not None and current["state"] == "running" \
+            and current.get("holder") == me and current["attempt"] == run["attempt"]
+
+    def _move_cost(self, run: dict) -> int:
+        """What moving `run` to another holder costs apply: a DAG task run's
+        move rewrites its DAG run (core/cost.py)."""
+        job = self._node.store.get(JOBS, keys.job_key(run["job_id"])) \
+            if "dag_run" in run else None
+        return report_cost(job, run, "start")
 
     def handing_over(self) -> int:
         """Runs this node has yet to hand to their shards' new owners."""
@@ -372,9 +383,7 @@ class Dispatcher:
         total = 0
         for run_id in run_ids:
             run = store.get(RUNS, run_id.encode())
-            job = store.get(JOBS, keys.job_key(run["job_id"])) \
-                if run is not None and "dag_run" in run else None
-            item_cost = report_cost(job, run, "start") if run is not None else 1
+            item_cost = self._move_cost(run) if run is not None else 1
             if chunks[-1] and (total + item_cost > limits.apply_entry_cost_max
                                or len(chunks[-1]) >= limits.take_over_batch_max):
                 chunks.append([])
@@ -452,10 +461,8 @@ class Dispatcher:
                 continue
             if early and run.get("holder") in live and not runs.not_due(run, at_ms):
                 continue
-            # Taking a DAG task run over rewrites its DAG run: an entry holds
-            # at most apply_entry_cost_max (core/cost.py); the rest is next.
-            job = node.store.get(JOBS, keys.job_key(run["job_id"])) if "dag_run" in run else None
-            item_cost = report_cost(job, run, "start")
+            # An entry holds at most apply_entry_cost_max; the rest is next.
+            item_cost = self._move_cost(run)
             if run_ids and total + item_cost > limits.apply_entry_cost_max:
                 break
             total += item_cost
@@ -569,10 +576,7 @@ class Dispatcher:
                     or current["state"] != "running" or current["attempt"] != run["attempt"] \
                     or current.get("holder") != node.node_id:
                 self.not_called_total += 1
-                if state is not None and state["owner"] not in (None, node.node_id) \
-                        and current is not None and current["state"] == "running" \
-                        and current.get("holder") == node.node_id \
-                        and current["attempt"] == run["attempt"]:
+                if self._may_hand_over(run, state, current):
                     # Its shard moved: the new owner gets it as it is (one
                     # line a shard's entry in hand_over_pending).
                     self._hand_over(run["shard"], run["id"])
