@@ -581,3 +581,27 @@ async def test_shards_are_taken_over_at_once_up_to_a_bound(monkeypatch):
     with pytest.raises(RuntimeError, match="shard 3"):
         await _each(list(range(10)), work)
     assert most == 4 and sorted(done) == list(range(10))
+
+
+async def test_a_hand_over_on_its_way_through_the_log_is_still_being_handed_over(cluster):
+    """A draining node stops only once its hand-overs are committed: until
+    then they count as runs it has yet to hand over."""
+    calls, n1, n2, run_ids = await moved_while_calling(cluster)
+    waiting = [r for r in run_ids if ("n1", r) not in calls]
+    gate, propose = asyncio.Event(), n1.propose
+
+    async def slow_propose(command) -> dict:
+        await gate.wait()
+        return await propose(command)
+
+    n1.propose = slow_propose
+    for run_id in waiting:
+        n1.dispatcher._hand_over(SHARD, run_id)
+    sending = asyncio.ensure_future(n1.dispatcher.hand_over_pending())
+    await asyncio.sleep(0.01)
+    assert n1.dispatcher.handing_over() == 3   # proposed, not answered
+    gate.set()
+    await sending
+    assert n1.dispatcher.handing_over() == 0
+    assert [cluster.get_run(r)["holder"] for r in waiting] == ["n2"] * 3
+    n1.http_executor.release.set()

@@ -163,6 +163,9 @@ class Dispatcher:
         # Shards this node lost -> runs it held there and is not calling, for
         # their new owner to take over at once (hand_over_pending).
         self._handing: dict[int, set[str]] = {}
+        # Of those, the ones whose hand-over is proposed and not answered yet:
+        # a draining node waits for them too (handing_over).
+        self._handing_proposed = 0
         self.handed_over_total = 0
         self._take_over_wake = asyncio.Event()
 
@@ -241,8 +244,9 @@ class Dispatcher:
         return report_cost(job, run, "start")
 
     def handing_over(self) -> int:
-        """Runs this node has yet to hand to their shards' new owners."""
-        return sum(len(ids) for ids in self._handing.values())
+        """Runs this node has yet to hand to their shards' new owners, those
+        whose hand-over is on its way through the log included."""
+        return sum(len(ids) for ids in self._handing.values()) + self._handing_proposed
 
     def running(self) -> int:
         return len(self._running)
@@ -336,11 +340,19 @@ class Dispatcher:
         # take-over (their next attempts) as that release did.
         keeps_attempt = node.clock.cluster_applies() >= HAND_OVER_LEVEL
         handing, self._handing = self._handing, {}
+        self._handing_proposed += sum(len(ids) for ids in handing.values())
         await _each(sorted(handing.items()),
                     lambda item: self._hand_over_shard(item[0], sorted(item[1]), keeps_attempt))
 
     async def _hand_over_shard(self, shard: int, run_ids: list[str],
                                keeps_attempt: bool) -> None:
+        try:
+            await self._propose_hand_over(shard, run_ids, keeps_attempt)
+        finally:
+            self._handing_proposed -= len(run_ids)   # answered, or back in _handing
+
+    async def _propose_hand_over(self, shard: int, run_ids: list[str],
+                                 keeps_attempt: bool) -> None:
         """Propose, for each shard this node lost, that its owner take over
         the runs this node held there and did not call (hand_over_runs, under
         the owner's name and token: apply checks both). This node names itself
