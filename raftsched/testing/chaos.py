@@ -55,6 +55,7 @@ class Phase:
     ended_s: float = 0.0
     victim: str | None = None
     notes: dict = dataclasses.field(default_factory=dict)
+    victim_stopped_s: float = 0.0   # restart: when its SIGTERM was sent
 
 
 @dataclasses.dataclass
@@ -232,6 +233,7 @@ class Chaos:
             self.rng.choice([n for n in self.cluster.ids if n != leader])
         phase.victim = victim
         wait_until(lambda: self.owners().get(victim), 15, f"{victim} to own shards", 0.05)
+        phase.victim_stopped_s = time.time()
         phase.notes["exit_code"] = self.cluster.stop(victim)
         self.cluster.start(victim)
         self.cluster.wait_ready(timeout_s=30)
@@ -399,10 +401,11 @@ class Chaos:
         lost_occ, trigger_late = self._every_second_runs(end)
         for phase in self.phases:
             if phase.name in ("restart", "restart-leader"):
-                # The runs due from the stop until the phase ended (its calls
-                # may come a little after).
+                # The runs due from the SIGTERM until the phase ended (their
+                # calls may come a little after); not those of a phase before
+                # (kill-all's one-offs come due up to 5 s after it).
                 inside = [c for c in calls
-                          if phase.started_s <= c.scheduled_s < (phase.ended_s or end)]
+                          if phase.victim_stopped_s <= c.scheduled_s < (phase.ended_s or end)]
                 seen = collections.Counter((c.job_id, round(c.scheduled_s * 1000))
                                            for c in inside)
                 phase.notes["calls"] = len(inside)
