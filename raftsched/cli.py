@@ -497,5 +497,13 @@ def run_node(args: argparse.Namespace) -> int:
                         tenant_runs_concurrent_max=args.tenant_runs_concurrent_max,
                         tenant_weight=args.tenant_weight,
                         tls_cert=args.tls_cert, tls_key=args.tls_key, tls_ca=args.tls_ca)
-    uvloop.run(serve(config))
+    from raftsched.errors import InvariantBroken
+    from raftsched.runtime.apply_bridge import EXIT_INVARIANT
+    try:
+        uvloop.run(serve(config))
+    except InvariantBroken as exc:
+        # A state this build cannot use (an earlier release's data folder, say):
+        # the node does not start, and says why in one line.
+        logging.getLogger("raftsched.node").critical("stopping node %s: %s", args.id, exc)
+        return EXIT_INVARIANT
     return 0

@@ -23,7 +23,9 @@ lmdb_key_bytes_max = 511
 # checks every layout at these bounds.
 key_part_bytes_max = 128
 job_id_bytes_max = key_part_bytes_max
-run_id_bytes_max = key_part_bytes_max
+# A run's id names its job and time (keys.run_id: "run_", a marker, the job
+# id, and up to 16 hex digits), so it is longer than the longest job id by those.
+run_id_bytes_max = job_id_bytes_max + len("run_~") + 16
 execution_id_bytes_max = key_part_bytes_max
 node_id_bytes_max = key_part_bytes_max
 worker_id_bytes_max = key_part_bytes_max
@@ -46,7 +48,7 @@ command_nesting_max = 32
 # fits the unsigned 64-bit fields of keys.
 command_int_max = 2 ** 63 - 1
 # Attempt numbers a command may carry: far above retry_max_attempts_max, and an
-# unsigned 16-bit integer as runs_by_job keys pack it.
+# unsigned 16-bit integer.
 run_attempt_max = 65_535
 
 # --- Requests -------------------------------------------------------------------
@@ -922,8 +924,8 @@ cli_list_limit_default = 50
 # each is parsed once (executors/netguard.py AddressPolicy.check_url); past
 # this many the memory starts over. Hosts, each at most a URL's host.
 callable_hosts_known_max = 4096
-# Answers of keys.execution_id and keys.run_id remembered (each a sha256, done
-# on every read and write of a run record): the recent runs' ids. Entries.
+# Answers of keys.execution_id remembered (a sha256, done on every read and
+# write of a run record): the recent runs' execution ids. Entries.
 run_ids_remembered_max = 8192
 # X-Raftsched-Scheduled-For header values remembered (executors/http.py): a
 # burst's runs share a few due seconds. Entries.

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from raftsched.core import commands, keys, lifecycle
-from raftsched.core.apply import (DUE, JOBS, RUNS, RUNS_BY_JOB, RUNS_OPEN, DueArmed, RunQueued,
+from raftsched.core.apply import (DUE, JOBS, RUNS, RUNS_OPEN, DueArmed, RunQueued,
                                   ShardsAssigned, apply, misfire_decisions)
 from raftsched.core.apply import SHARDS as SHARDS_TABLE
 from raftsched.errors import CommandRefused, InvalidTransition, UnknownCommand
@@ -79,7 +79,7 @@ def test_fire_creates_the_run_once_and_arms_the_next_occurrence():
     created = [e.run for e in log.effects if isinstance(e, RunQueued)]
     assert len(created) == 1
     run = created[0]
-    assert run["id"] == keys.run_id("job_a1", 10_000, 1)
+    assert run["id"] == keys.run_id("job_a1", 10_000)
     assert run["execution_id"] == keys.execution_id("job_a1", 10_000)
     assert (run["state"], run["holder"]) == (lifecycle.RUNNING, "n1")   # held from its fire
     shard = keys.shard_of("job_a1", SHARDS)
@@ -141,7 +141,7 @@ def test_run_updates_follow_the_lifecycle_and_count_duplicates():
     log = Log()
     create(log)
     fire(log, "job_a1", 10_000, 12_000)
-    run_id = keys.run_id("job_a1", 10_000, 1)
+    run_id = keys.run_id("job_a1", 10_000)
 
     def upd(event: str, node: str = "n1", ok: bool = True) -> dict:
         return {"run_id": run_id, "event": event, "at_ms": 10_050, "holder": node, "attempt": 1,
@@ -260,7 +260,7 @@ def test_fire_with_a_stale_token_is_refused_and_counted():
     assert refused["ok"] is False
     assert refused["error"] == "stale_token"
     assert log.store.get(SHARDS_TABLE, keys.shard_key(shard))["stale_fires"] == 1
-    assert log.store.get(RUNS_BY_JOB, keys.runs_by_job_key("job_a1", 10_000, 1)) is None
+    assert log.store.get(RUNS, keys.job_run_key("job_a1", 10_000)) is None
     # The same token from the wrong node is refused too: tokens are per owner.
     wrong_node = log.run(commands.fire(shard=shard, token=new, upto_ms=10_000, node="n1",
                                        at_ms=10_000, items=[("job_a1", 10_000, 12_000,

@@ -50,7 +50,7 @@ def fire_ahead(log: Replica, job_id: str = "job_a1", at_ms: int = ARMED_AT_MS,
 
 
 def armed_run(log: Replica, job_id: str = "job_a1") -> dict:
-    return log.get_run(keys.run_id(job_id, DUE_MS, 1))
+    return log.get_run(keys.run_id(job_id, DUE_MS))
 
 
 def armed(log: Replica) -> dict:
@@ -215,11 +215,11 @@ async def test_a_pass_fires_ahead_at_most_arm_fire_items_max_and_the_next_pass_t
     trigger = trigger_over(log, DUE_MS - 10_000, arm_ahead_ms=30_000)
 
     def armed_count() -> int:
-        return sum(1 for i in range(jobs) if log.get_run(keys.run_id(f"job_{i:04d}", DUE_MS + i, 1)))
+        return sum(1 for i in range(jobs) if log.get_run(keys.run_id(f"job_{i:04d}", DUE_MS + i)))
     await one_pass(trigger)
     assert armed_count() == limits.arm_fire_items_max
     # The earliest ones first.
-    assert log.get_run(keys.run_id("job_0000", DUE_MS, 1)) is not None
+    assert log.get_run(keys.run_id("job_0000", DUE_MS)) is not None
     await one_pass(trigger)
     assert armed_count() == jobs
 

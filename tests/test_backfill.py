@@ -168,7 +168,7 @@ def test_a_backfill_runs_each_occurrence_once_paced_by_its_room():
     runs = backfill_runs(replica)
     assert sorted(r["scheduled_ms"] for r in runs) == [T0, T0 + HOUR_MS]
     for run in runs:
-        assert run["id"] == keys.run_id(JOB, run["scheduled_ms"], 1)
+        assert run["id"] == keys.run_id(JOB, run["scheduled_ms"])
         assert run["execution_id"] == keys.execution_id(JOB, run["scheduled_ms"])
         # Held by the shard's owner from its launch (the lease is taken at fire).
         assert (run["node"], run["holder"], run["state"]) == ("n2", "n2", lifecycle.RUNNING)
@@ -176,7 +176,7 @@ def test_a_backfill_runs_each_occurrence_once_paced_by_its_room():
             keys.shard_of(JOB, SHARD_COUNT)))["token"]
     while record(replica)["state"] == backfill.RUNNING:
         for run_id, _ in record(replica)["open"]:
-            finish(replica, run_id, ok=run_id != keys.run_id(JOB, T0 + 3 * HOUR_MS, 1))
+            finish(replica, run_id, ok=run_id != keys.run_id(JOB, T0 + 3 * HOUR_MS))
         step(replica)
     done = record(replica)
     assert (done["state"], done["launched"], done["succeeded"], done["failed"]) == (
@@ -200,7 +200,7 @@ def test_an_occurrence_with_a_run_is_not_run_again_and_counted_existing():
                                       items=[(JOB, T0 + HOUR_MS, NOW + HOUR_MS,
                                               [T0 + HOUR_MS], False)]))
     assert fired["fired"] == 1
-    scheduled = replica.store.get(RUNS, keys.run_id(JOB, T0 + HOUR_MS, 1).encode())
+    scheduled = replica.store.get(RUNS, keys.run_id(JOB, T0 + HOUR_MS).encode())
     assert start(replica, hours=3, max_concurrent=3)["ok"]
     assert step(replica)["launched"] == 2   # T0 and T0 + 2h; T0 + 1h has its run
     rec = record(replica)
@@ -266,7 +266,7 @@ def test_overlap_job_obeys_the_policy_one_run_at_a_time():
     replica.run(commands.trigger_job(job_id=JOB, scheduled_ms=NOW, node="n1", at_ms=NOW))
     assert start(replica, hours=3, max_concurrent=3, overlap="job")["ok"]
     assert step(replica)["launched"] == 1   # one at a time under skip_if_running
-    run = replica.store.get(RUNS, keys.run_id(JOB, T0, 1).encode())
+    run = replica.store.get(RUNS, keys.run_id(JOB, T0).encode())
     assert run["state"] == lifecycle.SKIPPED   # the manual run was open
     assert record(replica)["skipped"] == 1
     assert record(replica)["open"] == []
@@ -294,7 +294,7 @@ def test_cancel_cancels_its_own_open_runs_only():
     for run_id in ours:
         assert replica.store.get(RUNS, run_id.encode())["state"] == lifecycle.CANCELLED
     assert RunCancelled(run_id=running, holder=holder, attempt=1) in replica.effects
-    scheduled = replica.store.get(RUNS, keys.run_id(JOB, T0, 1).encode())
+    scheduled = replica.store.get(RUNS, keys.run_id(JOB, T0).encode())
     assert scheduled["state"] == lifecycle.RUNNING   # the schedule's run is left alone
     # Nothing more is launched, and a second cancel answers the same.
     assert replica.run(commands.backfill_step(node="n1", at_ms=NOW, items=[
@@ -461,7 +461,7 @@ def test_a_dag_job_is_backfilled_with_a_dag_run_per_occurrence():
     assert start(replica, hours=2, max_concurrent=2)["ok"]
     assert step(replica)["launched"] == 2
     for ms_ in (T0, T0 + HOUR_MS):
-        run = replica.store.get(RUNS, keys.run_id(JOB, ms_, 1).encode())
+        run = replica.store.get(RUNS, keys.run_id(JOB, ms_).encode())
         assert run["trigger"] == "backfill"
         assert [t["id"] for t in run["tasks"]] == ["a", "b"]
     assert len(record(replica)["open"]) == 2   # a DAG run is open until its tasks end

@@ -27,6 +27,26 @@ def test_node_with_peers_and_no_secret_refuses_to_start(tmp_path):
     assert not any(tmp_path.iterdir())   # it wrote nothing
 
 
+def test_a_node_refuses_a_state_of_an_earlier_schema_in_one_line(tmp_path):
+    """A data folder whose state an earlier release wrote (schema 1: run ids
+    of another shape) stops the node at start: exit 70, one CRITICAL line
+    saying what to do, no traceback."""
+    import lmdb
+    env = lmdb.open(str(tmp_path / "state"), max_dbs=4, subdir=True)
+    with env.begin(write=True) as txn:
+        txn.put(b"schema_version", (1).to_bytes(8, "big"), db=env.open_db(b"meta", txn=txn))
+    env.close()
+    http, raft, peer = free_ports(3)
+    result = subprocess.run(
+        [sys.executable, "-m", "raftsched", "node", "--id", "n1", "--http", f"127.0.0.1:{http}",
+         "--raft", f"127.0.0.1:{raft}", "--peers", f"127.0.0.1:{peer}", "--insecure",
+         "--insecure-no-auth", "--data", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert result.returncode == 70, result.stderr
+    assert "CRITICAL" in result.stderr and "schema version 1, this build reads 2" in result.stderr
+    assert "empty --data folder" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_cli_contract_parses():
     args = build_parser().parse_args(
         ["node", "--id", "n2", "--http", "127.0.0.1:8702", "--raft", "127.0.0.1:9702",

@@ -51,7 +51,7 @@ def test_every_key_layout_fits_lmdb_at_the_bounds():
     ms = 2 ** 64 - 1
     layouts = [
         keys.job_key(job), keys.due_key(65_535, ms, job), keys.retry_due_key(65_535, ms, run),
-        keys.runs_by_job_key(job, ms, limits.run_attempt_max), keys.open_run_key(65_535, run),
+        keys.job_run_key(job, ms), keys.open_run_key(65_535, run),
         keys.runs_by_tenant_key(tenant, ms, run),
         keys.lease_key(ms, run), keys.ready_key(keys.scoped(tenant, part(limits.queue_bytes_max)), 2, ms, run),
         keys.topic_key(topic, ms),
@@ -62,6 +62,8 @@ def test_every_key_layout_fits_lmdb_at_the_bounds():
         part(limits.key_part_bytes_max).encode(), backfill.tenant_open_counter_key(tenant),
     ]
     assert max(len(key) for key in layouts) <= limits.lmdb_key_bytes_max
+    # A run id apply makes fits the bound commands hold run ids to.
+    assert len(keys.job_run_key(job, ms)) <= limits.run_id_bytes_max
 
 
 def test_well_formed_commands_decode_unchanged():

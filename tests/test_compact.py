@@ -92,7 +92,7 @@ def test_restored_defaults_are_fresh_copies() -> None:
 
 
 def _run(**extra: object) -> dict:
-    run = {"v": 1, "id": keys.run_id("job_1", 5, 1), "job_id": "job_1", "tenant": "default",
+    run = {"v": 1, "id": keys.run_id("job_1", 5), "job_id": "job_1", "tenant": "default",
            "scheduled_ms": 5, "attempt": 1, "execution_id": keys.execution_id("job_1", 5),
            "state": "queued", "node": "n1", "queue": None, "trigger": "schedule", "token": 2,
            "created_ms": 6, "queued_ms": 6, "started_ms": None, "finished_ms": None,
@@ -186,14 +186,51 @@ def test_an_id_equal_to_its_key_is_left_out_and_read_back_from_it() -> None:
         assert key in other and expand(table, codec.unpack(other), b"elsewhere") == record
 
 
-def test_a_run_index_row_leaves_out_the_run_id_its_key_gives() -> None:
-    key = keys.runs_by_job_key("job_1", 5, 1)
-    derived = keys.run_id("job_1", 5, 1)
-    assert codec.pack(compact("runs_by_job", derived, key)) == codec.pack(None)
-    assert expand("runs_by_job", codec.unpack(codec.pack(None)), key) == derived
-    other = "run_task_of_a_dag"   # an id the key does not give is kept
-    assert expand("runs_by_job", codec.unpack(codec.pack(
-        compact("runs_by_job", other, key))), key) == other
+def test_a_run_stored_under_its_id_leaves_out_the_job_and_time_the_id_names() -> None:
+    run = _run()
+    key = run["id"].encode()
+    stored = codec.pack(compact("runs", copy.deepcopy(run), key))
+    assert b"job_1" not in stored
+    assert expand("runs", codec.unpack(stored), key) == run
+    # A DAG task's run id (a hash) names neither: both are kept.
+    task = _run(id=keys.task_run_id(run["id"], "t1"), task_id="t1")
+    key = task["id"].encode()
+    stored = codec.pack(compact("runs", copy.deepcopy(task), key))
+    assert b"job_1" in stored and expand("runs", codec.unpack(stored), key) == task
+    # A job id of None is stored as such (a map): nothing reads it as left out.
+    odd = _run(job_id=None)
+    key = odd["id"].encode()
+    assert expand("runs", codec.unpack(codec.pack(compact("runs", copy.deepcopy(odd), key))),
+                  key) == odd
+
+
+_JOB_IDS = st.one_of(st.from_regex(r"job_[0-9a-f]{20}", fullmatch=True),
+                     st.text(max_size=12), st.just("job_~x"), st.just("~x"), st.just("job_"))
+_TIMES = st.integers(0, 2 ** 48 - 1)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(_JOB_IDS, _TIMES, _JOB_IDS, _TIMES)
+def test_run_ids_name_their_job_and_time_one_to_one(job_a: str, ms_a: int, job_b: str,
+                                                      ms_b: int) -> None:
+    a = keys.run_id(job_a, ms_a)
+    assert keys.run_occurrence(a) == (job_a, ms_a)
+    assert (a == keys.run_id(job_b, ms_b)) == ((job_a, ms_a) == (job_b, ms_b))
+    # A job's runs lie under its prefix, in time order.
+    key = a.encode()
+    assert keys.job_runs_prefix(job_a) <= key < keys.job_runs_stop(job_a)
+    if job_a == job_b:
+        assert (key < keys.run_id(job_b, ms_b).encode()) == (ms_a < ms_b)
+
+
+def test_an_api_job_s_run_ids_have_the_shape_the_api_takes() -> None:
+    import re
+    from raftsched.core.spec import RUN_ID_PATTERN
+    job_id = "job_" + "ab" * 10
+    run_id = keys.run_id(job_id, 253_402_128_000_000)   # timestamp_ms_max
+    assert re.fullmatch(RUN_ID_PATTERN, run_id) and len(run_id) == 36
+    assert re.fullmatch(RUN_ID_PATTERN, keys.task_run_id(run_id, "t1"))
+    assert keys.run_occurrence("run_not_one") is None
 
 
 def test_a_job_state_is_stored_positionally_when_a_fire_has_filled_it() -> None:
@@ -233,9 +270,8 @@ def test_the_stores_compact_what_they_keep() -> None:
 
 
 def test_remembered_ids_are_those_of_the_exact_arguments() -> None:
-    """keys.execution_id and keys.run_id remember recent answers: a call with
-    an equal argument of another type (1.0 for 1) is not answered from them."""
+    """keys.execution_id remembers recent answers: a call with an equal
+    argument of another type (1.0 for 1) is not answered from them."""
     assert keys.execution_id("job_a", 1000) == keys.execution_id("job_a", 1000)
     assert keys.execution_id("job_a", 1000) != keys.execution_id("job_a", 1000.0)
-    assert keys.run_id("job_a", 1000, 1) != keys.run_id("job_a", 1000, True)
     assert keys.execution_id("job_a", 1000) == "exe_" + hashlib.sha256(b"job_a|1000").hexdigest()[:32]

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from raftsched import limits
 from raftsched.core import commands, dag, dagrun, jobspec, keys
-from raftsched.core.apply import ALERTS, JOBS, LEASES, RUNS, RUNS_BY_JOB, RUNS_OPEN, RunCancelled
+from raftsched.core.apply import ALERTS, JOBS, LEASES, RUNS, RUNS_OPEN, RunCancelled
 from raftsched.errors import InvalidInput
 from raftsched.testing.proptest import examples
 from raftsched.testing.replica import Replica
@@ -305,7 +305,7 @@ class Log(Replica):
         token = self.store.get("shards", keys.shard_key(self.shard))["token"]
         self.run(commands.fire(shard=self.shard, token=token, upto_ms=due, node="n1",
                                at_ms=due, items=[(job_id, due, due + 2000, [due], False)]))
-        return keys.run_id(job_id, due, 1)
+        return keys.run_id(job_id, due)
 
     def get(self, run_id: str) -> dict | None:
         return self.store.get(RUNS, run_id.encode())
@@ -377,8 +377,11 @@ def test_the_seed_workflow_runs_in_order_with_fx_retried_once():
     executions = {log.task_run(dag_run, t["id"])["execution_id"] for t in SEED[:6]}
     assert len(executions) == 6
     assert keys.task_execution_id(JOB, 10_000, "fx") in executions
-    history = log.store.scan(RUNS_BY_JOB)
-    assert [value for _, value in history] == [dag_run]
+    # The job's history is its DAG run alone: its task runs are not under it.
+    prefix = keys.job_runs_prefix(JOB)
+    history = log.store.scan(RUNS, start=prefix, stop=keys.job_runs_stop(JOB))
+    assert [key for key, _ in history] == [dag_run.encode()]
+    assert len(log.store.scan(RUNS)) == 1 + 6
 
 
 def test_two_upstream_tasks_ending_in_one_batch_release_their_child_once():

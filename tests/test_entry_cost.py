@@ -89,7 +89,7 @@ async def test_a_fire_of_many_maximal_dag_jobs_is_split_by_cost_and_every_task_r
     # ...and every job's DAG run and every task run was created, once.
     assert sum(replica.runs_written) == jobs * (1 + limits.dag_tasks_max)
     for i in range(jobs):
-        run_id = keys.run_id(f"job_{i:04d}", DUE_MS, 1)
+        run_id = keys.run_id(f"job_{i:04d}", DUE_MS)
         run = replica.get_run(run_id)
         # Every task starts at once, held by the shard's owner from its release.
         assert run["state"] == "running"
@@ -205,7 +205,7 @@ async def test_the_reaper_bounds_an_expiry_batch_by_what_it_may_release():
     spec = fan_out_spec()
     replica = replica_with_dag_jobs(20, spec, commands_granted=True)
     await fire_pass(trigger_over(replica), DUE_MS + 5)
-    roots = [keys.task_run_id(keys.run_id(f"job_{i:04d}", DUE_MS, 1), "root") for i in range(20)]
+    roots = [keys.task_run_id(keys.run_id(f"job_{i:04d}", DUE_MS), "root") for i in range(20)]
     started = replica.run(commands.run_updates(updates=[
         {"run_id": run_id, "event": "start", "holder": "worker:w1", "attempt": 1,
          "at_ms": DUE_MS + 10, "lease_ms": DUE_MS + 1000} for run_id in roots]))

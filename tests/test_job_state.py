@@ -38,7 +38,7 @@ def test_fire_and_finish_write_the_state_record_and_not_the_spec(store):
         items=[(JOB, 10_000, 12_000, [10_000], False)]))
     assert result["fired"] == 1
     assert JOB_STATE in tables and JOBS not in tables
-    run_id = keys.run_id(JOB, 10_000, 1)
+    run_id = keys.run_id(JOB, 10_000)
     job = store.get(JOBS, keys.job_key(JOB))   # the job whole, as before
     assert (job["next_ms"], job["active"], job["last_run_id"], job["runs_count"]) == \
         (12_000, [run_id], run_id, 1)
@@ -82,7 +82,7 @@ def _two_open_runs(store) -> tuple[str, str]:
         shard=SHARD, token=1, upto_ms=12_000, node="n1", at_ms=12_000,
         items=[(JOB, 10_000, 14_000, [10_000, 12_000], False)]))
     assert result["fired"] == 2
-    first, second = keys.run_id(JOB, 10_000, 1), keys.run_id(JOB, 12_000, 1)
+    first, second = keys.run_id(JOB, 10_000), keys.run_id(JOB, 12_000)
     assert store.get(JOBS, keys.job_key(JOB))["active"] == [first, second]
     return first, second
 
@@ -97,7 +97,7 @@ def test_a_success_reads_and_writes_its_jobs_state_alone(store):
     assert view.job_reads == 0   # neither the job's record nor its spec was read
     assert {table for table, _, _ in transition.writes} == {"runs", "runs_open", JOB_STATE}
     job = store.get(JOBS, keys.job_key(JOB))
-    assert job["active"] == [keys.run_id(JOB, 12_000, 1)] and job["spec"]["name"] == "j"
+    assert job["active"] == [keys.run_id(JOB, 12_000)] and job["spec"]["name"] == "j"
 
 
 @pytest.mark.parametrize("success_first", [True, False])

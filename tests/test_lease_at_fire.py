@@ -162,7 +162,7 @@ def fire(cluster: Cluster, owner: str, count: int) -> list[str]:
         shard=SHARD, token=token, upto_ms=occurrences[-1], node=owner, at_ms=occurrences[-1],
         items=[(JOB, AT_MS, occurrences[-1] + 2000, occurrences, False)]))
     assert result["fired"] == count, result
-    return [keys.run_id(JOB, o, 1) for o in occurrences]
+    return [keys.run_id(JOB, o) for o in occurrences]
 
 
 async def until(check, what: str, timeout_s: float = 10) -> None:
@@ -512,7 +512,7 @@ async def test_a_live_holder_hands_its_armed_runs_over_when_its_shard_moves(clus
                                      at_ms=armed_at,
                                      items=[(JOB, AT_MS, AT_MS + 2000, [AT_MS], False)]
                                      ))["fired"] == 1
-    run_id = keys.run_id(JOB, AT_MS, 1)
+    run_id = keys.run_id(JOB, AT_MS)
     assert len(n1.armed) == 1
     cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=armed_at + 1))
     # Before its second: n1 hands it over, and n2 holds it armed.

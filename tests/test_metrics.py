@@ -103,7 +103,7 @@ def _fire(log: Replica, job_id: str, occurrences: list[int]) -> None:
 
 
 def _finish(log: Replica, job_id: str, scheduled_ms: int, ok: bool, attempt: int = 1) -> bool:
-    base = {"run_id": keys.run_id(job_id, scheduled_ms, 1), "holder": "n1", "attempt": attempt,
+    base = {"run_id": keys.run_id(job_id, scheduled_ms), "holder": "n1", "attempt": attempt,
             "at_ms": scheduled_ms + 600, "lease_ms": scheduled_ms + 9000}
     finish = dict(base, event="finish", ok=ok, retryable=True, retry_delay_ms=100,
                   http_status=200 if ok else 500, exit_code=None, error=None, output_node=None)

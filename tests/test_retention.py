@@ -13,7 +13,7 @@ import pytest
 from raftsched import cli, limits
 from raftsched.cli import build_parser
 from raftsched.core import codec, commands, jobspec, keys, retention
-from raftsched.core.apply import (ALERTS, IDEM, JOBS, RUNS, RUNS_BY_JOB, TOPIC_META, TOPICS,
+from raftsched.core.apply import (ALERTS, IDEM, JOBS, RUNS, TOPIC_META, TOPICS,
                                   Transition)
 from raftsched.core.tx import JOBS_BY_TENANT, RunsPurged
 from raftsched.errors import InvalidInput, StorageFull
@@ -71,7 +71,7 @@ def fire_next(log: Replica, job_id: str = "job_a1") -> str:
                                    at_ms=due, items=[(job_id, due, None if once else due + 1000,
                                                       [due], False)]))
     assert result["ok"] and result["fired"] == 1, result
-    return keys.run_id(job_id, due, 1)
+    return keys.run_id(job_id, due)
 
 
 def finish(log: Replica, run_id: str, at_ms: int, ok: bool = True) -> None:
@@ -101,9 +101,8 @@ def purge(log: Replica, at_ms: int, *, runs=(), jobs=(), idem=(), **bounds: int)
 
 
 def history(log: Replica, job_id: str = "job_a1") -> list[str]:
-    prefix = keys.runs_by_job_prefix(job_id)
-    return [run_id for _, run_id in log.store.scan(RUNS_BY_JOB, start=prefix,
-                                                   stop=keys.prefix_end(prefix))]
+    return [run["id"] for _, run in log.store.scan(RUNS, start=keys.job_runs_prefix(job_id),
+                                                   stop=keys.job_runs_stop(job_id))]
 
 
 # --- apply: runs ----------------------------------------------------------------------
@@ -422,7 +421,7 @@ def test_the_purger_reads_no_history_of_a_job_that_has_no_run(log, monkeypatch):
     scan = log.store.scan
 
     def counting(table, **kw):
-        if table == RUNS_BY_JOB:
+        if table == RUNS:
             scanned.append(kw.get("start"))
         return scan(table, **kw)
 
@@ -430,7 +429,7 @@ def test_the_purger_reads_no_history_of_a_job_that_has_no_run(log, monkeypatch):
     purger = purger_over(log)
     plan = purger.plan(purger.bounds(20_000))
     assert plan.runs == [(r, "job_b2") for r in finished[:2]]
-    assert scanned and all(start.startswith(keys.runs_by_job_prefix("job_b2"))
+    assert scanned and all(start.startswith(keys.job_runs_prefix("job_b2"))
                            for start in scanned)
 
 

@@ -27,6 +27,8 @@ def spec(name: str = "j", labels: dict | None = None) -> dict:
             "metadata": {}, "labels": labels or {}}
 
 
+# Job ids have the API's shape ("job_" and 20 hex digits): a run's id is made
+# from its job's (keys.run_id), and a page token holds only ids of the API's shape.
 def make_job(log: Replica, job_id: str, tenant: str = "t1", **over) -> None:
     log.run(commands.create_job(job_id=job_id, tenant=tenant, spec=spec(**over),
                                 idempotency_key=None, shard=keys.shard_of(job_id, SHARDS),
@@ -55,14 +57,14 @@ def page_through(node, tenant: str, filters: dict, limit: int, between=None) -> 
 
 def test_the_index_follows_runs_in_and_out():
     log = Replica()
-    make_job(log, "job_a1")
-    run_id = trigger(log, "job_a1", 5_000)
+    make_job(log, "job_000000000000000000a1")
+    run_id = trigger(log, "job_000000000000000000a1", 5_000)
     key = keys.runs_by_tenant_key("t1", 5_000, run_id)
     assert log.store.get(RUNS_BY_TENANT, key) == 1
     log.run(commands.cancel_run(run_id=run_id, reason="done", at_ms=5_001))
     purge = log.run(commands.purge(at_ms=10 ** 12, history_max_runs=1, history_max_age_ms=1,
                                    finished_job_retention_ms=1, idempotency_ttl_ms=1,
-                                   runs=[(run_id, "job_a1")], jobs=[], idem=[]))
+                                   runs=[(run_id, "job_000000000000000000a1")], jobs=[], idem=[]))
     assert purge["runs"] == 1
     assert log.store.get(RUNS, run_id.encode()) is None
     assert log.store.get(RUNS_BY_TENANT, key) is None
@@ -70,37 +72,37 @@ def test_the_index_follows_runs_in_and_out():
 
 def test_runs_come_newest_first_and_only_the_tenants_own():
     log = Replica()
-    make_job(log, "job_a1")
-    make_job(log, "job_b2", tenant="t2")
-    mine = [trigger(log, "job_a1", ms) for ms in (3_000, 1_000, 2_000)]
-    trigger(log, "job_b2", 2_500)
+    make_job(log, "job_000000000000000000a1")
+    make_job(log, "job_000000000000000000b2", tenant="t2")
+    mine = [trigger(log, "job_000000000000000000a1", ms) for ms in (3_000, 1_000, 2_000)]
+    trigger(log, "job_000000000000000000b2", 2_500)
     node = StoreQueries(log.store)   # the node's queries, over this replica's store
     assert page_through(node, "t1", {}, 2) == [mine[0], mine[2], mine[1]]
-    assert page_through(node, "t2", {"job_id": "job_a1"}, 10) == []
+    assert page_through(node, "t2", {"job_id": "job_000000000000000000a1"}, 10) == []
 
 
 def test_filters_by_job_state_trigger_and_time():
     log = Replica()
-    make_job(log, "job_a1")
-    make_job(log, "job_b2")
-    a = [trigger(log, "job_a1", ms) for ms in (1_000, 2_000, 3_000, 4_000)]
-    b = trigger(log, "job_b2", 2_500)
+    make_job(log, "job_000000000000000000a1")
+    make_job(log, "job_000000000000000000b2")
+    a = [trigger(log, "job_000000000000000000a1", ms) for ms in (1_000, 2_000, 3_000, 4_000)]
+    b = trigger(log, "job_000000000000000000b2", 2_500)
     log.run(commands.cancel_run(run_id=a[1], reason="x", at_ms=9_000))
     node = StoreQueries(log.store)   # the node's queries, over this replica's store
-    assert page_through(node, "t1", {"job_id": "job_a1"}, 3) == a[::-1]
+    assert page_through(node, "t1", {"job_id": "job_000000000000000000a1"}, 3) == a[::-1]
     assert page_through(node, "t1", {"state": "cancelled"}, 3) == [a[1]]
     assert page_through(node, "t1", {"trigger": "manual"}, 10) == [a[3], a[2], b, a[1], a[0]]
     assert page_through(node, "t1", {"trigger": "schedule"}, 10) == []
     window = {"scheduled_after": 2_000, "scheduled_before": 4_000}
     assert page_through(node, "t1", window, 1) == [a[2], b, a[1]]
-    assert page_through(node, "t1", dict(window, job_id="job_a1"), 1) == [a[2], a[1]]
+    assert page_through(node, "t1", dict(window, job_id="job_000000000000000000a1"), 1) == [a[2], a[1]]
 
 
 def test_a_page_reads_a_bounded_number_of_rows(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(limits, "list_scan_rows_max", 3)
     log = Replica()
-    make_job(log, "job_a1")
-    runs = [trigger(log, "job_a1", ms) for ms in range(1_000, 8_000, 1_000)]
+    make_job(log, "job_000000000000000000a1")
+    runs = [trigger(log, "job_000000000000000000a1", ms) for ms in range(1_000, 8_000, 1_000)]
     log.run(commands.cancel_run(run_id=runs[0], reason="x", at_ms=9_000))
     node = StoreQueries(log.store)   # the node's queries, over this replica's store
     first, token = history.list_runs_page(node, "t1", {"state": "cancelled"}, 10, None)
@@ -117,17 +119,17 @@ def test_paging_is_stable_while_runs_are_added(initial, added, limit, by_job):
     already shown), never make a page repeat a run or skip one that existed
     when the listing began."""
     log = Replica()
-    make_job(log, "job_a1")
-    before = {trigger(log, "job_a1", ms * 1000) for ms in initial}
+    make_job(log, "job_000000000000000000a1")
+    before = {trigger(log, "job_000000000000000000a1", ms * 1000) for ms in initial}
     node = StoreQueries(log.store)   # the node's queries, over this replica's store
     batches = iter(added)
     made = set(before)
 
     def add_some() -> None:
         for ms in next(batches, []):
-            made.add(trigger(log, "job_a1", ms * 1000 + 1))
+            made.add(trigger(log, "job_000000000000000000a1", ms * 1000 + 1))
 
-    seen = page_through(node, "t1", {"job_id": "job_a1"} if by_job else {}, limit, add_some)
+    seen = page_through(node, "t1", {"job_id": "job_000000000000000000a1"} if by_job else {}, limit, add_some)
     assert len(seen) == len(set(seen))
     assert before <= set(seen) <= made
     scheduled = [log.store.get(RUNS, r.encode())["scheduled_ms"] for r in seen]
@@ -191,8 +193,8 @@ def test_bad_job_filters_are_named(query, field):
 
 def test_jobs_match_by_status_name_and_every_label():
     log = Replica()
-    make_job(log, "job_a1", name="billing-daily", labels={"team": "pay", "tier": "1"})
-    job = log.store.get(JOBS, b"job_a1")
+    make_job(log, "job_000000000000000000a1", name="billing-daily", labels={"team": "pay", "tier": "1"})
+    job = log.store.get(JOBS, b"job_000000000000000000a1")
     filters = history.job_filters(request([("label", "team:pay"), ("label", "tier:1"),
                                            ("name_prefix", "billing"), ("status", "active")]))
     assert queries.job_matches(job, "t1", filters)

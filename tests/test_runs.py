@@ -37,7 +37,7 @@ def fire_next(log: Replica, job_id: str = "job_a1") -> str:
     token = log.store.get("shards", keys.shard_key(job["shard"]))["token"]
     log.run(commands.fire(shard=job["shard"], token=token, upto_ms=due, node="n1", at_ms=due,
                           items=[(job_id, due, due + 2000, [due], False)]))
-    return keys.run_id(job_id, due, 1)
+    return keys.run_id(job_id, due)
 
 
 def update(run_id: str, event: str, *, holder: str = "n1", attempt: int = 1, at_ms: int = 10_100,

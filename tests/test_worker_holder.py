@@ -67,10 +67,10 @@ def _queued_run(log: Replica, tenant: str = "t") -> str:
     spec = jobspec.validate_create({"run_at": "2030-01-01T00:00:00Z",
                                     "target": {"type": "command", "argv": ["true"],
                                                "queue": "q"}})["spec"]
-    assert log.run(commands.create_job(job_id="job_w1", tenant=tenant, spec=spec,
-                                       idempotency_key=None, shard=keys.shard_of("job_w1", 16),
+    assert log.run(commands.create_job(job_id="job_000000000000000000c1", tenant=tenant, spec=spec,
+                                       idempotency_key=None, shard=keys.shard_of("job_000000000000000000c1", 16),
                                        next_ms=None, at_ms=AT_MS))["ok"]
-    return log.run(commands.trigger_job(job_id="job_w1", scheduled_ms=AT_MS, node="n1",
+    return log.run(commands.trigger_job(job_id="job_000000000000000000c1", scheduled_ms=AT_MS, node="n1",
                                         at_ms=AT_MS))["run"]["id"]
 
 

@@ -31,7 +31,7 @@ from raftsched.core import (backfill, commands, keys, lifecycle, redrive, retent
                             tenancy, topics)
 from raftsched.core.firing import DEFAULT_MISFIRE, armable, due_at_ms
 from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOBS, JOBS_BY_TENANT, LEASES,
-                               NODES, READY, RECORD_VERSION, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS,
+                               NODES, READY, RECORD_VERSION, RUNS, RUNS_OPEN, SHARDS,
                                TABLES, TALLY_MISFIRE, TENANTS, TOKENS,
                                TOPIC_IDEM, TOPIC_META, TOPICS, AlertPending, DueArmed, NodeRenewed,
                                RunCancelled, RunQueued, ShardsAssigned, TopicAppended, Transition,
@@ -42,7 +42,7 @@ from raftsched.errors import CommandRefused
 # imports them from here, next to apply().
 __all__ = ["apply", "apply_entry", "refused_transition", "misfire_decisions", "HANDLERS",
            "DEFAULT_MISFIRE", "ALERTS", "DUE", "GROUPS", "IDEM", "JOBS", "LEASES", "NODES",
-           "READY", "RECORD_VERSION", "RUNS", "RUNS_BY_JOB", "RUNS_OPEN", "SHARDS", "TABLES",
+           "READY", "RECORD_VERSION", "RUNS", "RUNS_OPEN", "SHARDS", "TABLES",
            "TOPIC_IDEM", "TOPIC_META", "TOPICS", "TOKENS", "TENANTS", "AUDIT",
            "AlertPending", "DueArmed", "NodeRenewed", "RunCancelled", "RunQueued",
            "ShardsAssigned", "TopicAppended", "Transition", "View"]

@@ -30,7 +30,7 @@ from typing import Any, Callable
 from raftsched.core import keys
 
 JOBS_TABLE, RUNS_TABLE, DUE_TABLE = "jobs", "runs", "due"
-JOB_STATE_TABLE, RUNS_BY_JOB_TABLE = "job_state", "runs_by_job"
+JOB_STATE_TABLE = "job_state"
 
 # Spec members and their defaults, as core/jobspec.py fills them in.
 _SPEC_DEFAULTS: dict[str, Any] = {
@@ -234,14 +234,11 @@ _JOB_STATE = _Form(("v", "status", "updated_ms", "runs_count", "next_ms", "last_
 _EXECUTION_AT, _ATTEMPTS_AT = _RUN.position("execution_id"), _RUN.position("attempts")
 _SPEC_AT = _JOB.position("spec")
 _JOB_ID_AT, _RUN_ID_AT = _JOB.position("id"), _RUN.position("id")
+_RUN_JOB_AT, _RUN_SCHEDULED_AT = _RUN.position("job_id"), _RUN.position("scheduled_ms")
 
 
 def compact(table: str, value: Any, key: bytes | None = None) -> Any:
     """The record as stored under `key`."""
-    if table == RUNS_BY_JOB_TABLE:
-        # A run id that its index key gives (the first attempt's run of an
-        # occurrence) is left out: nil, one byte.
-        return None if key is not None and value == _indexed_run_id(key) else value
     if not isinstance(value, dict):
         return value
     if table == JOBS_TABLE and isinstance(value.get("spec"), dict):
@@ -255,7 +252,13 @@ def compact(table: str, value: Any, key: bytes | None = None) -> Any:
         return out
     if table == RUNS_TABLE and "scheduled_ms" in value:
         formed = _stored_run(value)
-        if formed is not None and _id_stored(value, key, formed, _RUN_ID_AT):
+        # (A job id of None could not be told apart from one left out.)
+        if formed is not None and value["job_id"] is not None \
+                and _id_stored(value, key, formed, _RUN_ID_AT):
+            if formed[_RUN_ID_AT] is None and \
+                    keys.names_occurrence(value["id"], value["job_id"], value["scheduled_ms"]):
+                # Its id names its job and occurrence (keys.run_id): both go.
+                formed[_RUN_JOB_AT] = formed[_RUN_SCHEDULED_AT] = None
             return formed
         out = _without_none(value, _RUN_NONE)
         if "execution_id" in out and out["execution_id"] == _execution_id(value):
@@ -351,6 +354,8 @@ def expand(table: str, value: Any, key: bytes | None = None) -> Any:
             value = _RUN.unpack(value)
             if value["id"] is None:
                 value["id"] = _key_id(key)
+                if value["job_id"] is None:   # left out with the id: the id names them
+                    value["job_id"], value["scheduled_ms"] = keys.run_occurrence(value["id"])
             if value["execution_id"] is None:
                 value["execution_id"] = _execution_id(value)
         elif isinstance(value, dict) and "scheduled_ms" in value:
@@ -367,18 +372,7 @@ def expand(table: str, value: Any, key: bytes | None = None) -> Any:
         value = _DUE.unpack(value)
     elif table == JOB_STATE_TABLE and isinstance(value, list):
         value = _JOB_STATE.unpack(value)
-    elif table == RUNS_BY_JOB_TABLE and value is None:
-        value = _indexed_run_id(key)
     return value
-
-
-def _indexed_run_id(key: bytes | None) -> str | None:
-    """The run id a runs_by_job key names: (job, occurrence, attempt) hashed
-    as keys.run_id does (keys.runs_by_job_key: job id, NUL, u64, u16)."""
-    if key is None or len(key) < 12 or key[-11] != 0:
-        return None
-    job_id = key[:-11].decode("utf-8", "replace")
-    return keys.run_id(job_id, keys.from_u64(key[-10:-2]), int.from_bytes(key[-2:], "big"))
 
 
 def _key_id(key: bytes | None) -> str:

@@ -23,9 +23,9 @@ semantics, ended by the reaper when its holder dies, moved off a dead node.
 Its own state changes call back here (`task_moved`, `task_ended`), and a
 task's end decrements its downstream tasks' counters, in apply: two upstream
 tasks that end in one batch are counted one after the other, so one of them
-sees the counter reach zero. Task runs are not in the job's history
-(runs_by_job) and are not counted by its concurrency policy; they are removed
-with their DAG run.
+sees the counter reach zero. Task runs are not in the job's history (their
+ids, keys.task_run_id, are not under its keys.job_runs_prefix) and are not
+counted by its concurrency policy; they are removed with their DAG run.
 
 A failed DAG run is re-driven as a whole (core/redrive.py, `redrive`): its
 failed tasks run again, as the next attempt of the same task runs, and the

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import struct
 
 from raftsched import limits
@@ -29,10 +30,10 @@ def shard_of(job_id: str, shard_count: int) -> int:
     return stable_hash(job_id) % shard_count
 
 
-# A run's ids are read back from its job and occurrence on every read of it
-# (core/compact.py), and a run is read several times in its life on a node:
-# the recent ones are remembered (run_ids_remembered_max). `typed`: 1 and
-# 1.0 give different ids.
+# A run's execution id is read back from its job and occurrence on every
+# read of it (core/compact.py), and a run is read several times in its life on
+# a node: the recent ones are remembered (run_ids_remembered_max). `typed`: 1
+# and 1.0 give different ids.
 @functools.lru_cache(maxsize=limits.run_ids_remembered_max, typed=True)
 def execution_id(job_id: str, scheduled_ms: int) -> str:
     """Stable across retries and failover: what a target deduplicates on."""
@@ -40,10 +41,65 @@ def execution_id(job_id: str, scheduled_ms: int) -> str:
     return "exe_" + digest[:32]
 
 
-@functools.lru_cache(maxsize=limits.run_ids_remembered_max, typed=True)
-def run_id(job_id: str, scheduled_ms: int, attempt: int) -> str:
-    digest = hashlib.sha256(f"{job_id}|{scheduled_ms}|{attempt}".encode()).hexdigest()
-    return "run_" + digest[:24]
+RUN_PREFIX = "run_"
+_JOB_PREFIX = "job_"
+_OTHER_JOB = "~"   # marks a job id that is not "job_" + a name (tests, hand-made commands)
+
+
+def _job_part(job_id: str) -> str:
+    """The job's part of its runs' ids: an API job id ("job_" and 20 hex
+    digits) without its "job_". One to one: an id that does not start with
+    "job_", or whose rest starts with the marker, is kept whole after it."""
+    if job_id.startswith(_JOB_PREFIX) and not job_id.startswith(_OTHER_JOB, 4):
+        return job_id[4:]
+    return _OTHER_JOB + job_id
+
+
+def run_id(job_id: str, scheduled_ms: int) -> str:
+    """The id of the run of the job's occurrence at `scheduled_ms` (every
+    attempt of it): "run_", the job's part, and the time as 12 hex digits,
+    so that the runs table holds a job's runs together in time order (its
+    history needs no index of its own). "run_" and 32 hex digits for an API
+    job. A time past 2**48 ms (year 10889, past timestamp_ms_max) takes more
+    digits: no request can give one."""
+    return f"{RUN_PREFIX}{_job_part(job_id)}{scheduled_ms:012x}"
+
+
+def run_occurrence(run_id: str) -> tuple[str, int] | None:
+    """(job id, scheduled_ms) that keys.run_id made `run_id` from, read
+    back; None for an id it cannot have made. A DAG task run's id
+    (task_run_id) reads as some pair: check it with run_id."""
+    found = _RUN_ID.fullmatch(run_id)
+    if found is None:
+        return None
+    other, part, digits = found.groups()
+    return (part if other else _JOB_PREFIX + part), int(digits, 16)
+
+
+_RUN_ID = re.compile(r"run_(~?)(.*)([0-9a-f]{12})", re.DOTALL)
+
+
+def names_occurrence(an_id: str, job_id: object, scheduled_ms: object) -> bool:
+    """Whether run_occurrence(an_id) reads back exactly (job_id, scheduled_ms)."""
+    return type(job_id) is str and type(scheduled_ms) is int \
+        and 0 <= scheduled_ms < 1 << 48 and an_id == run_id(job_id, scheduled_ms)
+
+
+def job_runs_prefix(job_id: str) -> bytes:
+    """The runs-table key prefix of a job's runs (keys.run_id). Another job's
+    runs may share it only if that job's id extends this one's (never for two
+    API job ids, which are all 24 characters): readers check `job_id`."""
+    return (RUN_PREFIX + _job_part(job_id)).encode()
+
+
+def job_runs_stop(job_id: str) -> bytes:
+    """The first key after every run of the job: a run id is UTF-8, where no
+    byte is 0xff."""
+    return job_runs_prefix(job_id) + b"\xff"
+
+
+def job_run_key(job_id: str, scheduled_ms: int) -> bytes:
+    return run_id(job_id, scheduled_ms).encode()
 
 
 def task_execution_id(job_id: str, scheduled_ms: int, task_id: str) -> str:
@@ -84,14 +140,6 @@ def shard_prefix(shard: int) -> bytes:
 def due_upto_key(shard: int, due_ms: int) -> bytes:
     """The first key after every due entry of `shard` at or before `due_ms`."""
     return _U16U64.pack(shard, due_ms + 1)
-
-
-def runs_by_job_prefix(job_id: str) -> bytes:
-    return job_id.encode() + b"\x00"
-
-
-def runs_by_job_key(job_id: str, scheduled_ms: int, attempt: int) -> bytes:
-    return runs_by_job_prefix(job_id) + _U64.pack(scheduled_ms) + _U16.pack(attempt)
 
 
 def runs_by_tenant_prefix(tenant: str) -> bytes:

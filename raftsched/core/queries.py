@@ -3,7 +3,8 @@
 These are what the HTTP API asks of its node (raftsched/nodeport.py NodePort
 offers each one; runtime/port.py answers them over the node's store). They
 keep the storage layout to core: which table holds what, how keys are built,
-and which index (runs_by_job, runs_by_tenant) serves a listing. Each takes a
+and which index serves a listing (a job's runs are the runs table's own
+order; a tenant's, runs_by_tenant). Each takes a
 `Reader`, which a store and core's View-with-scan both are, and returns
 decoded records or None; nothing here writes.
 
@@ -18,7 +19,7 @@ from typing import Any, Iterable, Protocol
 from raftsched import limits
 from raftsched.core import keys, topics
 from raftsched.core.tx import (AUDIT, BACKFILLS, GROUPS, JOBS, JOBS_BY_TENANT, NODES, RUNS,
-                               RUNS_BY_JOB, RUNS_BY_TENANT, SHARDS, TENANTS, TOKENS, TOPICS)
+                               RUNS_BY_TENANT, SHARDS, TENANTS, TOKENS, TOPICS)
 
 
 class Reader(Protocol):
@@ -52,49 +53,66 @@ def run_states(reader: Reader, run_ids: Iterable[str]) -> list[str | None]:
 
 def job_runs(reader: Reader, job_id: str, limit: int) -> list[dict]:
     """Up to `limit` of the job's runs, the latest scheduled first."""
-    prefix = keys.runs_by_job_prefix(job_id)
-    rows = reader.scan(RUNS_BY_JOB, start=prefix, stop=keys.prefix_end(prefix),
-                       reverse=True, limit=limit)
-    found = (run(reader, run_id) for _, run_id in rows)
-    return [record for record in found if record is not None]
+    return _read_runs(reader, _JobRuns(job_id), limit, lambda record: True)[0]
 
 
 def occurrences_with_a_run(reader: Reader, job_id: str, scheduled_ms: Iterable[int]) -> int:
     """How many of the job's occurrences at `scheduled_ms` already have a run
-    (its first attempt is indexed under the occurrence)."""
-    return sum(reader.get(RUNS_BY_JOB, keys.runs_by_job_key(job_id, ms, 1)) is not None
+    (keys.run_id names it by the two)."""
+    return sum(reader.get(RUNS, keys.job_run_key(job_id, ms)) is not None
                for ms in scheduled_ms)
 
 
-class _RunSource:
-    """Where a runs page reads run ids newest first: one job's history
-    (runs_by_job) or the tenant's runs (runs_by_tenant), between two keys."""
+class _TenantRuns:
+    """Where a tenant's runs page reads, newest first: runs_by_tenant rows
+    between two keys, each naming a run to read."""
 
-    def __init__(self, tenant: str, filters: dict) -> None:
-        after = filters.get("scheduled_after")
-        before = filters.get("scheduled_before")
-        job_id = filters.get("job_id")
+    table = RUNS_BY_TENANT
+
+    def __init__(self, tenant: str, after: int | None, before: int | None) -> None:
         self.tenant = tenant
-        self.table = RUNS_BY_JOB if job_id else RUNS_BY_TENANT
-        self.prefix = (keys.runs_by_job_prefix(job_id) if job_id
-                       else keys.runs_by_tenant_prefix(tenant))
+        self.prefix = keys.runs_by_tenant_prefix(tenant)
         self.low = self.prefix + (keys.u64(after) if after is not None else b"")
         self.high = (self.prefix + keys.u64(before) if before is not None
                      else keys.prefix_end(self.prefix))
 
     def resume_after(self, scheduled_ms: int, run_id: str) -> None:
         """Go on below (older than) the run a previous page ended with."""
-        if self.table == RUNS_BY_JOB:   # one run per (job, scheduled_for)
-            key = self.prefix + keys.u64(scheduled_ms)
-        else:
-            key = keys.runs_by_tenant_key(self.tenant, scheduled_ms, run_id)
-        self.high = min(self.high, key)
+        self.high = min(self.high, keys.runs_by_tenant_key(self.tenant, scheduled_ms, run_id))
 
     def position(self, key: bytes, value: object) -> tuple[int, str]:
-        """(scheduled_ms, run_id) of an index row."""
-        if self.table == RUNS_BY_JOB:
-            return keys.from_u64(key[len(self.prefix):len(self.prefix) + 8]), value  # type: ignore
+        """(scheduled_ms, run_id) of a row."""
         return keys.parse_runs_by_tenant_key(self.prefix, key)
+
+    def record(self, reader: Reader, key: bytes, value: Any) -> dict | None:
+        """The run a row names; None once purged (between the index read and this one)."""
+        return run(reader, self.position(key, value)[1])
+
+
+class _JobRuns:
+    """Where a job's runs page reads, newest first: the runs table itself,
+    whose keys put a job's runs together in time order (keys.run_id)."""
+
+    table = RUNS
+
+    def __init__(self, job_id: str, after: int | None = None,
+                 before: int | None = None) -> None:
+        self.job_id = job_id
+        self.prefix = keys.job_runs_prefix(job_id)
+        self.low = keys.job_run_key(job_id, after) if after is not None else self.prefix
+        self.high = (keys.job_run_key(job_id, before) if before is not None
+                     else keys.job_runs_stop(job_id))
+
+    def resume_after(self, scheduled_ms: int, run_id: str) -> None:
+        self.high = min(self.high, keys.job_run_key(self.job_id, scheduled_ms))
+
+    def position(self, key: bytes, value: Any) -> tuple[int, str]:
+        return value["scheduled_ms"], value["id"]
+
+    def record(self, reader: Reader, key: bytes, value: Any) -> dict | None:
+        """The row's run, if it is this job's: a job whose id extends this
+        one's shares the prefix."""
+        return value if value["job_id"] == self.job_id else None
 
 
 def runs_page(reader: Reader, tenant: str, filters: dict, limit: int,
@@ -110,7 +128,9 @@ def runs_page(reader: Reader, tenant: str, filters: dict, limit: int,
         owner = job(reader, job_id)
         if owner is None or owner["tenant"] != tenant:
             return [], None   # another tenant's job is answered as one without runs
-    source = _RunSource(tenant, filters)
+    after_ms, before_ms = filters.get("scheduled_after"), filters.get("scheduled_before")
+    source: _TenantRuns | _JobRuns = (_JobRuns(job_id, after_ms, before_ms) if job_id
+                                      else _TenantRuns(tenant, after_ms, before_ms))
     if after is not None:
         source.resume_after(*after)
 
@@ -125,7 +145,7 @@ def runs_page(reader: Reader, tenant: str, filters: dict, limit: int,
     return found, last if more else None
 
 
-def _read_runs(reader: Reader, source: _RunSource, limit: int,
+def _read_runs(reader: Reader, source: _TenantRuns | _JobRuns, limit: int,
                matches: Any) -> tuple[list[dict], tuple[int, str] | None]:
     """Read rows newest first from source.high down, moving source.high past
     each; return the matching runs and the position of the last row read
@@ -141,9 +161,9 @@ def _read_runs(reader: Reader, source: _RunSource, limit: int,
             scanned += 1
             source.high = key
             last = source.position(key, value)
-            record = run(reader, last[1])
+            record = source.record(reader, key, value)
             if record is None:
-                continue   # purged between the index read and this one
+                continue
             if matches(record):
                 found.append(record)
                 if len(found) >= limit:

@@ -10,7 +10,7 @@ refused and left alone, on every replica alike.
         delivery) past a bound of its job's history: more finished runs than
         `max_runs`, or finished more than `max_age_ms` before at_ms; or any
         finished run of a job that was deleted or completed more than the
-        retention before at_ms. Its runs_by_job and runs_by_tenant entries go
+        retention before at_ms. Its runs_by_tenant entry goes
         with it, and so do the task runs of a DAG run (core/dagrun.py).
   jobs  job_id: a job deleted or completed more than the retention before
         at_ms, with no runs left and none open.
@@ -30,7 +30,7 @@ from typing import Any
 
 from raftsched.core import backfill, commands, dagrun, keys, tenancy
 from raftsched.core.lifecycle import TERMINAL
-from raftsched.core.tx import (ALERTS, IDEM, JOBS, JOBS_BY_TENANT, RUNS, RUNS_BY_JOB,
+from raftsched.core.tx import (ALERTS, IDEM, JOBS, JOBS_BY_TENANT, RUNS,
                                RUNS_BY_TENANT, RunsPurged, Tx)
 
 # Statuses of a job that will not fire again on its own: deleted, or completed
@@ -108,10 +108,6 @@ def _purge_run(tx: Tx, cmd: commands.Command, run_id: str, job_id: str) -> bool:
         return False
     tx.delete(RUNS, run_id.encode())
     _purge_task_runs(tx, run)
-    by_job = keys.runs_by_job_key(job_id, run["scheduled_ms"], 1)
-    if tx.get(RUNS_BY_JOB, by_job) == run_id:
-        tx.delete(RUNS_BY_JOB, by_job)
-    # (A run made before this index existed has no entry: the delete is a no-op.)
     tx.delete(RUNS_BY_TENANT, keys.runs_by_tenant_key(run["tenant"], run["scheduled_ms"], run_id))
     if job is not None:
         job["runs_count"] = max(0, job.get("runs_count", 0) - 1)

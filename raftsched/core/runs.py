@@ -34,7 +34,7 @@ from raftsched import limits
 from raftsched.core import commands, dag, dagrun, keys, lifecycle, retry
 from raftsched.core.lifecycle import ACTIVE, QUEUED, RETRY_WAIT, RUNNING, SCHEDULED, SKIPPED
 from raftsched.core.tx import (ALERTS, DUE, JOBS, LEASES, READY, RECORD_VERSION, RUNS,
-                               RUNS_BY_JOB, RUNS_BY_TENANT, RUNS_OPEN, SHARDS, TALLY_DEAD_LETTER,
+                               RUNS_BY_TENANT, RUNS_OPEN, SHARDS, TALLY_DEAD_LETTER,
                                TALLY_REDELIVERED, TALLY_RETRY, TALLY_RUN_ENDED, AlertPending, DueArmed, RunCancelled,
                                RunQueued, Tx)
 
@@ -80,17 +80,16 @@ def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str | None, at_ms: in
     policy would, whatever the job's); one created missed or skipped only
     records the occurrence. `node` and `token`: the shard's owner and token
     when the caller checked them (a fire); None reads them from the shard."""
-    by_job = keys.runs_by_job_key(job["id"], scheduled_ms, 1)
-    existing = tx.get(RUNS_BY_JOB, by_job)
-    if existing is not None:
-        earlier = get_run(tx, existing)
-        if earlier is None or not earlier.get("withdrawn"):
+    run_id = keys.run_id(job["id"], scheduled_ms)
+    earlier = get_run(tx, run_id)
+    if earlier is not None:
+        if not earlier.get("withdrawn"):
             return earlier, False
         # An armed run withdrawn by an edit, whose occurrence the job's
         # schedule brought back (a resume or a PATCH before its second): the
         # occurrence runs after all, in a new record under the same ids.
         job["runs_count"] = max(0, job.get("runs_count", 0) - 1)
-    run = {"v": RECORD_VERSION, "id": keys.run_id(job["id"], scheduled_ms, 1),
+    run = {"v": RECORD_VERSION, "id": run_id,
            "job_id": job["id"], "tenant": job["tenant"], "scheduled_ms": scheduled_ms,
            "attempt": 1, "execution_id": keys.execution_id(job["id"], scheduled_ms),
            "state": SCHEDULED, "node": node, "queue": worker_queue(job["spec"]),
@@ -103,7 +102,6 @@ def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str | None, at_ms: in
         state, run["reason"] = _admit(tx, job, run, at_ms, overlap)
     if "dag" in job["spec"]:
         dagrun.prepare(run, job["spec"], state)
-    tx.put(RUNS_BY_JOB, by_job, run["id"])
     tx.put(RUNS_BY_TENANT, keys.runs_by_tenant_key(job["tenant"], scheduled_ms, run["id"]), 1)
     # Runs in the job's history: the purger's count bound reads it (core/retention.py).
     job["runs_count"] = job.get("runs_count", 0) + 1

@@ -59,7 +59,9 @@ BackfillOverlap = Literal["allow", "job"]
 # The shapes of the ids raftsched makes: what a URL, a cursor or a worker's
 # report may name. Anything else cannot exist, so it is refused unread.
 JOB_ID_PATTERN = "job_[0-9a-f]{20}"
-RUN_ID_PATTERN = "run_[0-9a-f]{24}"
+# A job's run: its job's 20 digits and its time's 12 (keys.run_id); a DAG
+# task's run: 24 digits of a hash (keys.task_run_id).
+RUN_ID_PATTERN = "run_[0-9a-f]{24}(?:[0-9a-f]{8})?"
 
 # Names of queues, topics and DAG tasks: they appear in URLs and keys (ASCII,
 # so characters are bytes).
@@ -299,7 +301,7 @@ class BackfillCreate(_Body):
 # --- workers ----------------------------------------------------------------------------
 # What a remote worker sends (api/execution.py): its claim, its heartbeats and its results.
 
-RunId = Text(len("run_") + 24, description="a run id", pattern=f"^{RUN_ID_PATTERN}$")
+RunId = Text(len("run_") + 32, description="a run id", pattern=f"^{RUN_ID_PATTERN}$")
 RunAttempt = Int(1, limits.run_attempts_max, "run_attempts_max")
 
 

@@ -16,8 +16,9 @@ from raftsched.core import keys
 
 JOBS = "jobs"
 DUE = "due"
+# run_id -> the run. A job's runs are together, in time order: their ids
+# (keys.run_id) begin with the job's id, so the table is each job's history.
 RUNS = "runs"
-RUNS_BY_JOB = "runs_by_job"
 RUNS_OPEN = "runs_open"      # shard | run_id: node-executed runs not ended, by job shard
 SHARDS = "shards"
 IDEM = "idem"
@@ -39,7 +40,7 @@ AUDIT_STREAMS = "audit_streams"
 BACKFILLS = "backfills"      # backfill_id -> a backfill's range, progress and state
 BACKFILLS_OPEN = "backfills_open"   # backfill_id -> 1 while it runs: what the backfiller scans
 # tenant | scheduled_ms | run_id -> 1: a tenant's runs in time order (GET /v1/runs),
-# written with the run and removed with it, as runs_by_job is.
+# written with the run and removed with it.
 RUNS_BY_TENANT = "runs_by_tenant"
 # tenant | job_id -> 1: a tenant's jobs in id order (GET /v1/jobs), written with
 # the job and removed when it is purged, so a listing reads its own tenant's
@@ -51,7 +52,7 @@ JOBS_BY_TENANT = "jobs_by_tenant"
 # (apply's Tx, a store's get or scan) overlays it on the job's record.
 JOB_STATE = "job_state"
 # Every replicated table, in digest order.
-TABLES = (JOBS, DUE, RUNS, RUNS_BY_JOB, RUNS_OPEN, SHARDS, IDEM, NODES, LEASES, READY, ALERTS,
+TABLES = (JOBS, DUE, RUNS, RUNS_OPEN, SHARDS, IDEM, NODES, LEASES, READY, ALERTS,
           TOPICS, TOPIC_META, TOPIC_IDEM, GROUPS, COUNTERS, TOKENS, TENANTS, AUDIT,
           BACKFILLS, BACKFILLS_OPEN, RUNS_BY_TENANT, AUDIT_STREAMS, JOBS_BY_TENANT, JOB_STATE)
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from raftsched import limits
 from raftsched.core import backfill, commands, cost, keys, retention
-from raftsched.core.apply import IDEM, JOBS, RUNS, RUNS_BY_JOB
+from raftsched.core.apply import IDEM, JOBS, RUNS
 from raftsched.core.tx import BACKFILLS
 from raftsched.errors import Unavailable
 
@@ -174,15 +174,18 @@ class Purger:
         store = self._node.store
         # A run and, for a DAG job, the task runs removed with it.
         unit_cost = 1 + len(cost.dag_tasks(job["spec"]))
-        prefix = keys.runs_by_job_prefix(job["id"])
+        # The job's runs, oldest first: the runs table's own order (keys.run_id).
+        prefix = keys.job_runs_prefix(job["id"])
         start, page, seen, chosen = prefix, limits.purge_page_runs_first, 0, 0
         while plan.room() > 0 and seen < limits.purge_scan_runs_per_job_max:
-            rows = store.scan(RUNS_BY_JOB, start=start, stop=keys.prefix_end(prefix), limit=page)
-            for _, run_id in rows:
+            rows = store.scan(RUNS, start=start, stop=keys.job_runs_stop(job["id"]), limit=page)
+            for _, run in rows:
+                if run["job_id"] != job["id"]:
+                    continue   # another job's, whose id extends this one's
                 seen += 1
-                run = store.get(RUNS, run_id.encode())
-                if run is None or not retention.purgeable_state(run):
+                if not retention.purgeable_state(run):
                     continue   # open, or its alert is not delivered yet: it stays
+                run_id = run["id"]
                 aged = run["finished_ms"] is not None and run["finished_ms"] <= age_cutoff_ms
                 if not (retired or excess > 0 or aged):
                     return

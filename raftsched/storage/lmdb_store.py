@@ -51,7 +51,13 @@ from raftsched.storage.base import (check_key, decode_value, encode_value, fsync
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+# 2: a run's id (its key) names its job and occurrence (keys.run_id), and the
+# runs_by_job index is gone. A state of schema 1 is refused: its run ids and
+# its open-runs and tenant indexes name runs by the ids of before.
+SCHEMA_VERSION = 2
+_SCHEMA_ADVICE = ("; a data folder of an earlier release whose state this build does not "
+                  "read: start the node with an empty --data folder (docs/operations.md, "
+                  "\"Restarting and upgrading\")")
 _APPLIED = b"applied_index"
 _SCHEMA = b"schema_version"
 _META = "meta"              # the named database of applied_index and schema_version
@@ -140,7 +146,7 @@ class LmdbStore:
                 txn.put(_SCHEMA, keys.u64(SCHEMA_VERSION), db=self._meta)
             elif keys.from_u64(schema) != SCHEMA_VERSION:
                 raise InvariantBroken(f"{self.path}: schema version {keys.from_u64(schema)}, "
-                                      f"this build reads {SCHEMA_VERSION}")
+                                      f"this build reads {SCHEMA_VERSION}" + _SCHEMA_ADVICE)
 
     @contextlib.contextmanager
     def _begin(self, table: str | None = None, *, write: bool = False) -> Iterator[Any]:

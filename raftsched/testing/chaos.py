@@ -439,8 +439,7 @@ class Chaos:
             if len(group) == 1:
                 continue
             group.sort(key=lambda c: c.received_s)
-            attempt = int(group[0].headers.get("X-Raftsched-Attempt", "1"))
-            run = self._api("GET", f"/v1/runs/{keys.run_id(job_id, scheduled_ms, attempt)}")
+            run = self._api("GET", f"/v1/runs/{keys.run_id(job_id, scheduled_ms)}")
             executor = run.body.get("node") if run.status == 200 else None
             for earlier, repeat in zip(group, group[1:]):
                 if _attempt(repeat) > _attempt(earlier):

@@ -17,7 +17,7 @@ const ROUTES = [
   [/^\/?$/, cluster],
   [/^\/jobs$/, jobs],
   [/^\/jobs\/(job_[0-9a-f]{20})$/, job],
-  [/^\/runs\/(run_[0-9a-f]{24})$/, run],
+  [/^\/runs\/(run_[0-9a-f]{24}(?:[0-9a-f]{8})?)$/, run],
   [/^\/new$/, create],
   [/^\/why$/, why],
   [/^\/lateness$/, lateness],
