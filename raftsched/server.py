@@ -15,6 +15,7 @@ import signal
 from aiohttp import web
 
 from raftsched.api.app import make_app
+from raftsched.runtime import gcpolicy
 from raftsched.runtime.node import Node, NodeConfig
 from raftsched.runtime.port import NodeAdapter
 
@@ -38,6 +39,8 @@ async def serve(config: NodeConfig) -> None:
     SIGTERM it drains first (Node.drain), unless a second signal comes;
     SIGINT (Ctrl-C, or a whole local cluster stopping) stops it at once."""
     node = await start_node(config)
+    # What start made lives as long as the process: never scanned again.
+    gcpolicy.tune()
     stop = asyncio.Event()
     signals: list[int] = []
     loop = asyncio.get_running_loop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import time
@@ -16,6 +17,7 @@ from raftsched.core.apply import apply_entry
 from raftsched.core.jobspec import JOB_ID_PATTERN, RUN_ID_PATTERN
 from raftsched.core.tx import TALLY_MISFIRE
 from raftsched.runtime.lateness import BOUNDS_MS, LatenessHistogram
+from raftsched.runtime.gcpolicy import GcTimes
 from raftsched.runtime.metrics import AppliedCounts, exposition, make_registry
 from raftsched.testing.cluster import LocalCluster
 from raftsched.testing.http import call, wait_until
@@ -48,6 +50,8 @@ FAMILIES = {
     "raftsched_snapshot_last_write_seconds": "gauge",
     "raftsched_clock_offset_seconds": "gauge",
     "raftsched_task_failures": "counter",
+    "raftsched_gc_collections": "counter",
+    "raftsched_gc_seconds": "counter",
 }
 
 
@@ -137,7 +141,7 @@ def fake_node(**overrides: object) -> SimpleNamespace:
     node = ns(
         node_id="n1", trigger_lateness=LatenessHistogram(), arming_lead=LatenessHistogram(),
         armed=[],
-        applied_counts=AppliedCounts(),
+        applied_counts=AppliedCounts(), gc_times=GcTimes(),
         trigger=ns(fired_total=7, refused_fires_total=1, stale_items_total=2,
                    owned=lambda: {1: 3, 2: 3}),
         store=ns(applied_index=lambda: 88, scan=lambda table: {
@@ -416,3 +420,21 @@ def test_the_dashboard_uses_only_exported_metrics():
     quantiles = [e for e in exprs if "histogram_quantile" in e]
     assert any("raftsched_trigger_lateness_seconds_bucket" in e for e in quantiles)
     assert any("raftsched_arming_lead_seconds_bucket" in e for e in quantiles)
+
+
+def test_the_collector_s_collections_are_timed_by_generation():
+    times = GcTimes()
+    gc.callbacks.append(times._callback)
+    try:
+        gc.collect(0)
+        gc.collect(2)
+    finally:
+        gc.callbacks.remove(times._callback)
+    assert times.collections[0] >= 1 and times.collections[2] >= 1
+    assert times.seconds[2] > 0
+    text = scrape(fake_node(gc_times=times))
+    assert value(text, "raftsched_gc_collections_total", generation="2") == times.collections[2]
+    assert value(text, "raftsched_gc_seconds_total", generation="2") == \
+        pytest.approx(times.seconds[2])
+    status = times.status()
+    assert status["collections"] == times.collections and len(status["thresholds"]) == 3

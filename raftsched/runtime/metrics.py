@@ -80,6 +80,7 @@ class NodeCollector(Collector):
         yield from self._storage()
         yield from self._clock()
         yield from self._background()
+        yield from self._gc()
 
     def _lateness(self) -> Iterator[Metric]:
         node = self._node
@@ -111,6 +112,20 @@ class NodeCollector(Collector):
         yield gauge("log_latency_seconds", "How far this node's applied log trails its "
                     "proposals (its latest renewal's round trip within one term)",
                     node.coordinator.log_latency_s())
+
+    def _gc(self) -> Iterator[Metric]:
+        times = self._node.gc_times
+        collections = CounterMetricFamily(
+            PREFIX + "gc_collections", "Collections of the process's cyclic garbage collector, "
+            "by generation (0: the youngest)", labels=["generation"])
+        seconds = CounterMetricFamily(
+            PREFIX + "gc_seconds", "Seconds the process's cyclic garbage collector ran, by "
+            "generation: the process did nothing else meanwhile", labels=["generation"])
+        for generation, (count, spent) in enumerate(zip(times.collections, times.seconds)):
+            collections.add_metric([str(generation)], count)
+            seconds.add_metric([str(generation)], spent)
+        yield collections
+        yield seconds
 
     def _runs(self) -> Iterator[Metric]:
         applied = self._node.applied_counts.snapshot()

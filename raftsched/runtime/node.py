@@ -42,7 +42,7 @@ from raftsched.runtime.clock import ClusterClock
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
 from raftsched.runtime.lateness import LatenessHistogram
-from raftsched.runtime import peer
+from raftsched.runtime import gcpolicy, peer
 from raftsched.runtime.metrics import AppliedCounts, exposition, make_registry
 from raftsched.runtime.purger import Purger
 from raftsched.runtime.reaper import Reaper
@@ -217,6 +217,8 @@ class Node:
         # What apply did on this replica (Transition.tallies), and GET /metrics,
         # which reads these and the rest of the node at each scrape.
         self.applied_counts = AppliedCounts()
+        # The process's cyclic garbage collections, timed (runtime/gcpolicy.py).
+        self.gc_times = gcpolicy.times()
         self._metrics = make_registry(self)
         # What clients propose: admitted against the node's bounds, single
         # creates group-committed (runtime/admission.py).

@@ -192,6 +192,9 @@ class NodeAdapter(StoreQueries):
                 # start, and that entry's tag (runtime/apply_bridge.py).
                 "apply_entry_ms_max": round(node.bridge.apply_entry_s_max * 1000, 1),
                 "apply_entry_slowest": node.bridge.apply_entry_slowest,
+                # The process's cyclic garbage collector: collections and their
+                # seconds by generation since start (runtime/gcpolicy.py).
+                "gc": node.gc_times.status(),
                 # Durability (docs/operations.md): the --fsync mode, and how often the
                 # Raft journal was flushed to disk since start.
                 "fsync": node.replicator.fsync,

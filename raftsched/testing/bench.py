@@ -206,10 +206,13 @@ def _reference_rate(n: int, connections: int) -> tuple[float, float]:
     return rate, cpu_us
 
 
-def _cost_mark(cluster: LocalCluster) -> tuple[int, int]:
-    """(CPU clock ticks of every node process, Raft entries applied on the first node)."""
+def _cost_mark(cluster: LocalCluster) -> tuple[int, int, float]:
+    """(CPU clock ticks of every node process, Raft entries applied on the
+    first node, seconds every node process spent in its cyclic garbage
+    collector: GET /v1/node `gc`)."""
     ticks = sum(_cpu_ticks(p.pid) for p in cluster.procs.values())
-    return ticks, call("GET", cluster.url(cluster.ids[0]) + "/v1/node").body["applied_index"]
+    status = [call("GET", cluster.url(nid) + "/v1/node").body for nid in cluster.ids]
+    return ticks, status[0]["applied_index"], sum(sum(s["gc"]["seconds"]) for s in status)
 
 
 def _runs_ended(cluster: LocalCluster) -> int:
@@ -219,7 +222,8 @@ def _runs_ended(cluster: LocalCluster) -> int:
                    if line.startswith("raftsched_runs_ended_total{")))
 
 
-def _cost_figures(marks: list[tuple[int, int]], n: int, reference_cpu_us: float) -> dict:
+def _cost_figures(marks: list[tuple[int, int, float]], n: int,
+                  reference_cpu_us: float) -> dict:
     """CPU of all the node processes and Raft entries, per run: from before the
     creates to half a second before the due second (creates and arming), and
     from then to the last finish applied (the calls and their finishes)."""
@@ -229,7 +233,8 @@ def _cost_figures(marks: list[tuple[int, int]], n: int, reference_cpu_us: float)
                          ("call_and_finish", (marks[1], marks[2]))):
         cpu_us = (b[0] - a[0]) / hz / n * 1e6
         out[name] = {"nodes_cpu_us_per_run": round(cpu_us), "entries_per_1000_runs":
-                     round((b[1] - a[1]) / n * 1000, 1)}
+                     round((b[1] - a[1]) / n * 1000, 1),
+                     "gc_us_per_run": round((b[2] - a[2]) / n * 1e6)}
     whole = (marks[2][0] - marks[0][0]) / hz / n * 1e6
     out["nodes_cpu_us_per_run"] = round(whole)
     out["vs_bare_client_cpu_per_call"] = round(whole / max(reference_cpu_us, 1e-9), 1)
@@ -911,7 +916,8 @@ def _render_burst_table(figures: dict) -> str:
 
 def _render_cost(figures: dict) -> str:
     cost = figures["cost"]
-    parts = [f"{name.replace('_', ' ')}: {c['nodes_cpu_us_per_run']} us of node CPU and "
+    parts = [f"{name.replace('_', ' ')}: {c['nodes_cpu_us_per_run']} us of node CPU "
+             f"({c['gc_us_per_run']} us of it collecting garbage) and "
              f"{c['entries_per_1000_runs']} Raft entries per 1000 runs"
              for name, c in cost.items() if isinstance(c, dict)]
     return (f"cost, all {figures['nodes']} nodes: {cost['nodes_cpu_us_per_run']} us of CPU per run "
