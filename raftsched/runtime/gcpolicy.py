@@ -34,7 +34,7 @@ GENERATIONS = 3
 
 
 class GcTimes:
-    """Collections and the seconds they took, by generation, since installed."""
+    """Collections and the CPU seconds they took, by generation, since installed."""
 
     def __init__(self) -> None:
         self.collections = [0] * GENERATIONS
@@ -43,8 +43,10 @@ class GcTimes:
 
     def _callback(self, phase: str, info: dict) -> None:
         # Called by the collector itself, with the GIL held, in the thread it
-        # runs in: per thread, a start and its stop are adjacent.
-        now = time.perf_counter()
+        # runs in: per thread, a start and its stop are adjacent, and the
+        # thread's CPU clock counts the collection's CPU alone (a wall clock
+        # would count the time the process waited for a core too).
+        now = time.thread_time()
         ident = threading.get_ident()
         if phase == "start":
             self._started[ident] = now
