@@ -61,12 +61,16 @@ class GcTimes:
     def status(self) -> dict:
         return {"collections": list(self.collections),
                 "seconds": [round(s, 3) for s in self.seconds],
-                "frozen_objects": gc.get_freeze_count(),
+                "frozen_objects": _frozen,
                 "thresholds": list(gc.get_threshold())}
 
 
 _times: GcTimes | None = None
 _lock = threading.Lock()
+# Objects tune() froze: counted once there, since gc.get_freeze_count() walks
+# every frozen object (half a millisecond for a node's 50,000), and GET
+# /v1/node, which the peers ask every second or so, shows it.
+_frozen = 0
 
 
 def times() -> GcTimes:
@@ -83,7 +87,9 @@ def times() -> GcTimes:
 def tune(young_threshold: int = limits.gc_young_threshold) -> None:
     """Freeze what exists and collect the young generation less often: for a
     node process, once it has started (raftsched/server.py)."""
+    global _frozen
     gc.collect()   # what start left as garbage goes, rather than being frozen
     gc.freeze()
+    _frozen = gc.get_freeze_count()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(young_threshold, older, oldest)
