@@ -12,6 +12,7 @@ import time
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from raftsched import limits
 from raftsched.executors.base import Attempt
 from raftsched.executors.http import HttpExecutor
 from raftsched.executors.netguard import (AddressPolicy, AddressRefused, GuardedResolver,
@@ -299,3 +300,25 @@ def test_a_host_judged_callable_is_remembered_and_a_refused_one_is_judged_each_t
         with pytest.raises(AddressRefused, match="10.0.0.1"):
             policy.check_url("http://10.0.0.1/x")
     assert policy._callable_hosts == {"127.0.0.1"}
+
+
+def test_a_host_is_judged_once_at_create_and_the_memory_is_bounded(monkeypatch):
+    """url_refusal remembers each host's answer (the host's text alone decides
+    it), at most callable_hosts_known_max of them."""
+    policy = AddressPolicy()
+    judged: list[str] = []
+    judge = policy.host_refusal
+
+    def counting(host: str):
+        judged.append(host)
+        return judge(host)
+
+    monkeypatch.setattr(policy, "host_refusal", counting)
+    for path in ("a", "b", "c"):
+        assert policy.url_refusal(f"http://10.0.0.1/{path}") is not None
+        assert policy.url_refusal(f"https://hooks.example.com/{path}") is None
+    assert judged == ["10.0.0.1", "hooks.example.com"]
+    monkeypatch.setattr(limits, "callable_hosts_known_max", 2)
+    policy.url_refusal("https://other.example.com/x")
+    assert len(policy._host_refusals) <= 2
+    assert policy.url_refusal("http://10.0.0.1/d") is not None

@@ -143,6 +143,10 @@ class AddressPolicy:
         # alone and the policy never changes, so each is parsed once (a burst
         # calls the same few hosts many times). At most callable_hosts_known_max.
         self._callable_hosts: set[str] = set()
+        # url_refusal's answer for each host it judged (the same reasoning: the
+        # host's text alone decides): a batch of creates names a few hosts
+        # many times. At most callable_hosts_known_max.
+        self._host_refusals: dict[str, AddressRefused | None] = {}
 
     @classmethod
     def parse(cls, cidrs: Iterable[str]) -> "AddressPolicy":
@@ -181,7 +185,13 @@ class AddressPolicy:
         localhost name. The host is taken as both urllib and yarl (which
         aiohttp calls with) read it, so neither reading slips past."""
         for host in url_hosts(url):
-            refused = self.host_refusal(host)
+            if host in self._host_refusals:
+                refused = self._host_refusals[host]
+            else:
+                refused = self.host_refusal(host)
+                if len(self._host_refusals) >= limits.callable_hosts_known_max:
+                    self._host_refusals.clear()
+                self._host_refusals[host] = refused
             if refused is not None:
                 return refused
         return None
