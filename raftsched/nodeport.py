@@ -207,6 +207,10 @@ class NodePort(Protocol):
     def wall_us(self) -> int:
         """This node's own wall clock, in microseconds since the epoch."""
 
+    def raft_position(self) -> tuple[str, int]:
+        """This node's Raft role and commit index: what a follower asks the
+        leader for before a consistent read (GET /v1/node/clock)."""
+
     def draining(self) -> bool:
         """Whether this node is stopping and handing its shards and runs over
         (runtime/node.py Node.drain)."""

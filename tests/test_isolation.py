@@ -191,7 +191,7 @@ async def test_a_tenants_tokens_may_not_read_the_metrics_or_cluster_views(api, p
 
 
 async def test_an_operator_reads_the_metrics_and_nothing_of_any_tenant(api):
-    client, _, tokens = api
+    client, port, tokens = api
     response = await client.get("/metrics", headers=_bearer(tokens["operator"]))
     assert response.status == 200
     assert 'tenant="t2"' in await response.text()
@@ -201,9 +201,12 @@ async def test_an_operator_reads_the_metrics_and_nothing_of_any_tenant(api):
     response = await client.get("/v1/jobs", params={"tenant": "t1"},
                                 headers=_bearer(tokens["operator"]))
     assert response.status == 403
-    # The node's clock holds nothing of any tenant: any token reads it (peers do).
-    assert (await client.get("/v1/node/clock",
-                             headers=_bearer(tokens["t1_reader"]))).status == 200
+    # The node's clock holds nothing of any tenant: any token reads it (peers do),
+    # with the Raft role and commit index a follower's consistent read asks for.
+    response = await client.get("/v1/node/clock", headers=_bearer(tokens["t1_reader"]))
+    assert response.status == 200
+    clock = await response.json()
+    assert clock["role"] == "leader" and clock["commit_index"] == port.applied_index()
 
 
 # --- admin tokens are the cluster's ------------------------------------------------------------

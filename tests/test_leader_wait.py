@@ -113,3 +113,41 @@ def test_a_test_helper_asks_again_after_a_503_until_its_deadline():
                    "a read that is always refused")
     with pytest.raises(AssertionError):
         wait_until(lambda: expect(Response(404, None, {}), 200), 5, "a missing run")
+
+
+class _Peers:
+    """The leader's answers by path, as a follower's peer client gets them."""
+
+    def __init__(self, answers: dict[str, object]) -> None:
+        self.answers = answers
+        self.asked: list[str] = []
+
+    async def get_json(self, url: str, timeout_s: float) -> object:
+        path = url.split("127.0.0.1:8701", 1)[1]
+        self.asked.append(path)
+        return self.answers[path]
+
+
+def _follower(peers: _Peers) -> SimpleNamespace:
+    nodes = [(b"n1", {"id": "n1", "raft": "127.0.0.1:9701", "http": "http://127.0.0.1:8701"})]
+    return SimpleNamespace(peers=peers, store=SimpleNamespace(scan=lambda table: nodes))
+
+
+async def test_a_follower_reads_the_leader_s_commit_index_from_its_clock_answer():
+    peers = _Peers({"/v1/node/clock": {"node": "n1", "wall_us": 1, "role": "leader",
+                                       "commit_index": 42},
+                    "/v1/node": {"role": "leader", "commit_index": 41}})
+    assert await Node._leader_commit_index(_follower(peers), "127.0.0.1:9701", 1.0) == 42
+    assert peers.asked == ["/v1/node/clock"]   # not the leader's whole status
+
+
+async def test_a_leader_of_an_earlier_release_is_asked_for_its_status():
+    peers = _Peers({"/v1/node/clock": {"node": "n1", "wall_us": 1},
+                    "/v1/node": {"role": "leader", "commit_index": 41}})
+    assert await Node._leader_commit_index(_follower(peers), "127.0.0.1:9701", 1.0) == 41
+    assert peers.asked == ["/v1/node/clock", "/v1/node"]
+    deposed = _Peers({"/v1/node/clock": {"node": "n1", "wall_us": 1, "role": "follower",
+                                         "commit_index": 42}})
+    with pytest.raises(Unavailable) as refused:
+        await Node._leader_commit_index(_follower(deposed), "127.0.0.1:9701", 1.0)
+    assert refused.value.reason == "leader_changed"

@@ -207,6 +207,12 @@ class NodeClock(_Answer, kw_only=True):
     applies: Annotated[int, Meta(description="the level of the commands this node applies; "
                                              "its peers propose none above the lowest "
                                              "level of the cluster")] = 1
+    role: Union[Annotated[str, Meta(description="this node's Raft role: leader, follower or "
+                                                "candidate")], Maybe] = UNSET
+    commit_index: Union[Annotated[int, Meta(description="this node's Raft commit index: a "
+                                                        "follower's consistent read waits "
+                                                        "until it has applied the leader's")],
+                        Maybe] = UNSET
 
 
 class ClusterMember(_Answer, kw_only=True):

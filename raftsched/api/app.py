@@ -492,8 +492,12 @@ async def node_clock(request: web.Request) -> web.Response:
     """This node's own wall clock, in microseconds since the epoch: what its
     peers measure it by (runtime/clock.py), so it is read as late as possible."""
     node = node_of(request)
-    return json_response({"node": node.node_id, "wall_us": node.wall_us(),
-                          "draining": node.draining(), "applies": commands.APPLY_LEVEL})
+    answer = {"node": node.node_id, "wall_us": node.wall_us(), "draining": node.draining(),
+              "applies": commands.APPLY_LEVEL}
+    # What a follower's consistent read asks the leader (runtime/node.py), after
+    # the wall clock, which is read as late as possible.
+    answer["role"], answer["commit_index"] = node.raft_position()
+    return json_response(answer)
 
 
 async def cluster(request: web.Request) -> web.Response:

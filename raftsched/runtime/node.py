@@ -330,7 +330,14 @@ class Node:
             raise Unavailable("no leader known, cannot read consistently; retry",
                               reason="no_leader")
         try:
-            body = await self.peers.get_json(leader["http"] + "/v1/node", timeout_s=timeout_s)
+            # The clock answer carries the role and commit index, and costs the
+            # leader far less than its whole status; a leader of a release
+            # before that answers without them, and is asked for its status.
+            body = await self.peers.get_json(leader["http"] + "/v1/node/clock",
+                                             timeout_s=timeout_s)
+            if not isinstance(body, dict) or "commit_index" not in body:
+                body = await self.peers.get_json(leader["http"] + "/v1/node",
+                                                 timeout_s=timeout_s)
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as exc:
             raise Unavailable(f"cannot ask the leader {leader['id']} for its commit index: "
                               f"{exc!r}", reason="no_leader") from None

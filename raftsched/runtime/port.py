@@ -222,6 +222,10 @@ class NodeAdapter(StoreQueries):
     def wall_us(self) -> int:
         return self._node.clock.wall_us()
 
+    def raft_position(self) -> tuple[str, int]:
+        status = self._node.replicator.status()
+        return status.role, status.commit_index
+
     def draining(self) -> bool:
         return self._node.draining
 

@@ -61,6 +61,9 @@ class ReplicaPort(StoreQueries):
     def draining(self) -> bool:
         return False
 
+    def raft_position(self) -> tuple[str, int]:
+        return "leader", self.applied_index()   # one replica: its own leader
+
     def shard_of(self, job_id: str) -> int:
         return keys.shard_of(job_id, self.shard_count)
 
