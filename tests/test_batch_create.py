@@ -71,6 +71,8 @@ def test_mixed_batch_answers_one_result_per_job_in_order(shared_cluster):
     results = response.body["results"]
     assert len(results) == len(jobs)
     assert [("error" in r) for r in results] == [False, True, False, True, True]
+    made = [r["job_id"] for r in results if "job_id" in r]
+    assert made == sorted(made)   # ids in the order made (api/ids.py)
     assert [r["error"]["field"] for r in results if "error" in r] == \
         ["schedule.cron", "schedule", "colour"]
     assert results[1]["error"]["status"] == 400

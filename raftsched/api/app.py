@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets
 import time
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from raftsched.api import admin, backfills, execution, history, metrics, openapi
 from raftsched.api.auth import actor_of, auth_middleware, tenant_of
 from raftsched.api.common import (NODE_KEY, int_param, job_secrets, json_body,
                                   json_response, maybe_consistent, node_of, raise_refusal)
+from raftsched.api.ids import new_job_id
 from raftsched.api.problems import problem, problem_body
 from raftsched.api.views import format_in_job_zone, job_view, run_view
 from raftsched.core import commands, cost, tenancy
@@ -94,7 +94,7 @@ def _create_quota(node: "NodePort", tenant: str) -> dict:
 async def create_job(request: web.Request) -> web.Response:
     node = node_of(request)
     # The id comes first: `H` in a cron schedule is hashed from it.
-    job_id = "job_" + secrets.token_hex(10)
+    job_id = new_job_id()
     parsed = validate_create(await json_body(request), job_id)
     spec, idem = parsed["spec"], parsed["idempotency_key"]
     policy.check_spec(node.config, spec)
@@ -291,7 +291,7 @@ def _job_body_bytes(body: object, position: int) -> int:
 
 def _batch_item(node: "NodePort", body: object, now: int) -> commands.CreateJobItem:
     """A job body, checked as POST /v1/jobs checks it, as a create_jobs item."""
-    job_id = "job_" + secrets.token_hex(10)
+    job_id = new_job_id()
     parsed = validate_create(body, job_id)
     spec = parsed["spec"]
     policy.check_spec(node.config, spec)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import os
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import time
 from typing import Iterator
 
 from raftsched import limits
+from raftsched.api.ids import JobIds
 from raftsched.core import codec, commands, keys, jobspec
 from raftsched.core.apply import apply_entry
 from raftsched.core.firing import fire_item
@@ -120,10 +120,13 @@ class Replica:
         return transition.result
 
 
+_JOB_IDS = JobIds()
+
+
 def _job_id(i: int) -> str:
-    """A job id of the API's shape, random-looking as the API's are (so the
-    tables keyed by it fill in random order, as on a node)."""
-    return "job_" + hashlib.blake2b(i.to_bytes(8, "big"), digest_size=10).hexdigest()
+    """A job id as the API makes them (api/ids.py): in the order made, so the
+    tables keyed by it fill as on a node."""
+    return _JOB_IDS.next()
 
 
 def _spec(run_at_ms: int) -> dict:

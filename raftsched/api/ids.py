@@ -1,0 +1,65 @@
+"""Job ids in the order they are made.
+
+A job id is "job_" and 20 hex digits: the milliseconds since the epoch when
+the node took the create (11 digits, to the year 2527), a tag drawn at
+random when the process starts (5 digits), and a count within the
+millisecond (4 digits). Every table whose key starts with a job id (jobs, a
+tenant's jobs, a job's runs: keys.run_id) then takes a batch's jobs side by
+side at its end, where random ids wrote one B-tree page each, all over the
+table: a create's and a run's LMDB writes touch a few pages, not one per
+job, and a table grows with full pages (docs/benchmarks.md, "Job ids in
+the order they are made").
+
+An id is unique without coordination: within a process the ids only grow
+(a clock that steps back keeps the last millisecond and counts on; a count
+past 0xffff takes the next millisecond); between processes they differ by
+the tag, and two processes that drew the same tag (one chance in 2**20 for
+a pair) collide only on the same millisecond and count. Apply refuses a
+create whose id exists (409 `conflict`), so even then nothing is
+overwritten.
+
+The id says when the job was created, to the millisecond, to whoever may
+read the job. It is no secret and no credential: every read of a job is
+checked against the caller's tenant (api/auth.py).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+
+_TAG_BITS, _COUNT_BITS = 20, 16
+_COUNT_MAX = (1 << _COUNT_BITS) - 1
+
+
+class JobIds:
+    """A source of job ids that only grow (thread-safe: batchCreate checks
+    its jobs on worker threads)."""
+
+    def __init__(self, tag: int | None = None, clock_ms=None) -> None:
+        self._tag = secrets.randbits(_TAG_BITS) if tag is None else tag
+        assert 0 <= self._tag < 1 << _TAG_BITS, tag
+        self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
+        self._lock = threading.Lock()
+        self._ms = self._count = -1
+
+    def next(self) -> str:
+        with self._lock:
+            ms = self._clock_ms()
+            if ms > self._ms:
+                self._ms, self._count = ms, 0
+            elif self._count < _COUNT_MAX:
+                self._count += 1
+            else:   # a full millisecond (or a clock stepped back): the next one
+                self._ms, self._count = self._ms + 1, 0
+            ms, count = self._ms, self._count
+        return f"job_{ms:011x}{self._tag:05x}{count:04x}"
+
+
+# One source per process: the ids of every node app in it grow together.
+_IDS = JobIds()
+
+
+def new_job_id() -> str:
+    return _IDS.next()

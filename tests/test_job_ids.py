@@ -1,0 +1,82 @@
+"""Job ids in the order they are made (api/ids.py): the API's shape, growing
+within a process whatever its clock does, distinct between processes."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+from raftsched.api.ids import JobIds, new_job_id
+from raftsched.core import keys
+from raftsched.core.spec import JOB_ID_PATTERN
+
+
+class Clock:
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def test_an_id_has_the_api_shape_and_names_its_millisecond():
+    clock = Clock(1_764_900_000_123)
+    made = JobIds(tag=0xABCDE, clock_ms=clock).next()
+    assert re.fullmatch(JOB_ID_PATTERN, made)
+    assert made == f"job_{1_764_900_000_123:011x}abcde0000"
+    assert re.fullmatch(JOB_ID_PATTERN, new_job_id())
+
+
+def test_ids_grow_within_a_millisecond_and_when_the_clock_steps_back():
+    clock = Clock(5_000)
+    ids = JobIds(tag=7, clock_ms=clock)
+    made = [ids.next() for _ in range(3)]
+    clock.ms = 4_000   # stepped back: the last millisecond counts on
+    made += [ids.next() for _ in range(2)]
+    clock.ms = 5_001
+    made.append(ids.next())
+    assert made == sorted(made) and len(set(made)) == len(made)
+    assert made[3][4:15] == f"{5_000:011x}" and made[3].endswith("0003")
+    assert made[-1][4:15] == f"{5_001:011x}" and made[-1].endswith("0000")
+
+
+def test_a_full_millisecond_borrows_the_next():
+    clock = Clock(9_000)
+    ids = JobIds(tag=1, clock_ms=clock)
+    made = [ids.next() for _ in range(0x10000 + 2)]
+    assert made == sorted(made) and len(set(made)) == len(made)
+    assert made[0xFFFF][4:15] == f"{9_000:011x}" and made[0xFFFF].endswith("ffff")
+    assert made[0x10000][4:15] == f"{9_001:011x}" and made[0x10000].endswith("0000")
+    clock.ms = 9_001   # the clock catches up with the borrowed millisecond
+    assert ids.next() > made[-1]
+
+
+def test_processes_with_other_tags_make_other_ids_on_the_same_millisecond():
+    clock = Clock(1_000)
+    a, b = JobIds(tag=1, clock_ms=clock), JobIds(tag=2, clock_ms=clock)
+    assert {a.next() for _ in range(100)}.isdisjoint({b.next() for _ in range(100)})
+
+
+def test_threads_share_one_source_without_a_repeat():
+    ids, made = JobIds(), []
+    lock = threading.Lock()
+
+    def take() -> None:
+        mine = [ids.next() for _ in range(5_000)]
+        with lock:
+            made.extend(mine)
+
+    threads = [threading.Thread(target=take) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(made)) == 20_000
+
+
+def test_a_batch_s_jobs_and_their_runs_sort_in_the_order_made():
+    ids = JobIds(tag=3, clock_ms=Clock(2_000))
+    jobs = [ids.next() for _ in range(50)]
+    runs = [keys.run_id(j, 7_000) for j in jobs]
+    assert runs == sorted(runs)
+    assert [keys.run_occurrence(r) for r in runs] == [(j, 7_000) for j in jobs]
