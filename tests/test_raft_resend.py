@@ -96,3 +96,20 @@ def test_a_large_entry_sent_again_in_chunks_is_kept_too(follower, caplog):
             "commit_index": 3, "prevLogIdx": 2, "prevLogTerm": 1})
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert [idx for idx, _t, _c in log_of(obj)] == [1, 2, 3]
+
+
+def test_a_chunk_marked_finish_before_the_entry_is_whole_waits_for_the_rest(follower, caplog):
+    obj, leader = follower
+    big = NOOP + b"y" * 4096
+    pickled = pysyncobj_pickle.dumps((big, 2, 1))
+    # pysyncobj marks 'finish' the chunk that reaches the command's length,
+    # short of the pickled entry's.
+    for transmission, data in (("start", pickled[:1000]), ("finish", pickled[1000:4100]),
+                               ("finish", pickled[4100:])):
+        obj._SyncObj__onMessageReceived(leader, {
+            "type": "append_entries", "transmission": transmission, "data": data, "term": 1,
+            "commit_index": 2, "prevLogIdx": 1, "prevLogTerm": 0})
+    obj.doTick(0.0)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert log_of(obj) == [(1, 0, NOOP), (2, 1, big)]
+    assert obj.raftLastApplied == 2

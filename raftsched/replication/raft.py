@@ -719,11 +719,13 @@ class _StateMachine(SyncObj):
         if not isinstance(received, bytes):
             return message
         whole = received + message["data"]
-        if _truncated_pickle(whole):
+        entry = _unpickled(whole)
+        if entry is _TRUNCATED:
             return dict(message, transmission="process")
         self._SyncObj__recvTransmission = ""
         regular = {k: v for k, v in message.items() if k not in ("transmission", "data")}
-        regular["entries"] = [pysyncobj_pickle.loads(whole)]
+        # Whole but odd to the C unpickler: pysyncobj's own loader decides.
+        regular["entries"] = [pysyncobj_pickle.loads(whole) if entry is _ODD else entry]
         return regular
 
     # pysyncobj's leader, on a follower's acknowledgement of an earlier batch,
@@ -1279,15 +1281,20 @@ class _JournalFlusher:
                 self._fd = None
 
 
-def _truncated_pickle(data: bytes) -> bool:
-    """Whether `data` is the start of a pickle rather than a whole one."""
+_TRUNCATED, _ODD = object(), object()
+
+
+def _unpickled(data: bytes) -> Any:
+    """The value `data` pickles, read once (an entry of a batch create is
+    hundreds of KB); _TRUNCATED when it is the start of a pickle rather than
+    a whole one, _ODD when C's unpickler refuses it otherwise."""
     try:
-        pickle.loads(data)
+        return pickle.loads(data)
     except (EOFError, pickle.UnpicklingError) as exc:
-        return isinstance(exc, EOFError) or "truncated" in str(exc)
+        truncated = isinstance(exc, EOFError) or "truncated" in str(exc)
+        return _TRUNCATED if truncated else _ODD
     except Exception:
-        return False   # whole but odd: pysyncobj's own loader decides
-    return False
+        return _ODD
 
 
 def _link_or_empty(snapshot: str, tmp: str) -> None:
