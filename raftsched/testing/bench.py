@@ -436,10 +436,15 @@ def footprint(sizes: list[int] | int, runs: int, nodes: int = 3) -> dict:
     the job and its run), from LMDB's pages in use on each node; and each
     node's private and mapped memory at each size."""
     sizes = sorted({sizes} if isinstance(sizes, int) else set(sizes))
+    # The jobs of every size and the runs, and room for creates sent again
+    # after a 503 that were committed after all, under the tenant's quota
+    # (tenant_jobs_max_default is 10M).
+    jobs_max = max(limits.tenant_jobs_max_default, 2 * (sizes[-1] + runs))
     conditions = _announce("footprint", pending_jobs=sizes[-1], sizes=sizes,
-                           finished_runs=runs, nodes=nodes, sink=FastSink.kind)
+                           finished_runs=runs, nodes=nodes, sink=FastSink.kind,
+                           tenant_jobs_max=jobs_max)
     with tempfile.TemporaryDirectory() as tmp, FastSink() as sink, \
-            _quiet_cluster(tmp, nodes) as cluster:
+            _quiet_cluster(tmp, nodes, node_args=[f"--tenant-jobs-max={jobs_max}"]) as cluster:
         cluster.wait_ready()
         cluster.ensure_same(60)
         empty = _used(cluster)
