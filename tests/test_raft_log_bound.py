@@ -5,6 +5,7 @@ from types import SimpleNamespace
 from pysyncobj.journal import FileJournal
 
 from raftsched import limits
+from raftsched.replication import raft
 from raftsched.replication.raft import _StateMachine, _TrackedJournal
 
 
@@ -21,6 +22,27 @@ def test_the_journal_counts_the_bytes_it_holds(tmp_path):
     journal.clear()
     assert journal.held_bytes() == 0
     journal._destroy()
+
+
+def test_a_snapshot_s_compaction_hands_the_freed_memory_back(tmp_path, monkeypatch):
+    released = []
+    monkeypatch.setattr(raft, "release_freed_memory", lambda: released.append(True))
+    journal = FileJournal(str(tmp_path / "journal"))
+    journal.__class__ = _TrackedJournal
+    for idx in range(1, 5):
+        journal.add(b"x" * 1000, idx, 1)
+    journal.deleteEntriesFrom(3)        # a truncation (keeps three): no trim
+    assert released == []
+    journal.deleteEntriesTo(2)          # a snapshot's compaction
+    assert released == [True]
+    assert journal.held_bytes() == 1000
+    journal._destroy()
+
+
+def test_releasing_freed_memory_is_glibc_s_trim_or_nothing():
+    # On glibc (this project's images and CI) the trim is there; elsewhere the
+    # call answers False and does nothing.
+    assert raft.release_freed_memory() is (raft._MALLOC_TRIM is not None)
 
 
 class _Held(_TrackedJournal):
