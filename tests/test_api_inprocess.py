@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raftsched import limits
+from raftsched.errors import Unavailable
 from raftsched.testing.inprocess import ReplicaPort, api_client
 
 
@@ -121,3 +122,26 @@ async def test_schedule_preview_crosses_dst():
         assert (await response.json())["fire_times"] == ["2026-03-08T03:00:00-04:00",
                                                          "2026-03-09T02:30:00-04:00",
                                                          "2026-03-10T02:30:00-04:00"]
+
+
+async def test_a_digest_check_still_being_computed_answers_its_index():
+    class Slow(ReplicaPort):
+        asked: list[int] = []
+
+        async def propose(self, command: dict) -> dict:
+            # A node's answer carries the entry's log index; this port's has none.
+            return {**await super().propose(command), "index": 41}
+
+        async def digest_at(self, index: int, timeout_s: float) -> str | None:
+            self.asked.append(index)
+            raise Unavailable(f"the digest at index {index} is still being computed here; "
+                              "ask again", reason="digest_pending")
+
+    port = Slow()
+    async with api_client(port) as client:
+        answer = await client.post("/v1/state/digest:check")
+        problem = await answer.json()
+        assert answer.status == 503, problem
+        assert problem["reason"] == "digest_pending"
+        assert problem["index"] == port.asked[-1] == 41
+        assert answer.headers["Retry-After"] == "1"

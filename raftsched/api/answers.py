@@ -41,6 +41,9 @@ class Problem(_Answer, kw_only=True):
     retry_after_s: Union[Annotated[int, Meta(ge=1, description=(
         "429 in a batchCreate result: when to try that job again (a whole answer's 429 "
         "says it in Retry-After)"))], Maybe] = UNSET
+    index: Union[Annotated[int, Meta(description=(
+        "503 of POST /v1/state/digest:check whose digest is still being computed: the "
+        "check's log index, to ask GET /v1/state/digest?index= for"))], Maybe] = UNSET
 
 
 class ScheduleView(_Answer, kw_only=True):

@@ -577,7 +577,14 @@ async def check_digest(request: web.Request) -> web.Response:
     node = node_of(request)
     result = await node.propose(commands.check_digest(node=node.node_id, at_ms=node.now_ms()))
     raise_refusal(result, field="node")
-    value = await node.digest_at(result["index"], limits.propose_timeout_s)
+    try:
+        value = await node.digest_at(result["index"], limits.propose_timeout_s)
+    except Unavailable as exc:
+        # Still being computed (a large state takes minutes): the check's index,
+        # so that a caller asks GET /v1/state/digest?index= rather than checking
+        # again (each check is one more digest to compute on every node).
+        return problem(503, "unavailable", exc.detail, reason=exc.reason,
+                       index=result["index"], headers={"Retry-After": "1"})
     if value is None:
         raise Unavailable(f"the digest at index {result['index']} was not computed here; retry",
                           reason="digest_unavailable")

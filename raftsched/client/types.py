@@ -21,6 +21,7 @@ class Problem(TypedDict, total=False):
     limit: str
     reason: str
     retry_after_s: int
+    index: int   # 503 digest_pending of a digest check: the check's log index
 
 
 class JobPatchBody(TypedDict, total=False):

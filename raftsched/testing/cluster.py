@@ -260,18 +260,26 @@ class LocalCluster:
         The log never stands still (renewals), so replicas are compared at one
         index rather than "now"."""
         nodes = among or self.alive()
+        pending: list[int] = []   # a check still being computed: waited for, not made again
 
         def checked() -> dict | None:
-            index = None
-            for nid in nodes:
+            index = pending[-1] if pending else None
+            for nid in ([] if index is not None else nodes):
                 answer = self.api(nid, "POST", "/v1/state/digest:check", timeout_s=6)
                 if answer.status == 200:
                     index = answer.body["index"]
                     break
+                if answer.status == 503 and isinstance(answer.body, dict) \
+                        and answer.body.get("reason") == "digest_pending":
+                    pending.append(answer.body["index"])
+                    return None
             if index is None:
                 return None
             found = {nid: self.api(nid, "GET", f"/v1/state/digest?index={index}",
                                    timeout_s=7) for nid in nodes}
+            if any(r.status == 503 for r in found.values()):
+                return None   # still being computed there: ask again
+            pending.clear()
             if any(r.status != 200 for r in found.values()):
                 return None   # a node lags or skipped the index on a snapshot: check again
             return {nid: r.body for nid, r in found.items()}
