@@ -80,3 +80,14 @@ def test_a_batch_s_jobs_and_their_runs_sort_in_the_order_made():
     runs = [keys.run_id(j, 7_000) for j in jobs]
     assert runs == sorted(runs)
     assert [keys.run_occurrence(r) for r in runs] == [(j, 7_000) for j in jobs]
+
+
+def test_a_forked_child_draws_a_tag_of_its_own(monkeypatch):
+    clock = Clock(3_000)
+    ids = JobIds(tag=5, clock_ms=clock)
+    before = ids.next()
+    monkeypatch.setattr("raftsched.api.ids.secrets.randbits", lambda bits: 6)
+    ids.redraw()   # what os.register_at_fork runs in the child
+    after = ids.next()
+    assert before[15:20] == "00005" and after[15:20] == "00006"
+    assert after > before

@@ -13,7 +13,7 @@ the order they are made").
 An id is unique without coordination: within a process the ids only grow
 (a clock that steps back keeps the last millisecond and counts on; a count
 past 0xffff takes the next millisecond); between processes they differ by
-the tag, and two processes that drew the same tag (one chance in 2**20 for
+the tag (a forked child draws its own), and two processes that drew the same tag (one chance in 2**20 for
 a pair) collide only on the same millisecond and count. Apply refuses a
 create whose id exists (409 `conflict`), so even then nothing is
 overwritten.
@@ -25,9 +25,11 @@ checked against the caller's tenant (api/auth.py).
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 import time
+from typing import Callable
 
 _TAG_BITS, _COUNT_BITS = 20, 16
 _COUNT_MAX = (1 << _COUNT_BITS) - 1
@@ -37,12 +39,19 @@ class JobIds:
     """A source of job ids that only grow (thread-safe: batchCreate checks
     its jobs on worker threads)."""
 
-    def __init__(self, tag: int | None = None, clock_ms=None) -> None:
+    def __init__(self, tag: int | None = None,
+                 clock_ms: Callable[[], int] | None = None) -> None:
         self._tag = secrets.randbits(_TAG_BITS) if tag is None else tag
         assert 0 <= self._tag < 1 << _TAG_BITS, tag
         self._clock_ms = clock_ms or (lambda: time.time_ns() // 1_000_000)
         self._lock = threading.Lock()
         self._ms = self._count = -1
+
+    def redraw(self) -> None:
+        """A new tag (and lock): a forked child would otherwise make its
+        parent's ids on the same milliseconds."""
+        self._tag = secrets.randbits(_TAG_BITS)
+        self._lock = threading.Lock()
 
     def next(self) -> str:
         with self._lock:
@@ -59,6 +68,7 @@ class JobIds:
 
 # One source per process: the ids of every node app in it grow together.
 _IDS = JobIds()
+os.register_at_fork(after_in_child=_IDS.redraw)
 
 
 def new_job_id() -> str:
