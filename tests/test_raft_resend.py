@@ -39,6 +39,16 @@ def append(obj, leader, *, term: int, prev: int, prev_term: int, entries: list, 
     obj.doTick(0.0)   # applies what is committed
 
 
+def send_chunks(obj, leader, chunks: list[tuple[str, bytes]], *, prev: int, prev_term: int,
+                commit: int) -> None:
+    """One pickled entry sent in chunks, as pysyncobj sends a large one:
+    (transmission, data) each, in term 1."""
+    for transmission, data in chunks:
+        obj._SyncObj__onMessageReceived(leader, {
+            "type": "append_entries", "transmission": transmission, "data": data, "term": 1,
+            "commit_index": commit, "prevLogIdx": prev, "prevLogTerm": prev_term})
+
+
 def log_of(obj) -> list[tuple]:
     return [(entry[1], entry[2], entry[0]) for entry in obj._SyncObj__getEntries(1)]
 
@@ -89,11 +99,8 @@ def test_a_large_entry_sent_again_in_chunks_is_kept_too(follower, caplog):
     append(obj, leader, term=1, prev=1, prev_term=0, entries=batch(2, 3, command=big), commit=3)
     assert obj.raftLastApplied == 3
     pickled = pysyncobj_pickle.dumps((big, 3, 1))
-    for transmission, data in (("start", pickled[:1000]), ("process", pickled[1000:2000]),
-                               ("finish", pickled[2000:])):
-        obj._SyncObj__onMessageReceived(leader, {
-            "type": "append_entries", "transmission": transmission, "data": data, "term": 1,
-            "commit_index": 3, "prevLogIdx": 2, "prevLogTerm": 1})
+    send_chunks(obj, leader, [("start", pickled[:1000]), ("process", pickled[1000:2000]),
+                              ("finish", pickled[2000:])], prev=2, prev_term=1, commit=3)
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert [idx for idx, _t, _c in log_of(obj)] == [1, 2, 3]
 
@@ -104,11 +111,8 @@ def test_a_chunk_marked_finish_before_the_entry_is_whole_waits_for_the_rest(foll
     pickled = pysyncobj_pickle.dumps((big, 2, 1))
     # pysyncobj marks 'finish' the chunk that reaches the command's length,
     # short of the pickled entry's.
-    for transmission, data in (("start", pickled[:1000]), ("finish", pickled[1000:4100]),
-                               ("finish", pickled[4100:])):
-        obj._SyncObj__onMessageReceived(leader, {
-            "type": "append_entries", "transmission": transmission, "data": data, "term": 1,
-            "commit_index": 2, "prevLogIdx": 1, "prevLogTerm": 0})
+    send_chunks(obj, leader, [("start", pickled[:1000]), ("finish", pickled[1000:4100]),
+                              ("finish", pickled[4100:])], prev=1, prev_term=0, commit=2)
     obj.doTick(0.0)
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert log_of(obj) == [(1, 0, NOOP), (2, 1, big)]
