@@ -145,3 +145,32 @@ async def test_a_digest_check_still_being_computed_answers_its_index():
         assert problem["reason"] == "digest_pending"
         assert problem["index"] == port.asked[-1] == 41
         assert answer.headers["Retry-After"] == "1"
+
+
+CONSISTENT_READS = ["/v1/jobs", "/v1/jobs/{job}", "/v1/jobs/{job}/runs", "/v1/jobs/{job}/preview",
+                    "/v1/runs", "/v1/runs/{run}", "/v1/runs/{run}/logs", "/v1/cluster/shards",
+                    "/v1/tokens", "/v1/tenants", "/v1/tenants/default", "/v1/audit"]
+
+
+@pytest.mark.parametrize("path", CONSISTENT_READS)
+async def test_a_consistent_read_waits_for_this_node_to_catch_up(path):
+    """Every read docs/api.md lists as taking `?consistent=true` asks the node to
+    catch up first: on a node that cannot, it is refused 503, not answered from
+    a copy that may lack the caller's last write."""
+    class Behind(ReplicaPort):
+        async def wait_caught_up(self, timeout_s: float = 0) -> None:
+            raise Unavailable("this node did not catch up with the leader's commit index",
+                              reason="timeout")
+
+    port = Behind()
+    async with api_client(port) as client:
+        job = await (await client.post("/v1/jobs", json=body())).json()
+        fired = await client.post(f"/v1/jobs/{job['job_id']}:trigger", json={})
+        run = await fired.json()
+        assert fired.status in (200, 201, 202), run
+        url = path.format(job=job["job_id"], run=run["run_id"])
+        plain = await client.get(url)
+        assert plain.status == 200, (url, await plain.text())
+        waited = await client.get(url + "?consistent=true")
+        assert waited.status == 503, (url, await waited.text())
+        assert (await waited.json())["reason"] == "timeout"

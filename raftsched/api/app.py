@@ -454,6 +454,7 @@ async def get_run(request: web.Request) -> web.Response:
 
 async def job_preview(request: web.Request) -> web.Response:
     node = node_of(request)
+    await maybe_consistent(request)
     job = _live_job(node, request.match_info["job_id"], tenant_of(request))
     count = int_param(request, "count", limits.preview_count_default, limits.preview_count_max,
                       limit="preview_count_max")

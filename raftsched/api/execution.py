@@ -83,6 +83,7 @@ async def run_logs(request: web.Request) -> web.Response:
             raise Forbidden("`local=true` is how nodes ask each other; it needs the node "
                             "credential or an admin token", field="local")
         return json_response({"node": node.node_id, "attempts": _local_logs(node, run_id)})
+    await maybe_consistent(request)
     run = _run(node, run_id, tenant_of(request))
     hidden = job_secrets(node, run["job_id"])
     holders = sorted({a["output_node"] for a in run.get("attempts", []) if a.get("output_node")})

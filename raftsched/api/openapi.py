@@ -300,7 +300,8 @@ def _job_paths() -> dict[str, Schema]:
         "/v1/jobs/{job_id}/preview": {"get": _op(
             "A stored job's next fire times", {200: _json(_fire_times(), "Fire times")},
             params=[_JOB_ID, _in_query("count", {"type": "integer", "minimum": 1, "maximum":
-                                                 limits.preview_count_max}, "how many")])},
+                                                 limits.preview_count_max}, "how many"),
+                    _CONSISTENT])},
         "/v1/runs/{run_id}": {"get": _op("Get a run", {200: run},
                                          params=[_RUN_ID, _CONSISTENT])},
         "/v1/runs": {"get": _op(
@@ -326,7 +327,7 @@ def _job_paths() -> dict[str, Schema]:
             "Each attempt's output",
             {200: _json({"anyOf": [_ref("RunLogs"), _ref("NodeRunLogs")]}, "Output")},
             params=[_RUN_ID, _in_query("local", {"type": "string", "enum": ["true", "false"]},
-                                       "true: this node's own store only")])},
+                                       "true: this node's own store only"), _CONSISTENT])},
         "/v1/schedules:preview": {"post": _op(
             "Preview a schedule's fire times", {200: _json(_fire_times(), "Fire times")},
             body=_ref("SchedulePreview"), errors=(400, 413, 415, 500))},
