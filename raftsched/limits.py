@@ -259,13 +259,21 @@ raft_preauth_connections_per_source_max = 8
 # (each at most raft_frame_preauth_bytes_max buffered, for
 # raft_handshake_timeout_s) however many addresses they come from.
 raft_preauth_connections_max = 256
-# Bytes of Raft entries a node holds since its last snapshot before it takes one,
-# whatever --raft-snapshot-entries says: pysyncobj keeps those entries in memory,
-# so this bounds a node's private memory under batch creates (about 100 KB an
-# entry). A snapshot copies the LMDB state in a thread of its own. A leader takes
-# such an early snapshot only while every follower has the entries it would drop
-# (else a lagging follower would need the whole state sent): then it holds more.
-raft_log_bytes_max = 64 * 1024 ** 2
+# Bytes of Raft log a node holds since its last snapshot before it takes one,
+# whatever --raft-snapshot-entries says (batch creates write about 100 KB an
+# entry): 1/raft_log_snapshot_share of its last snapshot's size, at least
+# raft_log_bytes_min and at most raft_log_bytes_max (replication/raft.py
+# log_bytes_bound). A snapshot copies the whole state, so a bound that grows
+# with it keeps the copying per byte written the same at any size; the price
+# is restart time (the log since the snapshot is applied again) and journal
+# disk. The log is in the journal file, not in memory. A leader takes such an
+# early snapshot only while every follower has the entries it would drop
+# (else a lagging follower would need the whole state sent): then it holds
+# more, up to raft_log_bytes_hard_max (the journal's offsets are 32-bit).
+raft_log_bytes_min = 64 * 1024 ** 2
+raft_log_bytes_max = 1024 ** 3
+raft_log_snapshot_share = 8
+raft_log_bytes_hard_max = 2 * 1024 ** 3
 
 # pysyncobj's timing (replication/raft.py), in seconds: how often a leader sends
 # append entries while followers lack entries or the commit index (the commit

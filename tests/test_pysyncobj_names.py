@@ -50,7 +50,7 @@ def test_an_attribute_no_longer_set_by_init_is_reported():
 
 def test_the_list_names_every_mangled_pysyncobj_name_the_adapter_uses():
     source = Path(raft.__file__).read_text()
-    used = set(re.findall(r"\b_(?:SyncObj|FileJournal|TcpConnection|TCPTransport)__\w+", source))
+    used = set(re.findall(r"\b_(?:SyncObj|FileJournal|ResizableFile|TcpConnection|TCPTransport)__\w+", source))
     listed = {name for _owner, name, _kind in raft.PYSYNCOBJ_PRIVATE_NAMES}
     assert used - listed == set()
 
@@ -66,3 +66,10 @@ def test_the_no_op_entry_type_a_backup_writes_is_still_one():
     # A backup's snapshot header names no-op entries by this byte; another value
     # would make backups written before the upgrade unreadable.
     assert raft.pysyncobj_syncobj._COMMAND_TYPE.NO_OP == 1
+
+
+def test_syncobj_still_builds_its_journal_with_the_function_the_adapter_replaces():
+    # raft.py replaces pysyncobj.syncobj.createJournal (so listing it checks
+    # nothing by itself): SyncObj.__init__ must still call it by that name.
+    from pysyncobj import SyncObj
+    assert re.search(r"\bcreateJournal\(", inspect.getsource(SyncObj.__init__))

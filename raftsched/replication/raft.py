@@ -87,13 +87,15 @@ import pickle
 import struct
 import threading
 import time
+from array import array
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from pysyncobj import FAIL_REASON, SERIALIZER_STATE, SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as pysyncobj_pickle
 from pysyncobj import syncobj as pysyncobj_syncobj
-from pysyncobj.journal import FileJournal, MetaStorer
+from pysyncobj.journal import (FIRST_RECORD_OFFSET, FileJournal, MemoryJournal, MetaStorer,
+                               ResizableFile, to_bytes)
 from pysyncobj.monotonic import monotonic as pysyncobj_monotonic
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
@@ -145,8 +147,20 @@ PYSYNCOBJ_PRIVATE_NAMES: tuple[tuple[Any, str, str], ...] = (
     (SyncObj, "_SyncObj__otherNodes", "attribute"),
     (SyncObj, "_SyncObj__lastResponseTime", "attribute"),
     (SyncObj, "_SyncObj__recvTransmission", "attribute"),
+    # _TrackedJournal stands in for FileJournal: its __init__ sets these, and
+    # the methods it does not replace read them.
+    (FileJournal, "_FileJournal__journalFile", "attribute"),
     (FileJournal, "_FileJournal__journal", "attribute"),
     (FileJournal, "_FileJournal__metaStorer", "attribute"),
+    (FileJournal, "_FileJournal__meta", "attribute"),
+    (FileJournal, "_FileJournal__metaSaved", "attribute"),
+    (FileJournal, "_FileJournal__currentOffset", "attribute"),
+    (FileJournal, "_FileJournal__getDefaultHeader", "method"),
+    (FileJournal, "_FileJournal__getLastRecordOffset", "method"),
+    (FileJournal, "_FileJournal__setLastRecordOffset", "method"),
+    (ResizableFile, "_ResizableFile__mm", "attribute"),
+    # SyncObj builds its journal with the function its module holds.
+    (pysyncobj_syncobj, "createJournal", "module"),
     (TcpConnection, "_TcpConnection__processRead", "method"),
     (TcpConnection, "_TcpConnection__processParseMessage", "method"),
     (TcpConnection, "_TcpConnection__readBuffer", "attribute"),
@@ -184,45 +198,140 @@ class RaftStatus:
     has_quorum: bool
 
 
+# A journal record, as pysyncobj's FileJournal writes it: the length of what
+# follows up to the trailing copy of that length (16 + the command's bytes),
+# the entry's index and term, the command, the length again.
+_RECORD_HEAD = struct.Struct("<IQQ")
+_RECORD_TAIL = struct.Struct("<I")
+
+
 class _TrackedJournal(FileJournal):
-    """pysyncobj's file journal, noting each change, so that a flush before
-    commit is skipped when nothing changed since the last one. Installed by
-    changing the class of the journal pysyncobj created (see _onTick)."""
+    """pysyncobj's journal file, in its own format, with the entries read from
+    the file when they are asked for instead of held in memory.
+
+    FileJournal keeps every entry since the last snapshot in a list as well
+    as in its file (an mmap). On a large state a snapshot takes minutes, and
+    under batch creates the entries that arrive meanwhile held hundreds of MB
+    of a node's private memory (docs/benchmarks.md). This journal keeps only
+    each entry's offset in the file (8 bytes), and its first and last entries,
+    which pysyncobj asks for many times a tick; everything else is read from
+    the mapping, whose pages are the page cache's. pysyncobj reads the log
+    through __getitem__ and __len__ and, for ranges, through its
+    __getEntries, which _StateMachine replaces to read only what it returns.
+
+    It also notes each change, so that a flush before commit is skipped when
+    nothing changed since the last one, and counts the bytes since the last
+    snapshot, which decide when the next one is taken (_StateMachine).
+    Built in place of pysyncobj's (see _create_journal)."""
 
     _raftsched_dirty = True
-    # Bytes of the commands the journal holds: pysyncobj keeps every entry
-    # since the last snapshot in memory as well as in the file.
-    _raftsched_bytes = 0
+
+    def __init__(self, path: str) -> None:   # FileJournal's reads every entry into a list
+        self._FileJournal__journalFile = ResizableFile(
+            path, defaultContent=self._FileJournal__getDefaultHeader())
+        self._FileJournal__journal = None   # FileJournal's list: not kept
+        self._FileJournal__metaStorer = _SyncedMetaStorer(path + ".meta")
+        self._FileJournal__meta = self._FileJournal__metaStorer.getMeta()
+        self._FileJournal__metaSaved = True
+        self._offsets = array("Q")
+        # The first and the last entry, which pysyncobj asks for many times a tick.
+        self._first: tuple | None = None
+        self._last: tuple | None = None
+        file = self._FileJournal__journalFile
+        at, end = FIRST_RECORD_OFFSET, self._FileJournal__getLastRecordOffset()
+        while at < end:
+            self._offsets.append(at)
+            at += _RECORD_TAIL.unpack(file.read(at, 4))[0] + 8
+        self._FileJournal__currentOffset = at
+
+    def _end(self) -> int:
+        return self._FileJournal__currentOffset
+
+    def _set_end(self, offset: int) -> None:
+        self._FileJournal__currentOffset = offset
+        self._FileJournal__setLastRecordOffset(offset)
+        self._raftsched_dirty = True
+
+    def _read(self, at: int) -> tuple:
+        file = self._FileJournal__journalFile
+        size, idx, term = _RECORD_HEAD.unpack(file.read(at, _RECORD_HEAD.size))
+        return file.read(at + _RECORD_HEAD.size, size - 16), idx, term
 
     def add(self, command: bytes, idx: int, term: int) -> None:
-        super().add(command, idx, term)
-        self._raftsched_dirty = True
-        self._raftsched_bytes += len(command)
+        command = to_bytes(command)
+        at = self._end()
+        record = (_RECORD_HEAD.pack(len(command) + 16, idx, term) + command
+                  + _RECORD_TAIL.pack(len(command) + 16))
+        self._FileJournal__journalFile.write(at, record)
+        self._offsets.append(at)
+        self._last = (command, idx, term)
+        self._set_end(at + len(record))
 
     def clear(self) -> None:
-        super().clear()
-        self._raftsched_dirty = True
-        self._raftsched_bytes = 0
+        self._offsets = array("Q")
+        self._first = self._last = None
+        self._set_end(FIRST_RECORD_OFFSET)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return self.entries(*i.indices(len(self._offsets))[:2])
+        count = len(self._offsets)
+        if i == -1 or i == count - 1:
+            if self._last is None:
+                self._last = self._read(self._offsets[-1])
+            return self._last
+        if i == 0 or i == -count:
+            if self._first is None:
+                self._first = self._read(self._offsets[0])
+            return self._first
+        return self._read(self._offsets[i])
+
+    def entries(self, start: int, stop: int, size_max: int | None = None) -> list[tuple]:
+        """The entries at positions start..stop-1; with size_max, only up to
+        and including the first whose commands reach size_max bytes in all."""
+        found, size = [], 0
+        for at in self._offsets[start:stop]:
+            entry = self._read(at)
+            found.append(entry)
+            size += len(entry[0])
+            if size_max is not None and size >= size_max:
+                break
+        return found
+
+    def __len__(self) -> int:
+        return len(self._offsets)
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
-        super().deleteEntriesFrom(entryFrom)
-        self._raftsched_dirty = True
-        self._raftsched_count_bytes()
+        """A truncation: the entries from position entryFrom on go."""
+        if entryFrom < len(self._offsets):
+            end = self._offsets[max(entryFrom, 0)]
+            del self._offsets[max(entryFrom, 0):]
+            self._first = self._last = None
+            self._set_end(end)
 
     def deleteEntriesTo(self, entryTo: int) -> None:
-        """A snapshot's compaction: the entries before it go (FileJournal
-        clears and adds the rest again, which counts their bytes), and the
-        memory they held is handed back to the system (release_freed_memory)."""
-        super().deleteEntriesTo(entryTo)
+        """A snapshot's compaction: the entries before position entryTo go, and
+        the rest move to the start of the file in one memmove (FileJournal
+        wrote each of them again). Until the move is done the file's header
+        says it is empty, so a crash meanwhile leaves a journal that starts
+        from the snapshot, as FileJournal's rewrite would. Then the memory
+        that pysyncobj's buffers freed is handed back (release_freed_memory)."""
+        if entryTo >= len(self._offsets):
+            self.clear()
+        elif entryTo > 0:
+            start, end = self._offsets[entryTo], self._end()
+            self._set_end(FIRST_RECORD_OFFSET)
+            self._FileJournal__journalFile._ResizableFile__mm.move(
+                FIRST_RECORD_OFFSET, start, end - start)
+            shift = start - FIRST_RECORD_OFFSET
+            self._offsets = array("Q", (at - shift for at in self._offsets[entryTo:]))
+            self._first = None
+            self._set_end(end - shift)
         release_freed_memory()
 
-    def _raftsched_count_bytes(self) -> None:
-        # After a truncation only (a snapshot's deleteEntriesTo clears and
-        # adds again), so the sum is rare.
-        self._raftsched_bytes = sum(len(entry[0]) for entry in self._FileJournal__journal)
-
     def held_bytes(self) -> int:
-        return self._raftsched_bytes
+        """Bytes of the journal's records: the log since the last snapshot."""
+        return self._end() - FIRST_RECORD_OFFSET
 
     def onOneSecondTimer(self) -> None:
         """pysyncobj calls this in its tick just before it checks the election
@@ -232,6 +341,24 @@ class _TrackedJournal(FileJournal):
 
     def store_meta(self) -> None:
         FileJournal.onOneSecondTimer(self)
+
+
+def log_bytes_bound(snapshot_bytes: int) -> int:
+    """How many bytes of log a node holds since its last snapshot before it
+    takes the next: a share of the state's size (the last snapshot's), so
+    that a large state is not copied whole for every few seconds of writes,
+    within raft_log_bytes_min..raft_log_bytes_max (docs/operations.md)."""
+    return min(limits.raft_log_bytes_max,
+               max(limits.raft_log_bytes_min, snapshot_bytes // limits.raft_log_snapshot_share))
+
+
+def _create_journal(path: str | None) -> Any:
+    """What pysyncobj's SyncObj builds its journal with (it looks the function
+    up in its module when it starts): this module's file journal."""
+    return MemoryJournal() if path is None else _TrackedJournal(path)
+
+
+pysyncobj_syncobj.createJournal = _create_journal
 
 
 class _SyncedMetaStorer(MetaStorer):
@@ -482,11 +609,13 @@ class _StateMachine(SyncObj):
     def __init__(self, self_addr: str, peers: list[str], conf: SyncObjConf,
                  on_apply: Callable[[bytes, int], Any],
                  flush_before_commit: Callable[[], None] | None,
-                 on_created: Callable[["_StateMachine"], None], listen: bool = True) -> None:
+                 on_created: Callable[["_StateMachine"], None], listen: bool = True,
+                 snapshot_path: str | None = None) -> None:
         self._raftsched_on_apply = on_apply
+        self._raftsched_snapshot_path = snapshot_path   # its size spaces snapshots
         # --fsync always: flush the journal before an entry counts towards commit.
         self._raftsched_flush = flush_before_commit
-        self._raftsched_journal_tracked = False
+        self._raftsched_started = False   # the first turn on the Raft thread has run
         self._raftsched_meta_due = 0.0   # when the journal's meta file is next written
         self._raftsched_commit_index = 0   # see _SyncObj__applyLogEntries
         self._raftsched_listen = listen   # read by _Transport, which SyncObj builds
@@ -507,8 +636,8 @@ class _StateMachine(SyncObj):
         pysyncobj computes the commit index, in which the leader counts
         itself), the journal's meta file once a second, and a look at the
         network for a follower about to start an election."""
-        if not self._raftsched_journal_tracked:
-            self._raftsched_track_journal()
+        if not self._raftsched_started:
+            self._raftsched_started = True
             self._raftsched_wake.watch(self._poller)
         self._raftsched_flush_if_changed()
         now = time.monotonic()
@@ -590,34 +719,51 @@ class _StateMachine(SyncObj):
             self._raftsched_queued = True
 
     def _raftsched_bound_log(self) -> None:
-        """Snapshot early when the entries since the last snapshot hold more
-        than raft_log_bytes_max: pysyncobj keeps them all in memory, and
-        counts only entries, so a burst of batch creates (about 100 KB an
-        entry) held gigabytes before the entry count was reached."""
+        """Snapshot early once the log since the last snapshot holds more than
+        log_bytes_bound(the last snapshot's size): pysyncobj counts only
+        entries, so a burst of batch creates (about 100 KB an entry) wrote
+        gigabytes of journal before the entry count was reached."""
         journal = self._SyncObj__raftLog
-        if not isinstance(journal, _TrackedJournal) \
-                or journal.held_bytes() <= limits.raft_log_bytes_max:
+        if not isinstance(journal, _TrackedJournal):
             return
-        if self._isLeader():
+        held = journal.held_bytes()
+        if held <= log_bytes_bound(self._raftsched_snapshot_bytes()):
+            return
+        if self._isLeader() and held <= limits.raft_log_bytes_hard_max:
             # A leader drops the entries up to its snapshot: a follower that
             # has not got them yet would need the whole state sent instead.
             # So it snapshots early only while every follower has what it
-            # applied, and otherwise holds more log until they catch up.
+            # applied, and otherwise holds more log until they catch up (up
+            # to raft_log_bytes_hard_max: the journal's offsets are 32-bit).
             applied = self._SyncObj__raftLastApplied
             match = self._SyncObj__raftMatchIndex
             if any(match.get(node, 0) < applied for node in self._SyncObj__otherNodes):
                 return
         self.forceLogCompaction()
 
-    def _raftsched_track_journal(self) -> None:
-        """Swap in the tracking journal, on the Raft thread (the only one that
-        touches the journal) before the first message is handled."""
+    def _raftsched_snapshot_bytes(self) -> int:
+        """The size of this node's last snapshot file (0 when it has none)."""
+        try:
+            return os.stat(self._raftsched_snapshot_path).st_size
+        except (OSError, TypeError):
+            return 0
+
+    # pysyncobj reads ranges of its log here: to apply, to send to a follower
+    # (up to a size), to compare with what a leader sent. It slices the journal
+    # from the first entry asked for to the end and then keeps what it needs,
+    # which for _TrackedJournal would read the whole rest of the file; this
+    # reads only the entries it returns, and answers as pysyncobj's does.
+    def _SyncObj__getEntries(self, fromIDx: int | None, count: int | None = None,
+                             maxSizeBytes: int | None = None) -> list:
         journal = self._SyncObj__raftLog
-        if isinstance(journal, FileJournal):
-            journal.__class__ = _TrackedJournal
-            journal._FileJournal__metaStorer = _SyncedMetaStorer(
-                journal._FileJournal__metaStorer.getPath())
-        self._raftsched_journal_tracked = True
+        if not isinstance(journal, _TrackedJournal):
+            return SyncObj._SyncObj__getEntries(self, fromIDx, count, maxSizeBytes)
+        first = journal[0][1]
+        if fromIDx is None or fromIDx < first:
+            return []
+        start = fromIDx - first
+        stop = len(journal) if count is None else min(len(journal), start + count)
+        return journal.entries(start, stop, maxSizeBytes)
 
     # pysyncobj applies every committed entry in one go before it sends the
     # next heartbeats or reads a message. Batch creates commit several entries
@@ -878,7 +1024,7 @@ class Replicator:
             log.info("no peers and no Raft secret: no Raft port is opened")
         _StateMachine(self_addr, dial, conf, on_apply,
                       self._flusher.flush if fsync == "always" else None,
-                      on_created=self._created, listen=listen)
+                      on_created=self._created, listen=listen, snapshot_path=self._snapshot_path)
         self._flusher.start()
 
     def _created(self, obj: "_StateMachine") -> None:
