@@ -166,14 +166,15 @@ class _Held(_TrackedJournal):
 
 
 def bound_log(held_bytes: int, leader: bool, match: dict[str, int], applied: int = 100,
-              snapshot_bytes: int = 0) -> int:
+              snapshot_bytes: int = 0, snapshotting: bool = False) -> int:
     """How many snapshots _raftsched_bound_log asks for, on a stand-in node."""
     asked = []
     node = SimpleNamespace(
         _SyncObj__raftLog=_Held(held_bytes), _isLeader=lambda: leader,
         _SyncObj__raftLastApplied=applied, _SyncObj__raftMatchIndex=match,
         _SyncObj__otherNodes=list(match), forceLogCompaction=lambda: asked.append(1),
-        _raftsched_snapshot_bytes=lambda: snapshot_bytes)
+        _raftsched_snapshot_bytes=lambda: snapshot_bytes,
+        _raftsched_snapshotting=lambda: snapshotting)
     _StateMachine._raftsched_bound_log(node)
     return len(asked)
 
@@ -187,6 +188,13 @@ def test_a_log_past_its_byte_bound_is_snapshotted_early():
     big = 4 * 10 ** 9
     assert bound_log(big // 8, leader=False, match={}, snapshot_bytes=big) == 0
     assert bound_log(big // 8 + 1, leader=False, match={}, snapshot_bytes=big) == 1
+
+
+def test_no_snapshot_is_asked_for_while_one_is_written():
+    # pysyncobj would keep the request and start another as soon as this one
+    # is done, with the log it covers already dropped.
+    assert bound_log(limits.raft_log_bytes_hard_max + 1, leader=False, match={},
+                     snapshotting=True) == 0
 
 
 def test_a_leader_keeps_its_log_while_a_follower_lacks_entries_it_would_drop():

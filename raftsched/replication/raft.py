@@ -50,6 +50,13 @@ the live one (storage/lmdb_store.py). A long install would let this node's
 election deadline pass while it cannot hear the leader, and it would start an
 election as soon as it returns; so the deadline is reset after an install.
 
+The journal (_TrackedJournal) is pysyncobj's file, read from its mapping
+when pysyncobj asks for an entry rather than held in memory as pysyncobj's
+FileJournal holds it, so a node's memory does not grow with the log since its
+last snapshot; and the log it holds before it snapshots early grows with the
+state (log_bytes_bound), so a large state is not copied for every few seconds
+of writes.
+
 Journal durability (docs/operations.md). pysyncobj writes its journal into an
 mmap and never flushes it. A thread here fdatasyncs the journal file every
 `limits.journal_flush_period_s` (on Linux that writes back the pages dirtied through
@@ -610,9 +617,11 @@ class _StateMachine(SyncObj):
                  on_apply: Callable[[bytes, int], Any],
                  flush_before_commit: Callable[[], None] | None,
                  on_created: Callable[["_StateMachine"], None], listen: bool = True,
-                 snapshot_path: str | None = None) -> None:
+                 snapshot_path: str | None = None,
+                 snapshotting: Callable[[], bool] = lambda: False) -> None:
         self._raftsched_on_apply = on_apply
         self._raftsched_snapshot_path = snapshot_path   # its size spaces snapshots
+        self._raftsched_snapshotting = snapshotting     # whether one is being written
         # --fsync always: flush the journal before an entry counts towards commit.
         self._raftsched_flush = flush_before_commit
         self._raftsched_started = False   # the first turn on the Raft thread has run
@@ -724,7 +733,10 @@ class _StateMachine(SyncObj):
         entries, so a burst of batch creates (about 100 KB an entry) wrote
         gigabytes of journal before the entry count was reached."""
         journal = self._SyncObj__raftLog
-        if not isinstance(journal, _TrackedJournal):
+        if not isinstance(journal, _TrackedJournal) or self._raftsched_snapshotting():
+            # While one is written the log cannot shrink, and pysyncobj keeps
+            # a request made meanwhile: it would start the next snapshot as
+            # soon as this one is done, with the log already compacted.
             return
         held = journal.held_bytes()
         if held <= log_bytes_bound(self._raftsched_snapshot_bytes()):
@@ -1024,7 +1036,8 @@ class Replicator:
             log.info("no peers and no Raft secret: no Raft port is opened")
         _StateMachine(self_addr, dial, conf, on_apply,
                       self._flusher.flush if fsync == "always" else None,
-                      on_created=self._created, listen=listen, snapshot_path=self._snapshot_path)
+                      on_created=self._created, listen=listen, snapshot_path=self._snapshot_path,
+                      snapshotting=lambda: self._snapshot_job is not None)
         self._flusher.start()
 
     def _created(self, obj: "_StateMachine") -> None:
@@ -1449,12 +1462,13 @@ _MALLOC_TRIM = _malloc_trim()
 
 def release_freed_memory() -> bool:
     """Hand the C allocator's free memory back to the system (glibc's
-    malloc_trim; False where there is none). The Raft log holds every entry
-    since the last snapshot in memory, and under batch creates on a large
-    state (minutes a snapshot) that is hundreds of MB; freed at compaction,
-    glibc kept it as the process's own: 380-630 MB of RssAnon a node at 10M
-    pending one-offs, 59 MB after one trim (docs/benchmarks.md). ctypes
-    releases the GIL for the call."""
+    malloc_trim; False where there is none), after a snapshot's compaction.
+    When the Raft log was held in memory, glibc kept what its entries had
+    held as the process's own after they were freed: 380-630 MB of RssAnon a
+    node at 10M pending one-offs, 59 MB after one trim (docs/benchmarks.md).
+    The log is now read from the journal file (_TrackedJournal), but the
+    buffers of a burst of large entries (append-entries, unpickled commands)
+    are freed the same way. ctypes releases the GIL for the call."""
     if _MALLOC_TRIM is None:
         return False
     _MALLOC_TRIM(0)
