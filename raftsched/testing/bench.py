@@ -406,6 +406,7 @@ def _pending_at_sizes(cluster: LocalCluster, sizes: list[int], url: str,
                                              for u, p in zip(now_used, used))),
             "memory_bytes": {nid: _rss(cluster.procs[nid].pid) for nid in cluster.ids},
             "creates_resent_after_503": resent[0], "raft_terms": _terms(cluster),
+            **_raft_load(cluster),
             "seconds_since_start": round(time.monotonic() - started)})
         print(f"at {size}: {json.dumps(rows[-1])}", flush=True)   # before the next size
         created, used = size, now_used
@@ -760,6 +761,14 @@ async def _pump_until(cluster: LocalCluster, job_ids: list[str],
 
 def _terms(cluster: LocalCluster) -> dict[str, int]:
     return {nid: cluster.api(nid, "GET", "/v1/node").body["term"] for nid in cluster.ids}
+
+
+def _raft_load(cluster: LocalCluster) -> dict[str, dict[str, int]]:
+    """What creating cost each node's Raft so far: snapshots written, shard
+    lease lapses."""
+    status = {nid: cluster.api(nid, "GET", "/v1/node").body for nid in cluster.ids}
+    return {"snapshots_written": {n: s["snapshots_written_total"] for n, s in status.items()},
+            "shard_lease_lapses": {n: s["shard_lease_lapses_total"] for n, s in status.items()}}
 
 
 def _install_figures(log: str, started_wall_s: float) -> dict:
