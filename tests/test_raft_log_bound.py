@@ -214,3 +214,15 @@ def test_a_node_knows_its_last_snapshot_s_size(tmp_path):
     assert _StateMachine._raftsched_snapshot_bytes(node) == 0
     snapshot.write_bytes(b"s" * 12345)
     assert _StateMachine._raftsched_snapshot_bytes(node) == 12345
+
+
+def test_under_the_floor_the_snapshot_file_is_not_looked_at():
+    # _onTick asks every turn: an idle node must not stat a file each time.
+    def stat_asked() -> int:
+        raise AssertionError("the snapshot's size was read under raft_log_bytes_min")
+
+    node = SimpleNamespace(
+        _SyncObj__raftLog=_Held(limits.raft_log_bytes_min), _isLeader=lambda: False,
+        forceLogCompaction=lambda: None, _raftsched_snapshot_bytes=stat_asked,
+        _raftsched_snapshotting=lambda: False)
+    _StateMachine._raftsched_bound_log(node)

@@ -739,7 +739,9 @@ class _StateMachine(SyncObj):
             # soon as this one is done, with the log already compacted.
             return
         held = journal.held_bytes()
-        if held <= log_bytes_bound(self._raftsched_snapshot_bytes()):
+        # (The bound is at least raft_log_bytes_min: under it, no file to look at.)
+        if held <= limits.raft_log_bytes_min \
+                or held <= log_bytes_bound(self._raftsched_snapshot_bytes()):
             return
         if self._isLeader() and held <= limits.raft_log_bytes_hard_max:
             # A leader drops the entries up to its snapshot: a follower that
