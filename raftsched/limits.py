@@ -265,8 +265,8 @@ raft_preauth_connections_max = 256
 # raft_log_bytes_min and at most raft_log_bytes_max (replication/raft.py
 # log_bytes_bound). A snapshot copies the whole state, so a bound that grows
 # with it keeps the copying per byte written the same at any size; the price
-# is restart time (the log since the snapshot is applied again) and journal
-# disk. The log is in the journal file, not in memory. A leader takes such an
+# is journal disk, and a restart reads more journal (the entries the LMDB
+# state already holds are skipped, not applied again). The log is in the journal file, not in memory. A leader takes such an
 # early snapshot only while every follower has the entries it would drop
 # (else a lagging follower would need the whole state sent): then it holds
 # more, up to raft_log_bytes_hard_max (the journal's offsets are 32-bit).
