@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from raftsched.api import auth
 from raftsched.api.app import make_app
 from raftsched.api.history import encode_token, filters_digest
-from raftsched.core import commands, jobspec
+from raftsched.core import commands
 from raftsched.testing.inprocess import ReplicaPort
 from raftsched.testing.replica import Replica
 

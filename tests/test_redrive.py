@@ -6,7 +6,7 @@ import pytest
 
 from raftsched import limits
 from raftsched.core import commands, keys, retry
-from raftsched.core.apply import AUDIT, JOBS, RUNS, RUNS_OPEN, RunQueued, Transition
+from raftsched.core.apply import AUDIT, RUNS, RUNS_OPEN, RunQueued, Transition
 from raftsched.testing.replica import EVERY_2S, HTTP, Replica
 
 SHARDS = 16

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from raftsched.core import commands, keys, lifecycle, retry
-from raftsched.core.apply import (ALERTS, DUE, JOBS, LEASES, READY, RUNS, RUNS_OPEN, TOPICS,
+from raftsched.core.apply import (ALERTS, DUE, LEASES, READY, RUNS_OPEN, TOPICS,
                                   AlertPending, RunCancelled, RunQueued)
 from raftsched.testing.proptest import examples
 from raftsched.testing.replica import EVERY_2S, HTTP, Replica

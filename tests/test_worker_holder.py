@@ -14,7 +14,7 @@ from raftsched.core import commands, jobspec, keys
 from raftsched.errors import Conflict
 from raftsched.runtime.port import StoreQueries
 from raftsched.runtime.remote_worker import RemoteWorker
-from raftsched.runtime.workers import WorkerService, holder_of
+from raftsched.runtime.workers import WorkerService
 from raftsched.testing.replica import Replica
 
 AT_MS = 1_796_000_000_000

@@ -12,7 +12,7 @@ once its own fast judgement has refused a value, to name the offending member.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 from raftsched import limits
 
@@ -56,7 +56,7 @@ def _utf8_bytes(value: str) -> int:
         raise ShapeError("is not valid UTF-8 (it holds a lone surrogate)") from None
 
 
-def json_value(depth_max: int = limits.command_nesting_max) -> Check:
+def json_value(depth_max: int = limits.command_nesting_max) -> Callable[[Any], None]:
     """What a JSON document can hold, as msgpack carries it: null, booleans,
     64-bit integers, finite floats, strings, lists and maps with string keys,
     nested at most `depth_max` deep. No bytes and no msgpack extension types:
