@@ -54,6 +54,11 @@ run_attempt_max = 65_535
 # --- Requests -------------------------------------------------------------------
 # Whole HTTP request body; a job definition is small, anything larger is a mistake.
 request_body_bytes_max = 64 * 1024
+# The longest request line (method, path and query) and header line a node
+# reads; past it the request is refused (400 problem+json naming this limit)
+# before any handler runs (api/problems.py ProblemAppRunner). aiohttp's own
+# default, named here.
+request_line_bytes_max = 8190
 # The body a job sends to its target; it is replicated with the job, so it is kept small.
 target_body_bytes_max = 32 * 1024
 target_headers_max = 32

@@ -15,6 +15,7 @@ import signal
 from aiohttp import web
 
 from raftsched.api.app import make_app
+from raftsched.api.problems import ProblemAppRunner
 from raftsched.runtime import gcpolicy
 from raftsched.runtime.node import Node, NodeConfig
 from raftsched.runtime.port import NodeAdapter
@@ -30,7 +31,7 @@ def app_for(node: Node) -> web.Application:
 async def start_node(config: NodeConfig) -> Node:
     """A started node serving its API (stop it with `await node.stop()`)."""
     node = Node(config)
-    await node.start(app_for)
+    await node.start(app_for, ProblemAppRunner)
     return node
 
 

@@ -346,9 +346,11 @@ class Node:
                               reason="leader_changed")
         return int(body["commit_index"])
 
-    async def start(self, make_app: Callable[["Node"], web.Application]) -> None:
+    async def start(self, make_app: Callable[["Node"], web.Application],
+                    make_runner: Callable[..., web.AppRunner] = web.AppRunner) -> None:
         """Start Raft, serve the application make_app builds for this node
-        (raftsched/server.py composes them), then start the node's loops."""
+        with the runner make_runner builds (raftsched/server.py composes
+        them), then start the node's loops."""
         loop = asyncio.get_running_loop()
         self.bridge.loop = loop
         cfg = self.config
@@ -363,7 +365,7 @@ class Node:
         await self.http_executor.start()
         await self.peers.start()
         app = make_app(self)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = make_runner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         server_ssl = peer.server_ssl_context(cfg.tls_cert, cfg.tls_key) \
             if cfg.tls_cert and cfg.tls_key else None
