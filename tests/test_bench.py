@@ -46,12 +46,16 @@ def test_footprint_reports_bytes_per_job_and_memory_at_each_size(tmp_path, capsy
         assert 100 < row["bytes_per_pending_job"] < 100_000
         assert set(row["memory_bytes"]) == {"n1", "n2", "n3"}
         assert all(m["RssAnon"] > 0 and m["RssFile"] > 0 for m in row["memory_bytes"].values())
+        # Each node's highest RssAnon, sampled every 5 s from the first create on.
+        assert set(row["rss_anon_peak_bytes"]) == {"n1", "n2", "n3"}
+        assert all(row["rss_anon_peak_bytes"][nid] > 0 for nid in row["memory_bytes"])
     assert figures["bytes_per_pending_job"] == figures["by_size"][-1]["bytes_per_pending_job"]
     assert 100 < figures["bytes_per_finished_one_off_job_and_run"] < 100_000
     assert figures["memory_at_pending_bytes"] == figures["by_size"][-1]["memory_bytes"]
     printed = capsys.readouterr().out
     assert "memory at 1,000 pending" in printed
     assert "memory at 2,000 pending" in printed
+    assert "since the first create" in printed
 
 
 @pytest.mark.integration

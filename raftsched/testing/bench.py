@@ -39,8 +39,10 @@ clients, then batchCreate of 1000 jobs.
 
 Scenario `footprint N[,N...]`: bytes of state per pending one-off and each
 node's private and mapped memory at each N pending (created one after the
-other on the same cluster, so that the sizes sit side by side), then per
-one-off fired and finished.
+other on the same cluster, so that the sizes sit side by side), with each
+node's highest private memory (RssAnon) sampled every 5 s since the first
+create, its snapshots and its shard lease lapses; then per one-off fired and
+finished.
 
 Scenario `cost N`: what one run costs every replica from fire to finish, and
 a job its create, in one process with no network and no Raft
@@ -365,6 +367,38 @@ def _rss(pid: int) -> dict[str, int]:
     return out
 
 
+class _PeakAnon:
+    """Each node's highest RssAnon, read from /proc every `period_s` on a
+    thread of its own while creates go on: what a size's one reading misses
+    (the log a node holds while a snapshot is written, say)."""
+
+    def __init__(self, pids: dict[str, int], period_s: float = 5.0) -> None:
+        self._pids, self._period_s = pids, period_s
+        self.peak = {nid: 0 for nid in pids}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-peak-anon", daemon=True)
+
+    def _sample(self) -> None:
+        for nid, pid in self._pids.items():
+            try:
+                self.peak[nid] = max(self.peak[nid], _rss(pid)["RssAnon"])
+            except (OSError, KeyError):
+                pass   # a node gone or not yet readable: the next sample counts
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period_s):
+            self._sample()
+
+    def __enter__(self) -> "_PeakAnon":
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def _used(cluster: LocalCluster) -> list[int]:
     return [call("GET", cluster.url(n) + "/v1/node").body["storage"]["used_bytes"]
             for n in cluster.ids]
@@ -395,21 +429,25 @@ def _pending_at_sizes(cluster: LocalCluster, sizes: list[int], url: str,
     rows: list[dict] = []
     created, used, resent = 0, empty, [0]
     started = time.monotonic()
-    for size in sizes:
-        _create(cluster, size - created, _at(86_400), url, resent)
-        cluster.ensure_same(120 + size / 5000)
-        now_used = _settled_used(cluster, used)
-        rows.append({
-            "pending_jobs": size,
-            "bytes_per_pending_job": round(max((u - e) / size for u, e in zip(now_used, empty))),
-            "bytes_per_added_job": round(max((u - p) / (size - created)
-                                             for u, p in zip(now_used, used))),
-            "memory_bytes": {nid: _rss(cluster.procs[nid].pid) for nid in cluster.ids},
-            "creates_resent_after_503": resent[0], "raft_terms": _terms(cluster),
-            **_raft_load(cluster),
-            "seconds_since_start": round(time.monotonic() - started)})
-        print(f"at {size}: {json.dumps(rows[-1])}", flush=True)   # before the next size
-        created, used = size, now_used
+    with _PeakAnon({nid: cluster.procs[nid].pid for nid in cluster.ids}) as peak:
+        for size in sizes:
+            _create(cluster, size - created, _at(86_400), url, resent)
+            cluster.ensure_same(120 + size / 5000)
+            now_used = _settled_used(cluster, used)
+            rows.append({
+                "pending_jobs": size,
+                "bytes_per_pending_job": round(max((u - e) / size
+                                                   for u, e in zip(now_used, empty))),
+                "bytes_per_added_job": round(max((u - p) / (size - created)
+                                                 for u, p in zip(now_used, used))),
+                "memory_bytes": {nid: _rss(cluster.procs[nid].pid) for nid in cluster.ids},
+                # The highest of the samples since the first create.
+                "rss_anon_peak_bytes": dict(peak.peak),
+                "creates_resent_after_503": resent[0], "raft_terms": _terms(cluster),
+                **_raft_load(cluster),
+                "seconds_since_start": round(time.monotonic() - started)})
+            print(f"at {size}: {json.dumps(rows[-1])}", flush=True)   # before the next size
+            created, used = size, now_used
     return rows, used
 
 
@@ -873,8 +911,9 @@ def _render_footprint(figures: dict) -> str:
         lines.append(
             f"memory at {row['pending_jobs']:,} pending ({row['bytes_per_pending_job']} B a job"
             f"{added}): "
-            + "; ".join(f"{nid} RssAnon {m['RssAnon'] / 2**20:.0f} MB, "
-                        f"RssFile {m['RssFile'] / 2**20:.0f} MB"
+            + "; ".join(f"{nid} RssAnon {m['RssAnon'] / 2**20:.0f} MB (at most "
+                        f"{row['rss_anon_peak_bytes'][nid] / 2**20:.0f} MB since the first "
+                        f"create), RssFile {m['RssFile'] / 2**20:.0f} MB"
                         for nid, m in row["memory_bytes"].items()))
     return "\n".join(lines)
 
