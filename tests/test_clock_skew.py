@@ -166,7 +166,7 @@ def test_a_leader_behind_by_5_s_loses_its_shards_and_fires_nothing_late(calm, si
 def test_skew_within_the_bound_moves_nothing_and_fires_nothing_early(calm, sink):
     victim = follower(calm)
     before = placement(calm, victim)
-    logged = log_size(calm, victim)
+    logs_at = {nid: log_size(calm, nid) for nid in calm.ids}
     shift_clock(calm, victim, BOUND_MS * 2 // 5)
     wait_until(lambda: abs((offsets_seen(calm, victim)[victim] or 0) - BOUND_MS * 2 // 5) <= 50,
                5, f"{victim} measuring its own shift")
@@ -176,7 +176,13 @@ def test_skew_within_the_bound_moves_nothing_and_fires_nothing_early(calm, sink)
     assert min(lateness.values()) >= 0.0, sorted(lateness.values())[:5]
     assert max(lateness.values()) < 1.0, sorted(lateness.values())[-5:]
     assert placement(calm, victim) == before   # no owner and no token changed
-    assert "wall clock is" not in log_since(calm, victim, logged)
+    # Nor was it judged out of bound, by itself or by another node. (Its log
+    # may say that another node came back within the bound after an earlier
+    # test: with a loaded machine's measurement error, that verdict can lag
+    # the clock's reset.)
+    assert "this node's wall clock is" not in log_since(calm, victim, logs_at[victim])
+    for other in calm.ids:
+        assert f"node {victim}'s wall clock is" not in log_since(calm, other, logs_at[other])
 
 
 def test_a_cluster_restarted_with_a_clock_5_s_ahead_fires_nothing_early(calm, sink):
