@@ -210,9 +210,13 @@ def test_a_leader_keeps_its_log_while_a_follower_lacks_entries_it_would_drop():
 
 def test_a_node_knows_its_last_snapshot_s_size(tmp_path):
     snapshot = tmp_path / "raft.snapshot"
-    node = SimpleNamespace(_raftsched_snapshot_path=str(snapshot))
+    node = SimpleNamespace(_raftsched_snapshot_path=str(snapshot),
+                           _raftsched_snapshot_size=0, _raftsched_snapshot_size_at=0.0)
     assert _StateMachine._raftsched_snapshot_bytes(node) == 0
     snapshot.write_bytes(b"s" * 12345)
+    # Looked at once a second at most: the size read stands until then.
+    assert _StateMachine._raftsched_snapshot_bytes(node) == 0
+    node._raftsched_snapshot_size_at = 0.0   # the second has passed
     assert _StateMachine._raftsched_snapshot_bytes(node) == 12345
 
 

@@ -296,9 +296,9 @@ class _TrackedJournal(FileJournal):
     def entries(self, start: int, stop: int, size_max: int | None = None) -> list[tuple]:
         """The entries at positions start..stop-1; with size_max, only up to
         and including the first whose commands reach size_max bytes in all."""
-        found, size = [], 0
-        for at in self._offsets[start:stop]:
-            entry = self._read(at)
+        found, size, offsets = [], 0, self._offsets
+        for i in range(start, stop):   # (a slice would copy the offsets to the end)
+            entry = self._read(offsets[i])
             found.append(entry)
             size += len(entry[0])
             if size_max is not None and size >= size_max:
@@ -621,6 +621,7 @@ class _StateMachine(SyncObj):
                  snapshotting: Callable[[], bool] = lambda: False) -> None:
         self._raftsched_on_apply = on_apply
         self._raftsched_snapshot_path = snapshot_path   # its size spaces snapshots
+        self._raftsched_snapshot_size, self._raftsched_snapshot_size_at = 0, 0.0
         self._raftsched_snapshotting = snapshotting     # whether one is being written
         # --fsync always: flush the journal before an entry counts towards commit.
         self._raftsched_flush = flush_before_commit
@@ -756,11 +757,17 @@ class _StateMachine(SyncObj):
         self.forceLogCompaction()
 
     def _raftsched_snapshot_bytes(self) -> int:
-        """The size of this node's last snapshot file (0 when it has none)."""
-        try:
-            return os.stat(self._raftsched_snapshot_path).st_size
-        except (OSError, TypeError):
-            return 0
+        """The size of this node's last snapshot file (0 when it has none),
+        looked at once a second at most: past the log's floor this is asked
+        every Raft turn."""
+        now = time.monotonic()
+        if now >= self._raftsched_snapshot_size_at:
+            self._raftsched_snapshot_size_at = now + 1.0
+            try:
+                self._raftsched_snapshot_size = os.stat(self._raftsched_snapshot_path).st_size
+            except (OSError, TypeError):
+                self._raftsched_snapshot_size = 0
+        return self._raftsched_snapshot_size
 
     # pysyncobj reads ranges of its log here: to apply, to send to a follower
     # (up to a size), to compare with what a leader sent. It slices the journal

@@ -443,8 +443,7 @@ def _pending_at_sizes(cluster: LocalCluster, sizes: list[int], url: str,
                 "memory_bytes": {nid: _rss(cluster.procs[nid].pid) for nid in cluster.ids},
                 # The highest of the samples since the first create.
                 "rss_anon_peak_bytes": dict(peak.peak),
-                "creates_resent_after_503": resent[0], "raft_terms": _terms(cluster),
-                **_raft_load(cluster),
+                "creates_resent_after_503": resent[0], **_raft_load(cluster),
                 "seconds_since_start": round(time.monotonic() - started)})
             print(f"at {size}: {json.dumps(rows[-1])}", flush=True)   # before the next size
             created, used = size, now_used
@@ -802,10 +801,11 @@ def _terms(cluster: LocalCluster) -> dict[str, int]:
 
 
 def _raft_load(cluster: LocalCluster) -> dict[str, dict[str, int]]:
-    """What creating cost each node's Raft so far: snapshots written, shard
-    lease lapses."""
+    """What creating cost each node's Raft so far: its term, snapshots
+    written, shard lease lapses (one GET /v1/node a node)."""
     status = {nid: cluster.api(nid, "GET", "/v1/node").body for nid in cluster.ids}
-    return {"snapshots_written": {n: s["snapshots_written_total"] for n, s in status.items()},
+    return {"raft_terms": {n: s["term"] for n, s in status.items()},
+            "snapshots_written": {n: s["snapshots_written_total"] for n, s in status.items()},
             "shard_lease_lapses": {n: s["shard_lease_lapses_total"] for n, s in status.items()}}
 
 
