@@ -64,8 +64,9 @@ class _ProblemRequestHandler(web_protocol.RequestHandler):
                      message: str | None = None) -> web.StreamResponse:
         if status >= 500 or request.writer.output_size > 0:
             return super().handle_error(request, status, exc, message)
+        why = (message or str(exc)).strip().partition("\n")[0]
         log.info("refused a request from %s that could not be read: %s", request.remote,
-                 (message or str(exc)).strip().splitlines()[0][:200])
+                 why[:200])
         if isinstance(exc, LineTooLong):
             response = problem(status, "bad-request", "the request line or a header is longer "
                                f"than {limits.request_line_bytes_max} bytes",
