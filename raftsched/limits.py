@@ -26,6 +26,11 @@ job_id_bytes_max = key_part_bytes_max
 # A run's id names its job and time (keys.run_id: "run_", a marker, the job
 # id, and up to 16 hex digits), so it is longer than the longest job id by those.
 run_id_bytes_max = job_id_bytes_max + len("run_~") + 16
+# A due entry's key: its shard (2 bytes), time (8), kind (1) and a job or run
+# id. The LMDB store keeps the rest of the key after the shard and the
+# entry's encoded value (a tenant and a rank) as one LMDB value, which LMDB
+# bounds as it bounds keys (storage/lmdb_store.py).
+due_key_bytes_max = 2 + 8 + 1 + run_id_bytes_max
 execution_id_bytes_max = key_part_bytes_max
 node_id_bytes_max = key_part_bytes_max
 worker_id_bytes_max = key_part_bytes_max
@@ -761,6 +766,10 @@ lmdb_map_size_default = 8 * 1024 ** 3
 # snapshot install that needs it gone; and bytes one copy step moves when
 # installing a snapshot where copy_file_range is not available.
 snapshot_abort_check_records = 1024
+# A node opening a state of an earlier schema rewrites what changed in write
+# transactions of at most this many entries (LMDB bounds the pages one write
+# transaction may change: 10M due entries do not fit in one).
+schema_migrate_txn_entries = 100_000
 snapshot_copy_chunk_bytes = 1024 ** 2
 
 # --- Backfill (core/backfill.py, runtime/backfiller.py) ------------------------------

@@ -43,7 +43,7 @@ def test_a_node_refuses_a_state_of_an_earlier_schema_in_one_line(tmp_path):
          "--insecure-no-auth", "--data", str(tmp_path)],
         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert result.returncode == 70, result.stderr
-    assert "CRITICAL" in result.stderr and "schema version 1, this build reads 2" in result.stderr
+    assert "CRITICAL" in result.stderr and "schema version 1, this build reads 2 and 3" in result.stderr
     assert "empty --data folder" in result.stderr and "Traceback" not in result.stderr
 
 

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from raftsched.core import keys
 from raftsched.core.apply import DUE, JOBS, Transition
 from raftsched.errors import InvariantBroken
 from raftsched.storage.base import digest, digest_pinned
@@ -118,7 +119,7 @@ def test_an_install_aborts_a_pinned_read_still_iterating(tmp_path):
     source, offset, length = source_and_image(tmp_path, 9, 10)
     target = LmdbStore(str(tmp_path / "target"), map_size=MAP_BYTES)
     fill(target, 4, 5000, "old")
-    target.commit(tx((DUE, b"\x00\x01due", {"v": 1})), 5)
+    target.commit(tx((DUE, keys.due_key(1, 0, "job_1"), {"v": 1})), 5)
     pinned = target.pin()
     items = pinned.items()
     next(items)

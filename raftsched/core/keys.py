@@ -133,6 +133,20 @@ def parse_due_key(key: bytes) -> tuple[int, int, bytes, str]:
     return shard, due_ms, key[10:11], key[11:].decode()
 
 
+# What precedes the id in a due key: its shard, time and kind.
+DUE_HEAD_BYTES = _U16U64.size + 1
+
+
+def due_key_storable(key: bytes) -> bool:
+    """Whether a store holds `key` in the due table: a shard, a time, a kind
+    and an id of at least one byte with no NUL in it, due_key_bytes_max
+    bytes in all. The LMDB store keeps the id, a NUL and the entry's value
+    together (storage/lmdb_store.py); ids never hold NUL (every name that
+    becomes a key is refused with one at the edge)."""
+    return DUE_HEAD_BYTES < len(key) <= limits.due_key_bytes_max \
+        and key.find(b"\0", DUE_HEAD_BYTES) < 0
+
+
 def shard_prefix(shard: int) -> bytes:
     return _U16.pack(shard)
 

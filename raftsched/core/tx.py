@@ -234,6 +234,10 @@ def check_key(table: str, key: object) -> None:
     if not 1 <= len(key) <= limits.lmdb_key_bytes_max:
         raise WriteRefused(f"a key of {len(key)} bytes in {table}; keys are 1 to "
                            f"{limits.lmdb_key_bytes_max} bytes (lmdb_key_bytes_max)")
+    if table == DUE and not keys.due_key_storable(key):
+        raise WriteRefused(f"a due key of {len(key)} bytes: a shard, a time, a kind and an id "
+                           f"without NUL, at most {limits.due_key_bytes_max} bytes "
+                           f"(due_key_bytes_max)")
 
 
 class Tx:

@@ -40,6 +40,21 @@ def check_key(table: str, key: object) -> None:
     if not storable_key(key):
         raise InvalidKey(f"{table}: a key of {len(key)} bytes; keys are 1 to "
                          f"{limits.lmdb_key_bytes_max} bytes (lmdb_key_bytes_max)")
+    if table == DUE and not keys.due_key_storable(key):
+        raise InvalidKey(f"{table}: a key of {len(key)} bytes; a due key is a shard, a time, "
+                         f"a kind and an id without NUL, at most {limits.due_key_bytes_max} "
+                         f"bytes (due_key_bytes_max)")
+
+
+def check_row(table: str, key: bytes, raw: bytes) -> None:
+    """Raise InvalidKey unless a store can hold the encoded value `raw` under
+    `key`: the LMDB store keeps a due entry's key after its shard, a NUL and
+    its value as one LMDB value, which LMDB bounds as it bounds keys. A due
+    value (keys.due_value) is a tenant and a rank, so only a bug gets here."""
+    if table == DUE and len(key) - 1 + len(raw) > limits.lmdb_key_bytes_max:
+        raise InvalidKey(f"{table}: a key of {len(key)} bytes and a value of {len(raw)}; "
+                         f"a due entry holds at most {limits.lmdb_key_bytes_max + 1} "
+                         f"bytes of both (lmdb_key_bytes_max)")
 
 
 class Store(Protocol):

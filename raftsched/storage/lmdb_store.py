@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import shutil
 import struct
@@ -43,18 +44,23 @@ import lmdb
 
 from raftsched import limits
 from raftsched.core import keys
-from raftsched.core.apply import TABLES, Transition
+from raftsched.core.apply import DUE, TABLES, Transition
 from raftsched.core.tx import JOB_STATE, JOBS, View, merge_job
 from raftsched.errors import InvariantBroken, StorageFull
-from raftsched.storage.base import (check_key, decode_value, encode_value, fsync_dir,
-                                    storable_key)
+from raftsched.storage.base import (check_key, check_row, decode_value, encode_value,
+                                    fsync_dir, storable_key)
 
 T = TypeVar("T")
+log = logging.getLogger("raftsched.storage")
 
 # 2: a run's id (its key) names its job and occurrence (keys.run_id), and the
 # runs_by_job index is gone. A state of schema 1 is refused: its run ids and
 # its open-runs and tenant indexes name runs by the ids of before.
-SCHEMA_VERSION = 2
+# 3: the due table is kept as sorted duplicates under each shard (_DueTable).
+# A state of schema 2 is rewritten so when the node opens it (_migrate_due).
+SCHEMA_VERSION = 3
+_SCHEMAS_READ = (2, 3)
+_SCHEMAS_READ_TEXT = " and ".join(str(v) for v in _SCHEMAS_READ)
 _SCHEMA_ADVICE = ("; a data folder of an earlier release whose state this build does not "
                   "read: start the node with an empty --data folder (docs/operations.md, "
                   "\"Restarting and upgrading\")")
@@ -116,6 +122,101 @@ class _EnvGuard:
                 self._cond.notify_all()
 
 
+# The due table takes its new entries where their shard's entries end: a
+# shard's entries are in time order, and most new ones are its latest. Kept
+# as one LMDB table keyed (shard, time, kind, id), that is one place per shard
+# in the middle of the table, where LMDB splits a full page in half and the
+# left half never takes an entry again: pages about half full. So the due
+# table is kept as sorted duplicates (MDB_DUPSORT) under each shard's two
+# bytes: each shard's entries are a B-tree of their own, whose new entries
+# go at its end, where LMDB leaves a full page full. A duplicate is the rest
+# of the key (time, kind, id), a NUL and the encoded value, which sorts as
+# the keys do, since ids hold no NUL (keys.due_key_storable). Readers see
+# (key, value) rows as of any other table.
+_DUE_DB = "due_dups"
+_DUE_GROUP = 2                                  # a due key's shard
+_DUE_ID_AT = keys.DUE_HEAD_BYTES - _DUE_GROUP   # where the id starts in a duplicate
+_MAX_DBS = len(TABLES) + 3   # the tables, meta, and schema 2's due table while migrating
+
+
+def _open_table(env: Any, table: str, txn: Any = None) -> Any:
+    if table == DUE:
+        return env.open_db(_DUE_DB.encode(), txn=txn, dupsort=True)
+    return env.open_db(table.encode(), txn=txn)
+
+
+def _due_find(cursor: Any, key: bytes) -> bool:
+    """Position `cursor` on the due entry stored under `key`; False if none."""
+    rest = key[_DUE_GROUP:] + b"\0"
+    return cursor.set_range_dup(key[:_DUE_GROUP], rest) and cursor.value().startswith(rest)
+
+
+def _due_get(txn: Any, db: Any, key: bytes) -> bytes | None:
+    if not keys.due_key_storable(key):
+        return None
+    cursor = txn.cursor(db)
+    return cursor.value()[len(key) - _DUE_GROUP + 1:] if _due_find(cursor, key) else None
+
+
+def _due_write(txn: Any, db: Any, key: bytes, raw: bytes | None) -> None:
+    cursor = txn.cursor(db)
+    if _due_find(cursor, key):
+        cursor.delete()
+    if raw is not None:
+        txn.put(key[:_DUE_GROUP], key[_DUE_GROUP:] + b"\0" + raw, db=db)
+
+
+def _due_row(group: bytes, dup: bytes) -> tuple[bytes, bytes]:
+    """(key, raw value) of a stored duplicate."""
+    cut = dup.index(b"\0", _DUE_ID_AT)
+    return group + dup[:cut], dup[cut + 1:]
+
+
+def _due_seek(cursor: Any, start: bytes) -> bool:
+    """Position `cursor` on the first due entry whose key is >= `start`."""
+    group = start[:_DUE_GROUP]
+    if len(start) <= _DUE_GROUP:   # every entry of a group is at or after its bytes
+        return cursor.set_range(start)
+    if cursor.set_range_dup(group, start[_DUE_GROUP:]):
+        return True
+    if not cursor.set_range(group):   # no entry of `group` at or after `start`
+        return False
+    return cursor.next_nodup() if cursor.key() == group else True
+
+
+def _due_items(txn: Any, db: Any, start: bytes = b"", stop: bytes | None = None,
+               reverse: bool = False) -> Iterator[tuple[bytes, bytes]]:
+    """The due entries with start <= key < stop, as (key, raw value), in key
+    order or reversed."""
+    cursor = txn.cursor(db)
+    if not reverse:
+        positioned = _due_seek(cursor, start)
+    elif stop is not None and _due_seek(cursor, stop):
+        positioned = cursor.prev()
+    else:
+        positioned = cursor.last()
+    if not positioned:
+        return
+    for group, dup in cursor.iterprev() if reverse else cursor.iternext():
+        key, raw = _due_row(group, dup)
+        if reverse:
+            if key < start:
+                return
+            if stop is not None and key >= stop:
+                continue
+        else:
+            if stop is not None and key >= stop:
+                return
+            if key < start:
+                continue
+        yield key, raw
+
+
+def _rows(txn: Any, dbs: dict[str, Any], table: str) -> Iterable[tuple[bytes, bytes]]:
+    """Every (key, raw value) of `table`, in key order."""
+    return _due_items(txn, dbs[DUE]) if table == DUE else txn.cursor(db=dbs[table])
+
+
 class LmdbStore:
     def __init__(self, path: str, *, map_size: int = limits.lmdb_map_size_default,
                  durable_commits: bool = False) -> None:
@@ -132,21 +233,61 @@ class LmdbStore:
     def _open_env(self) -> None:
         """Open the environment at self.path (at start, and after an install swapped
         its data file). Callers other than __init__ hold the guard exclusively."""
-        self._env = lmdb.open(self.path, map_size=self.map_size, max_dbs=len(TABLES) + 2,
+        self._env = lmdb.open(self.path, map_size=self.map_size, max_dbs=_MAX_DBS,
                               subdir=True, sync=self._durable_commits, metasync=False,
                               writemap=False, lock=True, readahead=False, max_readers=256,
                               mode=limits.private_dir_mode)   # files: without the x bits
         # LMDB raises the map to the data file's size if that is larger.
         self.map_size = self._env.info()["map_size"]
         self._meta = self._env.open_db(_META.encode())
-        self._dbs = {name: self._env.open_db(name.encode()) for name in TABLES}
         with self._env.begin(write=True) as txn:
-            schema = txn.get(_SCHEMA, db=self._meta)
+            raw = txn.get(_SCHEMA, db=self._meta)
+            schema = None if raw is None else keys.from_u64(raw)
             if schema is None:
                 txn.put(_SCHEMA, keys.u64(SCHEMA_VERSION), db=self._meta)
-            elif keys.from_u64(schema) != SCHEMA_VERSION:
-                raise InvariantBroken(f"{self.path}: schema version {keys.from_u64(schema)}, "
-                                      f"this build reads {SCHEMA_VERSION}" + _SCHEMA_ADVICE)
+        if schema is not None and schema not in _SCHEMAS_READ:
+            raise InvariantBroken(f"{self.path}: schema version {schema}, "
+                                  f"this build reads {_SCHEMAS_READ_TEXT}" + _SCHEMA_ADVICE)
+        if schema == 2:
+            self._migrate_due()
+        self._dbs = {name: _open_table(self._env, name) for name in TABLES}
+
+    def _migrate_due(self) -> None:
+        """Rewrite a schema 2 state's due table (a plain LMDB table named
+        "due") as schema 3 keeps it (_DUE_DB), schema_migrate_txn_entries
+        entries a transaction, then drop it and record schema 3 in one
+        transaction. A crash part way leaves schema 2 and a partial copy, which
+        the next open clears and makes again."""
+        old = self._env.open_db(DUE.encode())
+        new = _open_table(self._env, DUE)
+        count, start = 0, b""
+        try:
+            with self._env.begin(write=True) as txn:
+                txn.drop(new, delete=False)
+            while start is not None:
+                with self._env.begin(write=True) as txn:
+                    cursor = txn.cursor(old)
+                    rows = cursor.iternext() if cursor.set_range(start) else iter(())
+                    start = None
+                    for done, (key, raw) in enumerate(rows):
+                        if done == limits.schema_migrate_txn_entries:
+                            start = key
+                            break
+                        if not keys.due_key_storable(key):
+                            raise InvariantBroken(f"{self.path}: a due entry under key {key!r}, "
+                                                  f"which this build cannot keep")
+                        txn.put(key[:_DUE_GROUP], key[_DUE_GROUP:] + b"\0" + raw, db=new)
+                        count += 1
+            with self._env.begin(write=True) as txn:
+                txn.drop(old, delete=True)
+                txn.put(_SCHEMA, keys.u64(SCHEMA_VERSION), db=self._meta)
+        except lmdb.MapFullError:
+            raise StorageFull(f"{self.path}: the LMDB map is full (max_data_bytes = "
+                              f"{self.map_size} bytes) while rewriting the due table for "
+                              f"schema {SCHEMA_VERSION}; restart the node with a larger "
+                              f"--max-data-bytes") from None
+        log.info("%s: state of schema 2 rewritten as schema %d (%d due entries)", self.path,
+                     SCHEMA_VERSION, count)
 
     @contextlib.contextmanager
     def _begin(self, table: str | None = None, *, write: bool = False) -> Iterator[Any]:
@@ -167,7 +308,7 @@ class LmdbStore:
         self._guard.enter()
         try:
             with self._env.begin(db=self._dbs[table]) as txn:
-                raw = txn.get(key)
+                raw = _due_get(txn, self._dbs[DUE], key) if table == DUE else txn.get(key)
                 if table == JOBS and raw is not None:
                     return _merged_job(txn, self._dbs, key, raw)
         finally:
@@ -210,7 +351,12 @@ class LmdbStore:
         for table, key, value in transition.writes:
             db = self._dbs[table]
             check_key(table, key)   # raising here aborts the whole transaction
-            if value is None:
+            if table == DUE:
+                raw = None if value is None else encode_value(table, value, key)
+                if raw is not None:
+                    check_row(table, key, raw)
+                _due_write(txn, db, key, raw)
+            elif value is None:
                 txn.delete(key, db=db)
             else:
                 txn.put(key, encode_value(table, value, key), db=db)
@@ -243,7 +389,9 @@ class LmdbStore:
         out: list[tuple[bytes, Any]] = []
         with self._begin(table) as txn:
             cursor = txn.cursor()
-            if reverse:
+            if table == DUE:
+                items = _due_items(txn, self._dbs[DUE], start, stop, reverse)
+            elif reverse:
                 items = self._reverse(cursor, start, stop)
             else:
                 items = cursor.iternext() if cursor.set_range(start) else iter(())
@@ -273,7 +421,7 @@ class LmdbStore:
             raw = txn.get(_APPLIED, db=self._meta)
             index = 0 if raw is None else keys.from_u64(raw)
             items = [(table, bytes(k), bytes(v)) for table in TABLES
-                     for k, v in txn.cursor(db=self._dbs[table])]
+                     for k, v in _rows(txn, self._dbs, table)]
         return index, items
 
     def replace_all(self, applied_index: int, items: Iterable[tuple[str, bytes, bytes]]) -> None:
@@ -282,7 +430,11 @@ class LmdbStore:
                 txn.drop(db, delete=False)
             for table, key, value in items:
                 check_key(table, key)
-                txn.put(key, value, db=self._dbs[table])
+                if table == DUE:
+                    check_row(table, key, value)
+                    _due_write(txn, self._dbs[DUE], key, value)
+                else:
+                    txn.put(key, value, db=self._dbs[table])
             txn.put(_APPLIED, keys.u64(applied_index), db=self._meta)
 
     def used_bytes(self) -> int:
@@ -351,7 +503,7 @@ class LmdbStore:
         """The applied_index of the environment in `directory`, after checking
         that its file holds every page it names and this build reads its schema."""
         _check_image_pages(os.path.join(directory, _DATA_FILE))
-        env = lmdb.open(directory, map_size=self.map_size, max_dbs=len(TABLES) + 2,
+        env = lmdb.open(directory, map_size=self.map_size, max_dbs=_MAX_DBS,
                         subdir=True, readonly=True, lock=False, readahead=False)
         try:
             meta = env.open_db(_META.encode(), create=False)
@@ -359,10 +511,10 @@ class LmdbStore:
                 schema, applied = txn.get(_SCHEMA), txn.get(_APPLIED)
         finally:
             env.close()
-        if schema is None or keys.from_u64(schema) != SCHEMA_VERSION:
+        if schema is None or keys.from_u64(schema) not in _SCHEMAS_READ:
             raise InvariantBroken(f"snapshot image: schema version "
                                   f"{None if schema is None else keys.from_u64(schema)}, "
-                                  f"this build reads {SCHEMA_VERSION}")
+                                  f"this build reads {_SCHEMAS_READ_TEXT}")
         return 0 if applied is None else keys.from_u64(applied)
 
     def sync(self) -> None:
@@ -399,7 +551,8 @@ class _TxnView:
     def get(self, table: str, key: bytes) -> Any | None:
         if not storable_key(key):
             return None
-        raw = self._txn.get(key, db=self._dbs[table])
+        raw = _due_get(self._txn, self._dbs[DUE], key) if table == DUE \
+            else self._txn.get(key, db=self._dbs[table])
         return None if raw is None else decode_value(table, raw, key)
 
 
@@ -425,7 +578,7 @@ class PinnedRead:
         """Every (table, key, raw value), tables in TABLES order, keys in order."""
         seen = 0
         for table in TABLES:
-            for key, value in self._txn.cursor(db=self._store._dbs[table]):
+            for key, value in _rows(self._txn, self._store._dbs, table):
                 seen += 1
                 if seen % limits.snapshot_abort_check_records == 0 and self._aborted.is_set():
                     raise SnapshotAborted("a snapshot install replaces the state")
@@ -531,7 +684,7 @@ class StateFileRead:
             # The map must cover every page the read sees: the file's size now
             # does, unless the node grows the file before the read begins.
             self._env = lmdb.open(path, map_size=max(os.path.getsize(data_file), 1),
-                                  max_dbs=len(TABLES) + 2, subdir=True, readonly=True,
+                                  max_dbs=_MAX_DBS, subdir=True, readonly=True,
                                   lock=True, readahead=False, create=False)
             try:
                 self._txn = self._env.begin(buffers=False)
@@ -543,10 +696,10 @@ class StateFileRead:
     def _read_meta(self, path: str) -> int:
         meta = self._env.open_db(_META.encode(), txn=self._txn, create=False)
         schema, applied = self._txn.get(_SCHEMA, db=meta), self._txn.get(_APPLIED, db=meta)
-        if schema is None or keys.from_u64(schema) != SCHEMA_VERSION:
+        if schema is None or keys.from_u64(schema) not in _SCHEMAS_READ:
             raise InvariantBroken(f"{path}: schema version "
                                   f"{None if schema is None else keys.from_u64(schema)}, "
-                                  f"this build reads {SCHEMA_VERSION}")
+                                  f"this build reads {_SCHEMAS_READ_TEXT}")
         return 0 if applied is None else keys.from_u64(applied)
 
     def copy_to(self, fd: int) -> None:

@@ -12,7 +12,8 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 from raftsched.core.apply import TABLES, Transition
 from raftsched.core.tx import JOB_STATE, JOBS, merge_job
 from raftsched.errors import InvariantBroken
-from raftsched.storage.base import check_key, decode_value, encode_value, storable_key
+from raftsched.storage.base import (check_key, check_row, decode_value, encode_value,
+                                    storable_key)
 
 T = TypeVar("T")
 
@@ -51,7 +52,10 @@ class MemoryStore:
                 check_key(table, key)
                 if table not in self._data:
                     raise KeyError(table)   # as LMDB's store: no such table
-                encoded.append((table, key, None if value is None else encode_value(table, value, key)))
+                raw = None if value is None else encode_value(table, value, key)
+                if raw is not None:
+                    check_row(table, key, raw)
+                encoded.append((table, key, raw))
             for table, key, raw in encoded:
                 self._put(table, key, raw)
             self._applied = index
@@ -102,6 +106,7 @@ class MemoryStore:
             check_key(table, key)
             if not isinstance(value, bytes) or table not in TABLES:
                 raise InvariantBroken(f"snapshot item of table {table!r}: not a stored record")
+            check_row(table, key, value)
         with self._lock:
             self._data = {t: {} for t in TABLES}
             self._sorted = {t: [] for t in TABLES}
