@@ -25,12 +25,14 @@ digests, agree.
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Any, Callable
 
-from raftsched.core import keys
+from raftsched.core import jobspec, keys
 
 JOBS_TABLE, RUNS_TABLE, DUE_TABLE = "jobs", "runs", "due"
-JOB_STATE_TABLE = "job_state"
+JOB_STATE_TABLE, AUDIT_TABLE = "job_state", "audit"
 
 # Spec members and their defaults, as core/jobspec.py fills them in.
 _SPEC_DEFAULTS: dict[str, Any] = {
@@ -227,12 +229,16 @@ _RUN = _Form(("v", "id", "job_id", "tenant", "scheduled_ms", "attempt", "state",
 _ATTEMPT = _Form(("attempt", "holder", "started_ms", "finished_ms", "http_status", "exit_code",
                   "error", "output_node", "retry_delay_ms"), optional=_ATTEMPT_NONE)
 _DUE = _Form(("v", "tn", "p"))
+_AUDIT = _Form(("v", "seq", "at_ms", "actor", "action", "tenant", "subject", "detail"))
 # The state a fire leaves a job with; a state without one of them (a job not
 # fired yet, say) is stored as a map.
 _JOB_STATE = _Form(("v", "status", "updated_ms", "runs_count", "next_ms", "last_run_id",
                     "active"))
 _EXECUTION_AT, _ATTEMPTS_AT = _RUN.position("execution_id"), _RUN.position("attempts")
 _SPEC_AT = _JOB.position("spec")
+_STATUS_AT, _UPDATED_AT = _JOB.position("status"), _JOB.position("updated_ms")
+_NEXT_AT = _JOB.position("next_ms")
+_NAME_AT = _SPEC_FORM.position("name")
 _JOB_ID_AT, _RUN_ID_AT = _JOB.position("id"), _RUN.position("id")
 _RUN_JOB_AT, _RUN_SCHEDULED_AT = _RUN.position("job_id"), _RUN.position("scheduled_ms")
 
@@ -242,10 +248,11 @@ def compact(table: str, value: Any, key: bytes | None = None) -> Any:
     if not isinstance(value, dict):
         return value
     if table == JOBS_TABLE and isinstance(value.get("spec"), dict):
-        spec = _stored_spec(compact_spec(value["spec"]))
-        formed = _JOB.pack(value)
+        spec = _stored_spec(compact_spec(value["spec"]), _named_by_default(value["spec"]))
+        formed = _JOB.pack(value) if _job_members_derivable(value) else None
         if formed is not None and _id_stored(value, key, formed, _JOB_ID_AT):
             formed[_SPEC_AT] = spec
+            _derive_job_members(value, formed)
             return formed
         out = _without_none(value, _JOB_NONE)
         out["spec"] = spec
@@ -271,6 +278,8 @@ def compact(table: str, value: Any, key: bytes | None = None) -> Any:
         return _DUE.pack(value) or value
     if table == JOB_STATE_TABLE:
         return _JOB_STATE.pack(value) or value
+    if table == AUDIT_TABLE:
+        return _stored_audit(value) or value
     return value
 
 
@@ -286,15 +295,68 @@ def _id_stored(record: dict, key: bytes | None, stored: list, at: int) -> bool:
     return True
 
 
-def _stored_spec(spec: dict) -> dict | list:
+def _stored_spec(spec: dict, named_by_default: bool) -> dict | list:
     """A compacted spec (a new map), its schedule and target positional where
-    they have a form."""
+    they have a form; in that form, a name made from the target (the name of
+    a job created without one) is left out (None) and made again on read."""
     schedule, target = spec.get("schedule"), spec.get("target")
     if isinstance(schedule, dict) and schedule.get("kind") == "once":
         spec["schedule"] = _ONCE.pack(schedule) or schedule
     if isinstance(target, dict) and target.get("type") == "http":
         spec["target"] = _HTTP.pack(target) or target
-    return _SPEC_FORM.pack(spec) or spec
+    if spec.get("name") is None:
+        return spec   # None in the form would read back as a name made from the target
+    stored = _SPEC_FORM.pack(spec)
+    if stored is None:
+        return spec
+    if named_by_default:
+        stored[_NAME_AT] = None
+    return stored
+
+
+def _named_by_default(spec: dict) -> bool:
+    """Whether `spec` (whole, as validated) is named as jobspec names a job
+    created without a name, from its HTTP target."""
+    target, name = spec.get("target"), spec.get("name")
+    if type(name) is not str or not isinstance(target, dict) or target.get("type") != "http" \
+            or type(target.get("method")) is not str or type(target.get("url")) is not str:
+        return False
+    try:
+        return name == _default_name(target["method"], target["url"])
+    except ValueError:   # a URL urlsplit refuses: stored as it is
+        return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _default_name(method: str, url: str) -> str:
+    """The name jobspec gives a job with this HTTP target and no name. A
+    stored record depends on it: tests/test_compact.py pins its answers."""
+    return jobspec.default_name({"type": "http", "method": method, "url": url})
+
+
+def _job_members_derivable(job: dict) -> bool:
+    """Whether the positional form can mark the members _derive_job_members
+    leaves out: a status and an update time that are never None there (None
+    marks "active" and "when created"), and a next due time that is no bool
+    (False marks "the one-off's own time")."""
+    return job.get("status") is not None and job.get("updated_ms") is not None \
+        and type(job.get("next_ms")) is not bool
+
+
+def _derive_job_members(job: dict, stored: list) -> None:
+    """Leave out of a job's positional form what its other members say:
+    status "active" (the status of nearly every job), an update time equal
+    to its creation time (a job never changed), and a next due time equal to
+    its one-off schedule's time (a pending one-off)."""
+    if job["status"] == "active" and type(job["status"]) is str:
+        stored[_STATUS_AT] = None
+    if job["updated_ms"] == job.get("created_ms") and type(job["updated_ms"]) is int \
+            and type(job.get("created_ms")) is int:
+        stored[_UPDATED_AT] = None
+    next_ms, schedule = job.get("next_ms"), job["spec"].get("schedule")
+    if type(next_ms) is int and isinstance(schedule, dict) and schedule.get("kind") == "once" \
+            and type(schedule.get("run_at_ms")) is int and schedule["run_at_ms"] == next_ms:
+        stored[_NEXT_AT] = False
 
 
 def _stored_run(run: dict) -> list | None:
@@ -331,15 +393,22 @@ def expand(table: str, value: Any, key: bytes | None = None) -> Any:
     restored. `value` is fresh from the decoder, so it is completed in place
     (a positional one is read into a new map)."""
     if table == JOBS_TABLE:
-        if isinstance(value, list):
+        positional = isinstance(value, list)
+        if positional:
             value = _JOB.unpack(value)
             if value["id"] is None:
                 value["id"] = _key_id(key)
+            if value["status"] is None:
+                value["status"] = "active"
+            if value["updated_ms"] is None:
+                value["updated_ms"] = value["created_ms"]
         elif not isinstance(value, dict):
             return value
         spec = value.get("spec")
-        if isinstance(spec, list):
+        default_named = isinstance(spec, list)
+        if default_named:
             spec = value["spec"] = _SPEC_FORM.unpack(spec)
+            default_named = spec["name"] is None
         if not isinstance(spec, dict):
             return value
         for name in _JOB_NONE:
@@ -349,6 +418,10 @@ def expand(table: str, value: Any, key: bytes | None = None) -> Any:
         if isinstance(spec.get("target"), list):
             spec["target"] = _HTTP.unpack(spec["target"])
         expand_spec(spec)
+        if default_named:
+            spec["name"] = _default_name(spec["target"]["method"], spec["target"]["url"])
+        if positional and value["next_ms"] is False:
+            value["next_ms"] = spec["schedule"]["run_at_ms"]
     elif table == RUNS_TABLE:
         if isinstance(value, list):   # every member of the form is there
             value = _RUN.unpack(value)
@@ -372,7 +445,68 @@ def expand(table: str, value: Any, key: bytes | None = None) -> Any:
         value = _DUE.unpack(value)
     elif table == JOB_STATE_TABLE and isinstance(value, list):
         value = _JOB_STATE.unpack(value)
+    elif table == AUDIT_TABLE and isinstance(value, list):
+        value = _read_audit(value)
     return value
+
+
+def _stored_audit(record: dict) -> list | None:
+    """An audit record as [its positional form, the job ids of its detail as
+    runs]: a batch create's record names up to a batch of jobs, whose ids
+    (api/ids.py) mostly follow one another, so [first id, count] pairs hold
+    them in a few bytes where the list took about 26 a job. None: the record
+    has no such form (it is stored as it is)."""
+    detail = record.get("detail")
+    if not isinstance(detail, dict):
+        return None
+    jobs = detail.get("jobs")
+    if jobs is not None and (type(jobs) is not list or
+                             not all(type(job) is str for job in jobs)):
+        return None
+    stored = _AUDIT.pack({**record, "detail": {k: v for k, v in detail.items() if k != "jobs"}})
+    if stored is None:
+        return None
+    return [stored, None if jobs is None else _id_runs(jobs)]
+
+
+def _read_audit(value: list) -> dict:
+    record = _AUDIT.unpack(value[0])
+    if value[1] is not None:
+        record["detail"]["jobs"] = _ids_of_runs(value[1])
+    return record
+
+
+_COUNTED_ID = re.compile(r"job_[0-9a-f]{16}[0-9a-f]{4}")   # api/ids.py: ... and a count
+
+
+def _id_runs(ids: list[str]) -> list:
+    """[first id, count, first id, count, ...]: each id after a first is the
+    one before it with its count (its last four hex digits) one more."""
+    runs: list = []
+    before = None
+    for an_id in ids:
+        if before is not None and _COUNTED_ID.fullmatch(an_id) and \
+                an_id == _next_counted(before):
+            runs[-1] += 1
+        else:
+            runs += [an_id, 1]
+        before = an_id if _COUNTED_ID.fullmatch(an_id) else None
+    return runs
+
+
+def _next_counted(an_id: str) -> str | None:
+    count = int(an_id[-4:], 16) + 1
+    return None if count > 0xFFFF else f"{an_id[:-4]}{count:04x}"
+
+
+def _ids_of_runs(runs: list) -> list[str]:
+    ids: list[str] = []
+    for at in range(0, len(runs), 2):
+        first, count = runs[at], runs[at + 1]
+        head, base = first[:-4], int(first[-4:], 16) if count > 1 else 0
+        ids.append(first)
+        ids.extend(f"{head}{base + i:04x}" for i in range(1, count))
+    return ids
 
 
 def _key_id(key: bytes | None) -> str:
