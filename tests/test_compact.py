@@ -115,6 +115,59 @@ def test_runs_read_back_at_every_stage() -> None:
         assert len(codec.pack(compact("runs", copy.deepcopy(run)))) < len(codec.pack(run))
 
 
+_LONE = {"attempt": 1, "holder": "n1", "started_ms": 6, "finished_ms": 9, "http_status": 200,
+         "exit_code": None, "error": None, "output_node": None, "retry_delay_ms": None}
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(queued=st.sampled_from([6, 6.0, 7, None, False]),
+       started=st.sampled_from([6, 7, None, True]),
+       priority=st.sampled_from(["normal", "high", None, False, b"normal"]),
+       attempt=st.sampled_from([{}, {"holder": "n2"}, {"http_status": 200.0}, {"attempt": 2},
+                                {"output_node": "n1"}, {"retry_delay_ms": 5}, None]),
+       extra_attempt=st.booleans(), node=st.sampled_from(["n1", None]))
+def test_a_run_s_derived_members_read_back_as_written(queued, started, priority, attempt,
+                                                      extra_attempt, node) -> None:
+    """A queue and start time equal to the run's creation time, the priority
+    "normal" and a lone attempt that repeats the run are left out of its form
+    and read back as written; so does every value that only looks like them."""
+    attempts = [] if attempt is None else [{**_LONE, **attempt}]
+    if extra_attempt and attempts:
+        attempts.append({**_LONE, "attempt": 2})
+    run = _run(state="succeeded", queued_ms=queued, started_ms=started, priority=priority,
+               finished_ms=9, http_status=200, node=node, attempts=attempts)
+    back = _round_trip("runs", run)
+    assert back == run
+    assert [type(back[k]) for k in sorted(run)] == [type(run[k]) for k in sorted(run)]
+    assert [[type(a[k]) for k in sorted(a)] for a in back["attempts"]] == \
+        [[type(a[k]) for k in sorted(a)] for a in run["attempts"]]
+
+
+def test_a_run_called_once_by_its_node_stores_only_what_it_cannot_derive() -> None:
+    run = _run(state="succeeded", created_ms=1_796_490_905_345, queued_ms=1_796_490_905_345,
+               started_ms=1_796_490_905_345, finished_ms=1_796_490_905_360, http_status=200,
+               attempts=[{**_LONE, "started_ms": 1_796_490_905_345,
+                          "finished_ms": 1_796_490_905_360}])
+    stored = codec.pack(compact("runs", copy.deepcopy(run), run["id"].encode()))
+    assert stored.count(codec.pack(1_796_490_905_345)) == 1
+    assert stored.count(codec.pack(1_796_490_905_360)) == 1
+    assert b"normal" not in stored and len(stored) <= 70
+    assert expand("runs", codec.unpack(stored), run["id"].encode()) == run
+
+
+def test_a_job_state_names_its_last_run_by_the_run_s_time() -> None:
+    state = {"v": 1, "next_ms": None, "active": [], "runs_count": 1, "status": "completed",
+             "updated_ms": 9, "last_run_id": keys.run_id("job_1a246fcd8804f1410000", 77)}
+    key = b"job_1a246fcd8804f1410000"
+    stored = codec.pack(compact("job_state", dict(state), key))
+    assert b"run_" not in stored
+    assert expand("job_state", codec.unpack(stored), key) == state
+    for last in (keys.run_id("job_other", 77), "run_x", None, 77, keys.task_run_id("d", "t")):
+        other = {**state, "last_run_id": last}   # not this job's run: kept as it is
+        stored = codec.pack(compact("job_state", dict(other), key))
+        assert expand("job_state", codec.unpack(stored), key) == other
+
+
 # Members a run or job may hold besides its form's, and values of any kind.
 _values = st.one_of(st.none(), st.integers(-2 ** 63, 2 ** 64 - 1), st.text(max_size=4),
                     st.booleans(), st.lists(st.integers(0, 3), max_size=2),

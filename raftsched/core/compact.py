@@ -235,6 +235,9 @@ _AUDIT = _Form(("v", "seq", "at_ms", "actor", "action", "tenant", "subject", "de
 _JOB_STATE = _Form(("v", "status", "updated_ms", "runs_count", "next_ms", "last_run_id",
                     "active"))
 _EXECUTION_AT, _ATTEMPTS_AT = _RUN.position("execution_id"), _RUN.position("attempts")
+_QUEUED_AT, _STARTED_AT = _RUN.position("queued_ms"), _RUN.position("started_ms")
+_PRIORITY_AT = _RUN.position("priority")
+_LAST_RUN_AT = _JOB_STATE.position("last_run_id")
 _SPEC_AT = _JOB.position("spec")
 _STATUS_AT, _UPDATED_AT = _JOB.position("status"), _JOB.position("updated_ms")
 _NEXT_AT = _JOB.position("next_ms")
@@ -277,7 +280,13 @@ def compact(table: str, value: Any, key: bytes | None = None) -> Any:
     if table == DUE_TABLE:
         return _DUE.pack(value) or value
     if table == JOB_STATE_TABLE:
-        return _JOB_STATE.pack(value) or value
+        stored = _JOB_STATE.pack(value)
+        if stored is None or type(value["last_run_id"]) is int:
+            return value   # (an int in the form is a time: see below)
+        at_ms = _occurrence_of(value["last_run_id"], _key_text(key))
+        if at_ms is not None:
+            stored[_LAST_RUN_AT] = at_ms   # an int: the time of the job's run
+        return stored
     if table == AUDIT_TABLE:
         return _stored_audit(value) or value
     return value
@@ -366,16 +375,94 @@ def _stored_run(run: dict) -> list | None:
     derived = _execution_id(run)
     if execution_id is None and derived is not None:
         return None   # None could not be told apart from "derived"
-    stored = _RUN.pack(run)
+    stored = _RUN.pack(run) if _run_members_derivable(run) else None
     if stored is None:
         return None
     if execution_id == derived and _EXECUTION_AT < len(stored):
         stored[_EXECUTION_AT] = None
+    _derive_run_members(run, stored)
     attempts = run["attempts"]
-    if attempts:
+    if attempts and type(stored[_ATTEMPTS_AT]) is not int:   # (_ONE_ATTEMPT)
         stored[_ATTEMPTS_AT] = [_stored_attempt(a) for a in attempts] \
             if isinstance(attempts, list) else attempts
     return stored
+
+
+# Marks in a run's positional form for what its other members say; a member
+# whose value is itself a bool keeps the map form (_run_members_derivable).
+_AS_CREATED = False      # queued_ms or started_ms: the run's created_ms
+_PRIORITY_NORMAL = False  # priority: "normal", every run's but a prioritised job's
+_ONE_ATTEMPT = 0          # attempts: one, as the run's own members say it (_lone_attempt)
+
+
+def _run_members_derivable(run: dict) -> bool:
+    get = run.get
+    return type(get("queued_ms")) is not bool and type(get("started_ms")) is not bool \
+        and type(get("priority")) is not bool and type(get("attempts")) is not int
+
+
+def _derive_run_members(run: dict, stored: list) -> None:
+    """Leave out of a run's positional form what its other members say: a
+    queue and a start time equal to its creation time (a run the shard's
+    owner holds from its fire), the priority "normal", and a lone attempt
+    that repeats the run's own members."""
+    created = run.get("created_ms")
+    if type(created) is int:
+        for name, at in (("queued_ms", _QUEUED_AT), ("started_ms", _STARTED_AT)):
+            if run.get(name) == created and type(run.get(name)) is int and at < len(stored):
+                stored[at] = _AS_CREATED
+    if run.get("priority") == "normal" and type(run["priority"]) is str:
+        stored[_PRIORITY_AT] = _PRIORITY_NORMAL
+    attempts = run.get("attempts")
+    if type(attempts) is list and len(attempts) == 1 and _is_lone_attempt(attempts[0], run):
+        stored[_ATTEMPTS_AT] = _ONE_ATTEMPT
+
+
+# A lone attempt's members and the run's members they repeat, in that order;
+# its other members (output_node, retry_delay_ms) are None.
+_LONE_NAMES = ("attempt", "holder", "started_ms", "finished_ms", "http_status", "exit_code",
+               "error")
+_LONE_RUN_NAMES = ("attempt", "node", "started_ms", "finished_ms", "http_status", "exit_code",
+                   "error")
+_LONE_KEYS = frozenset(_LONE_NAMES + ("output_node", "retry_delay_ms"))
+
+
+def _lone_attempt(run: dict) -> dict:
+    """The attempt a run that was called once by its node holds (runs.finish)."""
+    attempt = dict(zip(_LONE_NAMES, map(run.get, _LONE_RUN_NAMES)))
+    attempt["output_node"] = attempt["retry_delay_ms"] = None
+    return attempt
+
+
+def _lone_test() -> Callable[[Any, dict], bool]:
+    """is_lone(attempt, run): whether `attempt` is _lone_attempt(run), member
+    for member and type for type (1 is not 1.0 or True). Generated: a run's
+    every write pays it."""
+    lines = ["def is_lone(a, run):",
+             "    if type(a) is not dict or a.keys() != KEYS or a['output_node'] is not None \\",
+             "            or a['retry_delay_ms'] is not None:",
+             "        return False",
+             "    get = run.get"]
+    for mine, theirs in zip(_LONE_NAMES, _LONE_RUN_NAMES):
+        lines += [f"    x, y = a[{mine!r}], get({theirs!r})",
+                  "    if x != y or type(x) is not type(y):",
+                  "        return False"]
+    return _compiled("\n".join(lines + ["    return True"]) + "\n", "is_lone", KEYS=_LONE_KEYS)
+
+
+_is_lone_attempt = _lone_test()
+
+
+def _read_run_members(run: dict) -> None:
+    created = run["created_ms"]
+    if run["queued_ms"] is _AS_CREATED:
+        run["queued_ms"] = created
+    if run["started_ms"] is _AS_CREATED:
+        run["started_ms"] = created
+    if run["priority"] is _PRIORITY_NORMAL:
+        run["priority"] = "normal"
+    if type(run["attempts"]) is int and run["attempts"] == _ONE_ATTEMPT:
+        run["attempts"] = [_lone_attempt(run)]
 
 
 def _stored_attempt(attempt: Any) -> Any:
@@ -431,6 +518,7 @@ def expand(table: str, value: Any, key: bytes | None = None) -> Any:
                     value["job_id"], value["scheduled_ms"] = keys.run_occurrence(value["id"])
             if value["execution_id"] is None:
                 value["execution_id"] = _execution_id(value)
+            _read_run_members(value)
         elif isinstance(value, dict) and "scheduled_ms" in value:
             for name in _RUN_NONE:
                 value.setdefault(name, None)
@@ -445,6 +533,8 @@ def expand(table: str, value: Any, key: bytes | None = None) -> Any:
         value = _DUE.unpack(value)
     elif table == JOB_STATE_TABLE and isinstance(value, list):
         value = _JOB_STATE.unpack(value)
+        if type(value["last_run_id"]) is int:
+            value["last_run_id"] = keys.run_id(_key_id(key), value["last_run_id"])
     elif table == AUDIT_TABLE and isinstance(value, list):
         value = _read_audit(value)
     return value
@@ -507,6 +597,26 @@ def _ids_of_runs(runs: list) -> list[str]:
         ids.append(first)
         ids.extend(f"{head}{base + i:04x}" for i in range(1, count))
     return ids
+
+
+def _occurrence_of(run_id: Any, job_id: str | None) -> int | None:
+    """The time of the job's run `run_id` names (keys.run_id), or None if it
+    names no run of `job_id`."""
+    if type(run_id) is not str or job_id is None or len(run_id) < 12:
+        return None
+    digits = run_id[-12:]
+    try:
+        at_ms = int(digits, 16)
+    except ValueError:
+        return None
+    return at_ms if keys.run_id(job_id, at_ms) == run_id else None
+
+
+def _key_text(key: bytes | None) -> str | None:
+    try:
+        return None if key is None else key.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def _key_id(key: bytes | None) -> str:
