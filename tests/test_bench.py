@@ -38,7 +38,8 @@ def test_a_small_burst_is_measured_whole(tmp_path, capsys):
 @pytest.mark.integration
 def test_footprint_reports_bytes_per_job_and_memory_at_each_size(tmp_path, capsys):
     out = tmp_path / "footprint.json"
-    assert main(["bench", "footprint", "1000,2000", "--runs", "200", "--json", str(out)]) == 0
+    assert main(["bench", "footprint", "1000,2000", "--runs", "200", "--recurring-s", "4",
+                 "--json", str(out)]) == 0
     figures = json.loads(out.read_text())
     assert [row["pending_jobs"] for row in figures["by_size"]] == [1000, 2000]
     # A job cannot take less than its id and spec, nor a run less than its record.
@@ -51,11 +52,16 @@ def test_footprint_reports_bytes_per_job_and_memory_at_each_size(tmp_path, capsy
         assert all(row["rss_anon_peak_bytes"][nid] > 0 for nid in row["memory_bytes"])
     assert figures["bytes_per_pending_job"] == figures["by_size"][-1]["bytes_per_pending_job"]
     assert 100 < figures["bytes_per_finished_one_off_job_and_run"] < 100_000
+    # 50 every-second jobs ran 4 s: each ended at least a run more, and a run
+    # cannot take less than its record's key.
+    assert figures["recurring_jobs"] == 50 and figures["recurring_runs_ended"] >= 50
+    assert 30 < figures["bytes_per_recurring_run"] < 100_000
     assert figures["memory_at_pending_bytes"] == figures["by_size"][-1]["memory_bytes"]
     printed = capsys.readouterr().out
     assert "memory at 1,000 pending" in printed
     assert "memory at 2,000 pending" in printed
     assert "since the first create" in printed
+    assert "state per run of a recurring job" in printed
 
 
 @pytest.mark.integration

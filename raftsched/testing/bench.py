@@ -42,7 +42,9 @@ node's private and mapped memory at each N pending (created one after the
 other on the same cluster, so that the sizes sit side by side), with each
 node's highest private memory (RssAnon) sampled every 5 s since the first
 create, its snapshots and its shard lease lapses; then per one-off fired and
-finished.
+finished (its job and its run), and per run of a recurring job (--runs /
+--recurring-s every-second jobs, paused, measured, run --recurring-s seconds,
+paused and measured again: the bytes their runs added, a run at a time).
 
 Scenario `cost N`: what one run costs every replica from fire to finish, and
 a job its create, in one process with no network and no Raft
@@ -87,6 +89,7 @@ from typing import Any, Callable
 import aiohttp
 
 from raftsched import limits
+from raftsched.core import lifecycle
 from raftsched.runtime.lateness import difference, merged_percentile
 from raftsched.testing.apscheduler_reference import measure_in_subprocess
 from raftsched.testing import runcost
@@ -468,7 +471,63 @@ def _finish_runs(cluster: LocalCluster, sink: FastSink, runs: int) -> None:
     wait_until(all_finished, 120, "every run's finish applied", 0.5)
 
 
-def footprint(sizes: list[int] | int, runs: int, nodes: int = 3) -> dict:
+RECURRING_S = 40   # seconds the footprint's every-second jobs run
+
+
+def _recurring_runs(cluster: LocalCluster, sink: FastSink, runs: int, seconds: float) -> dict:
+    """Bytes per finished run of recurring jobs: what a job's history costs.
+    runs / seconds every-second jobs run until each has a run (the job's own
+    records, its state among them, made), are paused and the nodes measured;
+    then they run for `seconds` more, are paused again, and the bytes added
+    are divided by the runs ended between."""
+    url = cluster.url("n1")
+    body = {"schedule": {"every": "1s"}, "target": {"type": "http", "url": sink.url}}
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        created = list(pool.map(lambda _: call("POST", url + "/v1/jobs", body),
+                                range(max(1, round(runs / seconds)))))
+        assert all(a.status == 201 for a in created), created
+        ids = [a.body["job_id"] for a in created]
+
+        def states(job_id: str) -> list[str]:
+            found = call("GET", url + f"/v1/jobs/{job_id}/runs?consistent=true"
+                                    f"&limit={limits.list_limit_max}")
+            assert len(found.body["runs"]) < limits.list_limit_max, "more runs than a page"
+            return [r["state"] for r in found.body["runs"]]
+
+        def ended() -> list[int] | None:
+            """Runs per job, once every run of every job has ended."""
+            counts = []
+            for job_id in ids:
+                found = states(job_id)
+                if not lifecycle.TERMINAL.issuperset(found):
+                    return None
+                counts.append(len(found))
+            return counts
+
+        def pause_all(action: str) -> None:
+            answers = list(pool.map(lambda j: call("POST", url + f"/v1/jobs/{j}:{action}", {}),
+                                    ids))
+            assert all(a.status == 200 for a in answers), answers
+
+        wait_until(lambda: all("succeeded" in states(j) for j in ids), 120,
+                   "a run of every job ended", 0.5)
+        pause_all("pause")
+        before = wait_until(ended, 120, "every run ended", 0.5)
+        cluster.ensure_same(120)
+        used = _settled_used(cluster, [0] * len(cluster.ids))
+        pause_all("resume")
+        time.sleep(seconds)   # the jobs' runs, not a condition: the measure is of what they add
+        pause_all("pause")
+        after = wait_until(ended, 120, "every run ended", 0.5)
+        cluster.ensure_same(120)
+        done = _settled_used(cluster, used)
+    count = sum(after) - sum(before)
+    return {"recurring_jobs": len(ids), "recurring_runs_ended": count,
+            "bytes_per_recurring_run": round(max((d - u) / count for d, u in zip(done, used)))}
+
+
+def footprint(sizes: list[int] | int, runs: int, nodes: int = 3,
+              recurring_s: float = RECURRING_S) -> dict:
     """Bytes of state per pending one-off (due in a day) at each of `sizes`,
     and per one-off that fired and finished (`runs` of them, due in seconds:
     the job and its run), from LMDB's pages in use on each node; and each
@@ -490,10 +549,11 @@ def footprint(sizes: list[int] | int, runs: int, nodes: int = 3) -> dict:
         _finish_runs(cluster, sink, runs)
         cluster.ensure_same(120)
         done = _settled_used(cluster, pending)
+        recurring = _recurring_runs(cluster, sink, runs, recurring_s)
     per_run = [(d - p) / runs for d, p in zip(done, pending)]
     return {**conditions,
             "bytes_per_pending_job": rows[-1]["bytes_per_pending_job"],
-            "bytes_per_finished_one_off_job_and_run": round(max(per_run)),
+            "bytes_per_finished_one_off_job_and_run": round(max(per_run)), **recurring,
             "memory_at_pending_bytes": rows[-1]["memory_bytes"],
             "by_size": rows}
 
@@ -905,7 +965,10 @@ def _render_footprint(figures: dict) -> str:
     lines = [f"state per pending one-off: {figures['bytes_per_pending_job']} B (LMDB pages in "
              f"use, the largest of the nodes)",
              f"state per one-off fired and finished (its job and its run): "
-             f"{figures['bytes_per_finished_one_off_job_and_run']} B"]
+             f"{figures['bytes_per_finished_one_off_job_and_run']} B",
+             f"state per run of a recurring job (its run alone; {figures['recurring_jobs']} "
+             f"every-second jobs, {figures['recurring_runs_ended']} runs): "
+             f"{figures['bytes_per_recurring_run']} B"]
     for i, row in enumerate(figures["by_size"]):
         added = f"; {row['bytes_per_added_job']} B a job added since the size before" if i else ""
         lines.append(
@@ -1050,6 +1113,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("n", type=str,
                         help="jobs (footprint: pending one-offs, one or several comma-separated "
                              "sizes; creates: clients; idle: seconds measured)")
+    parser.add_argument("--recurring-s", type=float, default=RECURRING_S,
+                        help="footprint: seconds its every-second jobs run (runs / this many "
+                             "jobs); their runs give the bytes per run of a recurring job")
     parser.add_argument("--runs", type=int, default=2000,
                         help="footprint: one-offs fired and finished (default %(default)s)")
     parser.add_argument("--seconds", type=float, default=10.0,
@@ -1079,7 +1145,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario != "footprint" and len(sizes) != 1:
         parser.error(f"{args.scenario} takes one N")
     if args.scenario == "footprint":
-        figures = footprint(sizes, args.runs, args.nodes)
+        figures = footprint(sizes, args.runs, args.nodes, args.recurring_s)
     elif args.scenario == "creates":
         figures = creates(sizes[0], args.seconds, args.nodes)
     elif args.scenario == "rejoin":
