@@ -573,20 +573,19 @@ def _id_runs(ids: list[str]) -> list:
     """[first id, count, first id, count, ...]: each id after a first is the
     one before it with its count (its last four hex digits) one more."""
     runs: list = []
-    before = None
+    expected, head, count = None, "", 0
     for an_id in ids:
-        if before is not None and _COUNTED_ID.fullmatch(an_id) and \
-                an_id == _next_counted(before):
+        if an_id == expected:   # (the next id in the form of _COUNTED_ID)
             runs[-1] += 1
+            count += 1
         else:
             runs += [an_id, 1]
-        before = an_id if _COUNTED_ID.fullmatch(an_id) else None
+            if not _COUNTED_ID.fullmatch(an_id):
+                expected = None
+                continue
+            head, count = an_id[:-4], int(an_id[-4:], 16)
+        expected = f"{head}{count + 1:04x}" if count < 0xFFFF else None
     return runs
-
-
-def _next_counted(an_id: str) -> str | None:
-    count = int(an_id[-4:], 16) + 1
-    return None if count > 0xFFFF else f"{an_id[:-4]}{count:04x}"
 
 
 def _ids_of_runs(runs: list) -> list[str]:

@@ -56,7 +56,7 @@ log = logging.getLogger("raftsched.storage")
 # 2: a run's id (its key) names its job and occurrence (keys.run_id), and the
 # runs_by_job index is gone. A state of schema 1 is refused: its run ids and
 # its open-runs and tenant indexes name runs by the ids of before.
-# 3: the due table is kept as sorted duplicates under each shard (_DueTable).
+# 3: the due table is kept as sorted duplicates under each shard (_DUE_DB).
 # A state of schema 2 is rewritten so when the node opens it (_migrate_due).
 SCHEMA_VERSION = 3
 _SCHEMAS_READ = (2, 3)
