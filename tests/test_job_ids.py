@@ -91,3 +91,48 @@ def test_a_forked_child_draws_a_tag_of_its_own(monkeypatch):
     after = ids.next()
     assert before[15:20] == "00005" and after[15:20] == "00006"
     assert after > before
+
+
+def test_a_block_of_ids_follows_one_another_and_the_ids_before_it():
+    clock = Clock(8_000)
+    ids = JobIds(tag=9, clock_ms=clock)
+    first = ids.next()
+    block = ids.block(1000)
+    assert [int(b[-4:], 16) for b in block] == list(range(1, 1001))
+    assert block == sorted(block) and block[0] > first and all(b[4:15] == first[4:15]
+                                                               for b in block)
+    assert ids.next().endswith(f"{1001:04x}")
+
+
+def test_a_block_the_millisecond_cannot_hold_takes_the_next_whole():
+    clock = Clock(8_000)
+    ids = JobIds(tag=9, clock_ms=clock)
+    ids.block(0xFFFF)   # counts 0 to 0xfffe
+    block = ids.block(2)
+    assert [b[4:15] for b in block] == [f"{8_001:011x}"] * 2
+    assert [b[-4:] for b in block] == ["0000", "0001"]
+    assert len(ids.block(0x10000)) == 0x10000
+
+
+def test_blocks_drawn_at_once_do_not_interleave():
+    """Batches checked at the same time (threads here, the event loop's turns
+    in the API) each get ids in one run: a table keyed by job id takes each
+    batch in one place."""
+    ids, blocks = JobIds(), []
+    lock = threading.Lock()
+
+    def take() -> None:
+        mine = [ids.block(100) for _ in range(200)]
+        with lock:
+            blocks.extend(mine)
+
+    threads = [threading.Thread(target=take) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    everything = sorted(i for block in blocks for i in block)
+    assert len(set(everything)) == 80_000
+    position = {an_id: at for at, an_id in enumerate(everything)}
+    for block in blocks:   # each block is a run of the sorted whole
+        assert position[block[-1]] - position[block[0]] == len(block) - 1

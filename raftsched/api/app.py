@@ -19,7 +19,7 @@ from raftsched.api import admin, backfills, execution, history, metrics, openapi
 from raftsched.api.auth import actor_of, auth_middleware, tenant_of
 from raftsched.api.common import (NODE_KEY, int_param, job_secrets, json_body,
                                   json_response, maybe_consistent, node_of, raise_refusal)
-from raftsched.api.ids import new_job_id
+from raftsched.api.ids import new_job_id, new_job_ids
 from raftsched.api.problems import problem, problem_body
 from raftsched.api.views import format_in_job_zone, job_view, run_view
 from raftsched.core import commands, cost, tenancy
@@ -251,6 +251,7 @@ async def _batch_items(
     the others). The loop gets its turn every loop_slice_s."""
     results: list[dict] = [{} for _ in bodies]
     checked = []
+    ids = new_job_ids(len(bodies)) if bodies else []   # (a refused job's id goes unused)
     slice_end = time.monotonic() + limits.loop_slice_s
     for position, body in enumerate(bodies):
         if time.monotonic() >= slice_end:
@@ -258,7 +259,7 @@ async def _batch_items(
             slice_end = time.monotonic() + limits.loop_slice_s
         try:
             size = _job_body_bytes(body, position)
-            checked.append((position, _batch_item(node, body, now), size))
+            checked.append((position, _batch_item(node, body, now, ids[position]), size))
         except InvalidInput as exc:
             results[position] = {"error": _problem_of(exc)}
     return results, checked
@@ -289,9 +290,9 @@ def _job_body_bytes(body: object, position: int) -> int:
     return size
 
 
-def _batch_item(node: "NodePort", body: object, now: int) -> commands.CreateJobItem:
+def _batch_item(node: "NodePort", body: object, now: int,
+                job_id: str) -> commands.CreateJobItem:
     """A job body, checked as POST /v1/jobs checks it, as a create_jobs item."""
-    job_id = new_job_id()
     parsed = validate_create(body, job_id)
     spec = parsed["spec"]
     policy.check_spec(node.config, spec)

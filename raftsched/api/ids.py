@@ -54,16 +54,26 @@ class JobIds:
         self._lock = threading.Lock()
 
     def next(self) -> str:
+        return self.block(1)[0]
+
+    def block(self, n: int) -> list[str]:
+        """`n` ids that follow one another (1 <= n <= 65,536), drawn at once:
+        a batch's jobs, checked while another batch's are (the event loop
+        takes turns), would otherwise draw ids between each other's, and the
+        tables keyed by job id would take the second batch in the middle of
+        the first."""
+        assert 1 <= n <= _COUNT_MAX + 1, n
         with self._lock:
             ms = self._clock_ms()
             if ms > self._ms:
-                self._ms, self._count = ms, 0
-            elif self._count < _COUNT_MAX:
-                self._count += 1
-            else:   # a full millisecond (or a clock stepped back): the next one
-                self._ms, self._count = self._ms + 1, 0
-            ms, count = self._ms, self._count
-        return f"job_{ms:011x}{self._tag:05x}{count:04x}"
+                self._ms, first = ms, 0
+            elif self._count + n <= _COUNT_MAX:
+                first = self._count + 1
+            else:   # the millisecond cannot hold them (or a clock stepped back): the next one
+                self._ms, first = self._ms + 1, 0
+            self._count = first + n - 1
+            head = f"job_{self._ms:011x}{self._tag:05x}"
+        return [f"{head}{count:04x}" for count in range(first, first + n)]
 
 
 # One source per process: the ids of every node app in it grow together.
@@ -73,3 +83,8 @@ os.register_at_fork(after_in_child=_IDS.redraw)
 
 def new_job_id() -> str:
     return _IDS.next()
+
+
+def new_job_ids(n: int) -> list[str]:
+    """`n` ids that follow one another (JobIds.block)."""
+    return _IDS.block(n)
