@@ -57,20 +57,27 @@ def test_processes_with_other_tags_make_other_ids_on_the_same_millisecond():
     assert {a.next() for _ in range(100)}.isdisjoint({b.next() for _ in range(100)})
 
 
-def test_threads_share_one_source_without_a_repeat():
-    ids, made = JobIds(), []
+def _from_threads(take, threads: int = 4) -> list:
+    """What `take()` returned on each of `threads` threads run at once, together."""
+    made: list = []
     lock = threading.Lock()
 
-    def take() -> None:
-        mine = [ids.next() for _ in range(5_000)]
+    def run() -> None:
+        mine = take()
         with lock:
             made.extend(mine)
 
-    threads = [threading.Thread(target=take) for _ in range(4)]
-    for t in threads:
+    started = [threading.Thread(target=run) for _ in range(threads)]
+    for t in started:
         t.start()
-    for t in threads:
+    for t in started:
         t.join()
+    return made
+
+
+def test_threads_share_one_source_without_a_repeat():
+    ids = JobIds()
+    made = _from_threads(lambda: [ids.next() for _ in range(5_000)])
     assert len(set(made)) == 20_000
 
 
@@ -118,19 +125,8 @@ def test_blocks_drawn_at_once_do_not_interleave():
     """Batches checked at the same time (threads here, the event loop's turns
     in the API) each get ids in one run: a table keyed by job id takes each
     batch in one place."""
-    ids, blocks = JobIds(), []
-    lock = threading.Lock()
-
-    def take() -> None:
-        mine = [ids.block(100) for _ in range(200)]
-        with lock:
-            blocks.extend(mine)
-
-    threads = [threading.Thread(target=take) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    ids = JobIds()
+    blocks = _from_threads(lambda: [ids.block(100) for _ in range(200)])
     everything = sorted(i for block in blocks for i in block)
     assert len(set(everything)) == 80_000
     position = {an_id: at for at, an_id in enumerate(everything)}
