@@ -6,8 +6,12 @@ record holds a dozen members that are None until the run gets that far.
 Stored as they are, a pending one-off took about 1.1 KB a node and a finished
 run about 1.4 KB. So the stores keep jobs and runs *compacted*: a member
 equal to its default (same type, same value) is left out, and so are members
-that are None, or that are derived from others (a run's execution id). Every
-read restores them (`expand`), so no caller ever sees a compacted record.
+that are None, or that are derived from others (a run's execution id; in the
+positional forms below, a job's status "active", update time, one-off next
+time and a name made from its target, a run's queue and start times, "normal"
+and a lone attempt, a job state's last run, an audit record's runs of job
+ids). Every read restores them (`expand`), so no caller ever sees a
+compacted record.
 
 Jobs, runs (their attempts too), a job's spec, its `once` schedule and HTTP
 target, and due entries' values are then stored *positionally* (`_Form`):
