@@ -251,7 +251,7 @@ async def _batch_items(
     the others). The loop gets its turn every loop_slice_s."""
     results: list[dict] = [{} for _ in bodies]
     checked = []
-    ids = new_job_ids(len(bodies)) if bodies else []   # (a refused job's id goes unused)
+    ids = new_job_ids(len(bodies))   # in one block; a refused job's id goes unused
     slice_end = time.monotonic() + limits.loop_slice_s
     for position, body in enumerate(bodies):
         if time.monotonic() >= slice_end:

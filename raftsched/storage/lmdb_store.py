@@ -145,10 +145,16 @@ def _open_table(env: Any, table: str, txn: Any = None) -> Any:
     return env.open_db(table.encode(), txn=txn)
 
 
+def _due_dup(key: bytes, raw: bytes = b"") -> tuple[bytes, bytes]:
+    """(LMDB key, duplicate) of the due entry `raw` under `key`; with no
+    `raw`, the duplicate's start, which every entry under `key` shares."""
+    return key[:_DUE_GROUP], key[_DUE_GROUP:] + b"\0" + raw
+
+
 def _due_find(cursor: Any, key: bytes) -> bool:
     """Position `cursor` on the due entry stored under `key`; False if none."""
-    rest = key[_DUE_GROUP:] + b"\0"
-    return cursor.set_range_dup(key[:_DUE_GROUP], rest) and cursor.value().startswith(rest)
+    group, rest = _due_dup(key)
+    return cursor.set_range_dup(group, rest) and cursor.value().startswith(rest)
 
 
 def _due_get(txn: Any, db: Any, key: bytes) -> bytes | None:
@@ -163,7 +169,7 @@ def _due_write(txn: Any, db: Any, key: bytes, raw: bytes | None) -> None:
     if _due_find(cursor, key):
         cursor.delete()
     if raw is not None:
-        txn.put(key[:_DUE_GROUP], key[_DUE_GROUP:] + b"\0" + raw, db=db)
+        txn.put(*_due_dup(key, raw), db=db)
 
 
 def _due_row(group: bytes, dup: bytes) -> tuple[bytes, bytes]:
@@ -276,7 +282,7 @@ class LmdbStore:
                         if not keys.due_key_storable(key):
                             raise InvariantBroken(f"{self.path}: a due entry under key {key!r}, "
                                                   f"which this build cannot keep")
-                        txn.put(key[:_DUE_GROUP], key[_DUE_GROUP:] + b"\0" + raw, db=new)
+                        txn.put(*_due_dup(key, raw), db=new)
                         count += 1
             with self._env.begin(write=True) as txn:
                 txn.drop(old, delete=True)

@@ -504,20 +504,20 @@ def _recurring_runs(cluster: LocalCluster, sink: FastSink, runs: int, seconds: f
                 counts.append(len(found))
             return counts
 
-        def pause_all(action: str) -> None:
+        def to_all(action: str) -> None:
             answers = list(pool.map(lambda j: call("POST", url + f"/v1/jobs/{j}:{action}", {}),
                                     ids))
             assert all(a.status == 200 for a in answers), answers
 
         wait_until(lambda: all("succeeded" in states(j) for j in ids), 120,
                    "a run of every job ended", 0.5)
-        pause_all("pause")
+        to_all("pause")
         before = wait_until(ended, 120, "every run ended", 0.5)
         cluster.ensure_same(120)
         used = _settled_used(cluster, [0] * len(cluster.ids))
-        pause_all("resume")
+        to_all("resume")
         time.sleep(seconds)   # the jobs' runs, not a condition: the measure is of what they add
-        pause_all("pause")
+        to_all("pause")
         after = wait_until(ended, 120, "every run ended", 0.5)
         cluster.ensure_same(120)
         done = _settled_used(cluster, used)
