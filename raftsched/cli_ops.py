@@ -82,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _common(parser: argparse.ArgumentParser, act_for: bool = True) -> argparse.ArgumentParser:
     parser.add_argument("--url", default=None,
-                        help="a node's API (default: env RAFTSCHED_URL, else "
+                        help="a node's API, or several separated by commas, tried in turn "
+                             "when one does not answer (default: env RAFTSCHED_URL, else "
                              "http://127.0.0.1:8701); any node will do")
     parser.add_argument("--token", default=None,
                         help="the API token (default: env RAFTSCHED_TOKEN)")

@@ -935,6 +935,9 @@ clock_test_shift_reread_s = 0.05
 # error. Past the API's own 5 s commit wait, with room for a slow node; a long
 # poll (topic read, worker claim) adds its own wait_s to it.
 client_timeout_s_default = 30.0
+# Node URLs a client or the CLI is given at most (`url=` or RAFTSCHED_URL,
+# comma-separated): each is tried in turn when the one before does not answer.
+client_urls_max = 16
 # How often `raftsched jobs backfill` and `raftsched runs logs --follow` read the
 # progress again (seconds): a person watches it, so once a second is enough.
 cli_poll_period_s = 1.0

@@ -1,14 +1,17 @@
-"""A write and a consistent read sent to survivors right after the leader is killed wait for the new leader and succeed (or, past leader_wait_s, are refused no_leader with Retry-After, having waited); the write is committed once."""
+"""A write and a consistent read sent to survivors right after the leader is killed wait for the new leader and succeed (or, past leader_wait_s, are refused no_leader with Retry-After, having waited); the write is committed once. A client and the CLI given every node's URL, the dead one first, go on through the survivors."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import time
 
 import pytest
 
 from raftsched import limits
-from raftsched.testing.http import wait_until
+from raftsched.cli import main
+from raftsched.client import Client
+from raftsched.testing.http import ADMIN_TOKEN, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +35,8 @@ def assert_waited_or_succeeded(answer, took_s: float, ok: int) -> None:
     assert took_s >= limits.leader_wait_s, (answer, took_s)
 
 
-def test_a_write_and_a_read_sent_as_the_leader_dies_wait_for_the_next_one(fresh_cluster):
+def test_a_write_and_a_read_sent_as_the_leader_dies_wait_for_the_next_one(fresh_cluster,
+                                                                           capsys):
     cluster = fresh_cluster
     leader = cluster.leader()
     assert leader is not None
@@ -54,3 +58,16 @@ def test_a_write_and_a_read_sent_as_the_leader_dies_wait_for_the_next_one(fresh_
     named = [job for job in listing.body["jobs"] if job["name"] == JOB["name"]]
     # Proposed once when it waited, not at all when refused.
     assert len(named) == (1 if created.status == 201 else 0), named
+
+    # A client (and the CLI) given every node, the dead one first, goes on
+    # through the survivors; its create carries a key, so it is made once.
+    urls = ",".join(cluster.url(nid) for nid in (leader, writer, reader))
+    made = Client(urls, token=ADMIN_TOKEN).create_job(dict(JOB, name="past-the-dead-node"))
+    assert made["idempotency_key"].startswith("client-")
+
+    def listed() -> list[str]:
+        capsys.readouterr()
+        assert main(["jobs", "list", "--url", urls, "--token", ADMIN_TOKEN,
+                     "--name-prefix", "past-the-dead", "--output", "json"]) == 0
+        return [job["job_id"] for job in json.loads(capsys.readouterr().out)["jobs"]]
+    assert wait_until(listed, 15, "the job, listed by the CLI") == [made["job_id"]]

@@ -5,7 +5,8 @@
         job = await api.create_job({"run_at": "...", "target": {...}})
 
 The same methods as Client (operations.py), each a coroutine; the same errors
-(errors.py). Nothing is retried, for the reasons sync.py gives.
+(errors.py); the same choice of node among several URLs (wire.py). Nothing
+else is retried, for the reasons sync.py gives.
 """
 
 from __future__ import annotations
@@ -40,10 +41,22 @@ class AsyncClient:
         self.settings = wire.Settings.resolve(url, token, tenant, timeout_s, ca_file=ca_file)
         self._ssl = self.settings.ssl_context()
         self._session: aiohttp.ClientSession | None = None
+        self._nodes = wire.Nodes(self.settings.urls)
 
     async def send(self, call: Call[T]) -> T:
         """Send one built Call; every operation method goes through here."""
-        request = wire.encode(call, self.settings)
+        attempts = self._nodes.attempts(call, self.settings)
+        for request in attempts:
+            try:
+                answer = await self._open(request)
+            except (errors.CannotConnect, errors.Timeout) as exc:
+                attempts.failed(exc)
+                continue
+            result: T = attempts.answered(request, *answer)
+            return result
+        raise attempts.no_answer()
+
+    async def _open(self, request: wire.Request) -> tuple[int, dict[str, str], bytes]:
         if self._session is None:
             self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(
                 ssl=self._ssl if self._ssl is not None else True))
@@ -52,13 +65,14 @@ class AsyncClient:
                     request.method, request.url, data=request.body, headers=request.headers,
                     timeout=aiohttp.ClientTimeout(total=request.timeout_s),
                     allow_redirects=True) as answer:
-                status, headers, data = answer.status, dict(answer.headers), await answer.read()
+                return answer.status, dict(answer.headers), await answer.read()
         except asyncio.TimeoutError as exc:
             raise errors.Timeout(request.url, request.timeout_s) from exc
+        except aiohttp.ClientConnectorError as exc:   # no connection made: nothing sent
+            raise errors.CannotConnect(request.url, str(exc) or type(exc).__name__,
+                                       sent=False) from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise errors.CannotConnect(request.url, str(exc) or type(exc).__name__) from exc
-        result: T = wire.decode(call, status, headers, data)
-        return result
 
     async def close(self) -> None:
         if self._session is not None:

@@ -98,11 +98,14 @@ class Unavailable(ServerError):
 
 
 class CannotConnect(ClusterError):
-    """No HTTP answer: refused, reset, or the name did not resolve."""
+    """No HTTP answer: refused, reset, or the name did not resolve. `sent`:
+    whether the request may have reached the node (False: no connection was
+    made, so nothing was sent)."""
 
-    def __init__(self, url: str, reason: str) -> None:
+    def __init__(self, url: str, reason: str, *, sent: bool = True) -> None:
         self.url = url
         self.reason = reason
+        self.sent = sent
         super().__init__(f"cannot reach {url}: {reason}")
 
 

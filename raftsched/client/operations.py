@@ -26,18 +26,23 @@ from raftsched.client.types import (JSON, Backfill, BackfillStarted, Cluster, Fi
 T = TypeVar("T")
 P = ParamSpec("P")
 Result = Literal["json", "text", "none"]
+# Where a write's idempotency keys go: the body is a job ("body"), or its
+# "jobs" are ("jobs"). A keyed write may be sent again to another node.
+Keyed = Literal["body", "jobs"]
 When = dt.datetime | str
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Operation:
     """One (method, path) of the API. `tenant`: it takes ?tenant= (an admin acting
-    for a tenant), so the client's `tenant` is sent with it."""
+    for a tenant), so the client's `tenant` is sent with it. `keyed`: where
+    the write's idempotency keys go (None: it takes none)."""
     name: str
     method: str
     path: str
     result: Result
     tenant: bool
+    keyed: Keyed | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -57,14 +62,15 @@ _PLACEHOLDER = re.compile(r"{(\w+)}")
 
 
 def operation(method: str, path: str, *, result: Result = "json", tenant: bool = True,
-              slashes: tuple[str, ...] = ()) -> Callable[[Callable[P, Call[T]]],
-                                                         Callable[P, Call[T]]]:
+              slashes: tuple[str, ...] = (),
+              keyed: Keyed | None = None) -> Callable[[Callable[P, Call[T]]],
+                                                      Callable[P, Call[T]]]:
     """Register a builder as the operation (method, path). `slashes`: the path
     parameters whose value may hold a "/" (any other is escaped, so a value
     cannot reach another route)."""
     def register(build: Callable[P, Call[T]]) -> Callable[P, Call[T]]:
         op = Operation(name=build.__name__, method=method, path=path, result=result,
-                       tenant=tenant)
+                       tenant=tenant, keyed=keyed)
         signature = inspect.signature(build)
         names = _PLACEHOLDER.findall(path)
         assert all(n in signature.parameters for n in names), (build.__name__, names)
@@ -123,7 +129,7 @@ def rfc3339(when: dt.datetime) -> str:
 
 # --- jobs ---------------------------------------------------------------------------------
 
-@operation("POST", "/v1/jobs")
+@operation("POST", "/v1/jobs", keyed="body")
 def create_job(spec: JobBody | Mapping[str, Any]) -> Call[Job]:
     """Create a job (docs/api.md); with an idempotency_key, a repeat answers the same job."""
     return _call(body=spec)
@@ -139,7 +145,7 @@ def list_jobs(*, limit: int | None = None, page_token: str | None = None,
                   "name_prefix": name_prefix, "label": list(labels), "consistent": consistent})
 
 
-@operation("POST", "/v1/jobs:batchCreate")
+@operation("POST", "/v1/jobs:batchCreate", keyed="jobs")
 def batch_create_jobs(specs: Sequence[Mapping[str, Any]]) -> Call[JSON]:
     return _call(body={"jobs": list(specs)})
 

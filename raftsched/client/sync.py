@@ -5,13 +5,16 @@
         job = api.create_job({"run_at": "...", "target": {...}})
 
 Every method sends one request (operations.py has them all) and returns the
-decoded JSON, or raises a RaftschedError (errors.py). Nothing is retried: any
-node forwards writes to the Raft leader itself, and whether a write that failed
-with a ClusterError was applied is unknown (retry it with its idempotency_key).
+decoded JSON, or raises a RaftschedError (errors.py). Any node forwards writes
+to the Raft leader itself. Given several node URLs, a call no node answers goes
+to the next where wire.py's rule allows it; nothing else is retried: whether a
+write that failed with a ClusterError was applied is unknown (retry it with its
+idempotency_key).
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import http.client
 import socket
@@ -48,11 +51,23 @@ def _open(request: wire.Request,
     except urllib.error.URLError as exc:
         if isinstance(exc.reason, (socket.timeout, TimeoutError)):
             raise errors.Timeout(request.url, request.timeout_s) from exc
-        raise errors.CannotConnect(request.url, str(exc.reason)) from exc
+        raise errors.CannotConnect(request.url, str(exc.reason),
+                                   sent=not _never_connected(exc.reason)) from exc
     except (socket.timeout, TimeoutError) as exc:
         raise errors.Timeout(request.url, request.timeout_s) from exc
     except (OSError, http.client.HTTPException) as exc:
         raise errors.CannotConnect(request.url, str(exc) or type(exc).__name__) from exc
+
+
+# Errors of a connect that never reached the node.
+_UNREACHABLE = (errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EADDRNOTAVAIL)
+
+
+def _never_connected(reason: object) -> bool:
+    """Whether urllib's failure was in making the connection (so nothing was
+    sent): refused, unreachable, or a name that did not resolve."""
+    return isinstance(reason, socket.gaierror) or \
+        (isinstance(reason, OSError) and reason.errno in _UNREACHABLE)
 
 
 class Client:
@@ -66,12 +81,20 @@ class Client:
                  ca_file: str | None = None) -> None:
         self.settings = wire.Settings.resolve(url, token, tenant, timeout_s, ca_file=ca_file)
         self._ssl = self.settings.ssl_context()
+        self._nodes = wire.Nodes(self.settings.urls)
 
     def send(self, call: Call[T]) -> T:
         """Send one built Call; every operation method goes through here."""
-        status, headers, data = _open(wire.encode(call, self.settings), self._ssl)
-        result: T = wire.decode(call, status, headers, data)
-        return result
+        attempts = self._nodes.attempts(call, self.settings)
+        for request in attempts:
+            try:
+                answer = _open(request, self._ssl)
+            except (errors.CannotConnect, errors.Timeout) as exc:
+                attempts.failed(exc)
+                continue
+            result: T = attempts.answered(request, *answer)
+            return result
+        raise attempts.no_answer()
 
     def close(self) -> None:
         """Nothing to release (each request has its own connection); for symmetry."""

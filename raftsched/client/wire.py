@@ -1,6 +1,18 @@
 """What both transports share: the client's settings, a Call turned into bytes
-on the wire, and an answer turned into a result or an error. The transports
-(sync.py, aio.py) only move bytes."""
+on the wire, an answer turned into a result or an error, and which node to
+send to. The transports (sync.py, aio.py) only move bytes.
+
+A client may be given several node URLs (comma-separated). It sends each call
+to the node that answered last, and when that node gives no answer (refused,
+reset, unresolved, timed out) to the next, under one rule: a call goes to
+another node only if sending it twice cannot do it twice. That holds when no
+connection was made (nothing was sent), for reads (GET) and for PUT (it sets
+what it names), and for creates, which carry idempotency keys: a create given
+without one gets one here (`keyed`), so the node that takes it again answers
+the job the first one may have made. Any other write that got no answer
+raises, as with one URL: its outcome is unknown. An answer, even 503, is
+returned as it is: every node would say the same of the cluster.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +22,8 @@ import json
 import os
 import ssl
 import urllib.parse
-from collections.abc import Mapping
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from raftsched import limits
@@ -23,26 +36,33 @@ DEFAULT_URL = "http://127.0.0.1:8701"
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """`url`: a node's API (any node: each forwards writes to the leader itself).
-    `tenant`: with an admin token, act for this tenant. `ca_file`: the CA
-    certificates (PEM) an https node is verified by (None: the system's)."""
+    `urls`: every node URL the client may send to, `url` first (default: `url`
+    alone). `tenant`: with an admin token, act for this tenant. `ca_file`: the
+    CA certificates (PEM) an https node is verified by (None: the system's)."""
     url: str
     token: str | None
     tenant: str | None
     timeout_s: float
     ca_file: str | None = None
+    urls: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.urls:
+            object.__setattr__(self, "urls", (self.url,))
 
     @classmethod
     def resolve(cls, url: str | None, token: str | None, tenant: str | None,
                 timeout_s: float | None, environ: Mapping[str, str] | None = None, *,
                 ca_file: str | None = None) -> "Settings":
         """Arguments first, then RAFTSCHED_URL, RAFTSCHED_TOKEN and
-        RAFTSCHED_TLS_CA, then the defaults."""
+        RAFTSCHED_TLS_CA, then the defaults. A URL may list several nodes,
+        separated by commas."""
         env = os.environ if environ is None else environ
-        resolved_url = url or env.get("RAFTSCHED_URL") or DEFAULT_URL
+        urls = parse_urls(url or env.get("RAFTSCHED_URL") or DEFAULT_URL)
         timeout = limits.client_timeout_s_default if timeout_s is None else timeout_s
         if not timeout > 0:
             raise ValueError(f"timeout_s must be positive, not {timeout_s!r}")
-        return cls(url=resolved_url.rstrip("/"), token=token or env.get("RAFTSCHED_TOKEN") or None,
+        return cls(url=urls[0], urls=urls, token=token or env.get("RAFTSCHED_TOKEN") or None,
                    tenant=tenant, timeout_s=timeout,
                    ca_file=ca_file or env.get("RAFTSCHED_TLS_CA") or None)
 
@@ -54,6 +74,125 @@ class Settings:
         return ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_file)
 
 
+def parse_urls(text: str) -> tuple[str, ...]:
+    """Node URLs separated by commas, in order, each once, without a final "/".
+    Raises ValueError for an empty one or more than client_urls_max."""
+    urls = [part.strip().rstrip("/") for part in text.split(",")]
+    if not all(urls):
+        raise ValueError(f"the node URLs {text!r} hold an empty one: give URLs separated "
+                         f"by commas")
+    unique = tuple(dict.fromkeys(urls))
+    if len(unique) > limits.client_urls_max:
+        raise ValueError(f"{len(unique)} node URLs given; a client takes at most "
+                         f"{limits.client_urls_max} (client_urls_max)")
+    return unique
+
+
+class Nodes:
+    """The order a client tries its node URLs in: the one that answered
+    last first, then the others in the order given."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        self.urls = tuple(urls)
+        self._first = 0
+
+    def attempts(self, call: Call[Any], settings: Settings) -> "Attempts":
+        return Attempts(self, keyed(call, settings), settings)
+
+    def _order(self) -> list[str]:
+        return [*self.urls[self._first:], *self.urls[:self._first]]
+
+
+class Attempts:
+    """One call's requests, node by node, for a transport to send in turn:
+
+        attempts = nodes.attempts(call, settings)
+        for request in attempts:
+            try:
+                answer = send(request)
+            except (errors.CannotConnect, errors.Timeout) as exc:
+                attempts.failed(exc)   # raises unless the next node may have it
+                continue
+            return attempts.answered(request, *answer)
+        raise attempts.no_answer()
+    """
+
+    def __init__(self, nodes: Nodes, call: Call[Any], settings: Settings) -> None:
+        self._nodes, self.call, self._settings = nodes, call, settings
+        self._failures: list[errors.ClusterError] = []
+
+    def __iter__(self) -> Iterator[Request]:
+        for node in self._nodes._order():
+            yield encode(self.call, self._settings, node)
+
+    def failed(self, failure: errors.ClusterError) -> None:
+        self._failures.append(failure)
+        if not may_resend(self.call, failure):
+            raise failure
+
+    def answered(self, request: Request, status: int, headers: Mapping[str, str],
+                 data: bytes) -> Any:
+        self._nodes._first = self._nodes.urls.index(request.node)
+        return decode(self.call, status, headers, data)
+
+    def no_answer(self) -> errors.ClusterError:
+        """The error of a call no node answered: the one failure of a single
+        URL; else one CannotConnect naming each node's, or the last timeout."""
+        failures = self._failures
+        if len(failures) == 1 or not all(isinstance(f, errors.CannotConnect)
+                                         for f in failures):
+            return failures[-1]
+        unreached = [f for f in failures if isinstance(f, errors.CannotConnect)]
+        return errors.CannotConnect(", ".join(f.url for f in unreached),
+                                    "; ".join(f"{f.url}: {f.reason}" for f in unreached),
+                                    sent=any(f.sent for f in unreached))
+
+
+def keyed(call: Call[Any], settings: Settings) -> Call[Any]:
+    """The call as sent: a create to a client of several nodes carries an
+    idempotency key on every job (a new one where the caller gave none), so
+    that sending it again to another node cannot create a job twice."""
+    op = call.op
+    assert op is not None
+    if op.keyed is None or len(settings.urls) < 2:
+        return call
+    if op.keyed == "body":
+        return dataclasses.replace(call, body=_with_key(call.body))
+    body = call.body
+    if isinstance(body, Mapping) and isinstance(body.get("jobs"), list):
+        return dataclasses.replace(call, body={**body, "jobs": [_with_key(job)
+                                                                for job in body["jobs"]]})
+    return call
+
+
+def _with_key(job: Any) -> Any:
+    if isinstance(job, Mapping) and job.get("idempotency_key") is None:
+        return {**job, "idempotency_key": f"client-{uuid.uuid4().hex}"}
+    return job
+
+
+def _has_keys(call: Call[Any]) -> bool:
+    op, body = call.op, call.body
+    assert op is not None
+    if op.keyed == "body":
+        return isinstance(body, Mapping) and body.get("idempotency_key") is not None
+    if op.keyed == "jobs":
+        jobs = body.get("jobs") if isinstance(body, Mapping) else None
+        return isinstance(jobs, list) and all(
+            isinstance(job, Mapping) and job.get("idempotency_key") is not None
+            for job in jobs)
+    return False
+
+
+def may_resend(call: Call[Any], failure: errors.ClusterError) -> bool:
+    """Whether `call`, which got no answer (`failure`), may go to another node:
+    nothing was sent, or sending it twice cannot do it twice (see above)."""
+    assert call.op is not None
+    if isinstance(failure, errors.CannotConnect) and not failure.sent:
+        return True
+    return call.op.method in ("GET", "PUT") or _has_keys(call)
+
+
 @dataclasses.dataclass(frozen=True)
 class Request:
     method: str
@@ -61,6 +200,7 @@ class Request:
     headers: dict[str, str]
     body: bytes | None
     timeout_s: float
+    node: str = ""   # the node URL it goes to (one of Settings.urls)
 
 
 def _json_default(value: Any) -> str:
@@ -69,13 +209,14 @@ def _json_default(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON: {value!r}")
 
 
-def encode(call: Call[Any], settings: Settings) -> Request:
+def encode(call: Call[Any], settings: Settings, node: str | None = None) -> Request:
+    """The request of `call` to `node` (one of settings.urls; default: the first)."""
     op = call.op
     assert op is not None, "a Call is made by an operation's builder"
     query = list(call.query)
     if op.tenant and settings.tenant:
         query.append(("tenant", settings.tenant))
-    url = settings.url + call.path + ("?" + urllib.parse.urlencode(query) if query else "")
+    url = (node or settings.url) + call.path + ("?" + urllib.parse.urlencode(query) if query else "")
     headers = {"Accept": "application/json", "User-Agent": "raftsched-client"}
     if settings.token:
         headers["Authorization"] = f"Bearer {settings.token}"
@@ -83,7 +224,8 @@ def encode(call: Call[Any], settings: Settings) -> Request:
     if call.has_body:
         body = json.dumps(call.body, default=_json_default, allow_nan=False).encode()
         headers["Content-Type"] = "application/json"
-    return Request(op.method, url, headers, body, settings.timeout_s + call.wait_s)
+    return Request(op.method, url, headers, body, settings.timeout_s + call.wait_s,
+                   node or settings.url)
 
 
 def decode(call: Call[Any], status: int, headers: Mapping[str, str], data: bytes) -> Any:

@@ -93,6 +93,9 @@ def run_dev(nodes: int, data_dir: str, http_base: int, raft_base: int, *,
     print(f"  the admin token is kept in {os.path.join(data_dir, 'admin-token')}; every API "
           f"call needs it (the CLI reads RAFTSCHED_TOKEN):", flush=True)
     print(f"RAFTSCHED_TOKEN={token}", flush=True)
+    urls = ",".join(f"http://127.0.0.1:{http_base + i}" for i in range(nodes))
+    print(f"  the CLI and the Python client take every node, and move to the next when one "
+          f"does not answer: RAFTSCHED_URL={urls}", flush=True)
     print(f'  try: curl -s -H "Authorization: Bearer $RAFTSCHED_TOKEN" '
           f'http://127.0.0.1:{http_base}/v1/cluster   (Ctrl-C stops every node)', flush=True)
     while not stopping:
