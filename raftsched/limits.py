@@ -528,7 +528,10 @@ run_update_pending_max = 200_000
 # are called again by the shard's new owner (at least once, with the same
 # execution id), as for a call in flight when a node dies.
 finish_hold_max_s = 10.0
-# The most finishes one node holds that way; past it the oldest goes. A run
+# The most finishes one node holds that way; past it the oldest
+# run_update_batch_max go at once (a whole entry, rather than one finish per
+# new one: in a 100K burst, entries of tens took 7-11% more of the nodes' CPU
+# per run while calling than entries of a thousand). A run
 # called and not yet reported is one the shard's next owner calls again if
 # the shard moves (a node that died, froze or was cut off mid-spike; a node
 # alive and working keeps its shards): the bound keeps that number to about

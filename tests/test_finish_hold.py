@@ -117,17 +117,22 @@ async def test_held_finishes_go_at_once_when_a_shard_moves(reporter_of):
     assert sent(proposed) == ["run_0", "run_1"]
 
 
-async def test_past_finishes_held_max_the_oldest_held_goes(reporter_of, monkeypatch):
+async def test_past_finishes_held_max_the_oldest_held_go_a_batch_at_once(reporter_of,
+                                                                          monkeypatch):
     """A run called and not reported is called again if its shard moves
-    before the report lands: only so many are held."""
-    monkeypatch.setattr(limits, "finishes_held_max", 2)
+    before the report lands: only so many are held. Past the bound, the
+    oldest go a batch's worth at once (so they fill an entry), not one per
+    new finish."""
+    monkeypatch.setattr(limits, "finishes_held_max", 4)
+    monkeypatch.setattr(limits, "run_update_batch_max", 3)
     reporter, proposed = reporter_of(Calls(waiting=10))
-    first = reporter.send(finish("run_1"), "acme", hold=True)
-    reporter.send(finish("run_2"), "acme", hold=True)
-    reporter.send(finish("run_3"), "acme", hold=True)
+    futures = [reporter.send(finish(f"run_{i}"), "acme", hold=True) for i in range(1, 5)]
+    assert reporter.held() == 4 and not proposed
+    reporter.send(finish("run_5"), "acme", hold=True)
     assert reporter.held() == 2
-    assert await asyncio.wait_for(first, 5)
-    assert sent(proposed) == ["run_1"]
+    assert all(await asyncio.wait_for(asyncio.gather(*futures[:3]), 5))
+    assert sent(proposed) == ["run_1", "run_2", "run_3"]
+    assert not futures[3].done()
 
 
 async def test_held_finishes_count_towards_run_update_pending_max(reporter_of, monkeypatch):

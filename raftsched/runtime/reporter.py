@@ -18,7 +18,7 @@ dispatcher marks the finishes nothing waits on as ones that may be held
 (`send(..., hold=True)`); they are kept back and go when no run waits any
 more, once the oldest has waited `finish_hold_max_s`, or when a shard moves,
 in the largest batches; at most `finishes_held_max` wait (past it the oldest
-goes). During a spike every replica's CPU then goes to calls, and the
+`run_update_batch_max` go). During a spike every replica's CPU then goes to calls, and the
 finishes are applied after them: later and larger, never lost while the node
 lives.
 """
@@ -94,9 +94,12 @@ class Reporter:
             future.add_done_callback(self._forget_cost)
         if hold and self._calls_waiting() > 0:
             if len(self._held) >= limits.finishes_held_max:
-                # The oldest goes: a run called and not reported is one the
+                # The oldest go: a run called and not reported is one the
                 # shard's next owner would call again, so only so many wait.
-                self._queue(*self._held.popleft()[1:])
+                # A batch's worth at once, so that they fill whole entries
+                # rather than trickle out one per new finish.
+                for _ in range(min(len(self._held), limits.run_update_batch_max)):
+                    self._queue(*self._held.popleft()[1:])
             self._held.append((time.monotonic(), tenant, update, future))
             self.held_total += 1
             self._check_held_later()
