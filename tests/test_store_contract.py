@@ -117,3 +117,38 @@ def test_lmdb_state_survives_reopen(tmp_path):
     assert second.applied_index() == 42
     assert digest(second) == before
     second.close()
+
+
+def _job(job_id: str, **members) -> dict:
+    """A job record as apply writes one: a one-off due in 2030, never run."""
+    from raftsched.core import jobspec
+    spec = jobspec.validate_create({"run_at": "2030-01-01T00:00:00Z",
+                                    "target": {"type": "http", "url": "https://h.example/x"}}
+                                   )["spec"]
+    return {"v": 1, "id": job_id, "tenant": "default", "spec": spec, "status": "active",
+            "version": 1, "shard": 3, "next_ms": spec["schedule"]["run_at_ms"],
+            "created_ms": 1_796_000_000_000, "updated_ms": 1_796_000_000_000,
+            "idempotency_key": None, "last_run_id": None, **members}
+
+
+def test_a_scan_for_the_purger_skips_pending_jobs_and_reads_every_other(store):
+    """scan_jobs_with_history reads as None exactly the active jobs that have
+    never had a run, and every other job as scan reads it."""
+    from raftsched.core.tx import JOB_STATE
+    store.commit(tx(
+        (JOBS, b"job_a", _job("job_a")),                                   # pending
+        (JOBS, b"job_b", _job("job_b", runs_count=2, active=[])),          # history in its record
+        (JOBS, b"job_c", _job("job_c")),                                   # history in a state record
+        (JOB_STATE, b"job_c", {"v": 1, "runs_count": 1, "status": "active", "active": []}),
+        (JOBS, b"job_d", _job("job_d", status="completed")),               # retired
+        (JOBS, b"job_e", _job("job_e", status="paused")),
+        (JOBS, b"job_f", _job("job_f", runs_count=0)),                     # a count of 0: read
+        (JOBS, b"job_g", {"v": 1, "id": "job_g", "odd": True}),            # no positional form
+    ), 1)
+    rows = store.scan_jobs_with_history(limit=100)
+    assert [k for k, _ in rows] == [k for k, _ in store.scan(JOBS)]
+    assert [k for k, job in rows if job is None] == [b"job_a"]
+    assert {k: job for k, job in rows if job is not None} == \
+        {k: job for k, job in store.scan(JOBS) if k != b"job_a"}
+    assert [k for k, _ in store.scan_jobs_with_history(start=b"job_b", limit=2)] == \
+        [b"job_b", b"job_c"]

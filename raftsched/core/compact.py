@@ -33,7 +33,7 @@ import functools
 import re
 from typing import Any, Callable
 
-from raftsched.core import jobspec, keys
+from raftsched.core import codec, jobspec, keys
 
 JOBS_TABLE, RUNS_TABLE, DUE_TABLE = "jobs", "runs", "due"
 JOB_STATE_TABLE, AUDIT_TABLE = "job_state", "audit"
@@ -370,6 +370,21 @@ def _derive_job_members(job: dict, stored: list) -> None:
     if type(next_ms) is int and isinstance(schedule, dict) and schedule.get("kind") == "once" \
             and type(schedule.get("run_at_ms")) is int and schedule["run_at_ms"] == next_ms:
         stored[_NEXT_AT] = False
+
+
+def pending_without_history(raw: bytes) -> bool:
+    """Whether a job record as stored (read with no state record beside it)
+    is of an active job that has never had a run: its positional form marks
+    "active" (None in the status place: _derive_job_members) and holds no
+    `runs_count` among its other members (runs.create_run sets it at a
+    job's first run, and it stays). Decoded, not expanded: what a reader
+    that wants nothing of such a job (the purger) can skip it by. False when
+    in doubt (a map form, any other status, a count of 0)."""
+    stored = codec.unpack_record(raw)
+    if type(stored) is not list or len(stored) <= _STATUS_AT or stored[_STATUS_AT] is not None:
+        return False
+    others = stored[0]
+    return others is None or (type(others) is dict and "runs_count" not in others)
 
 
 def _stored_run(run: dict) -> list | None:

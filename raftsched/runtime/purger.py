@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from raftsched import limits
 from raftsched.core import backfill, commands, cost, keys, retention
-from raftsched.core.apply import IDEM, JOBS, RUNS
+from raftsched.core.apply import IDEM, RUNS
 from raftsched.core.tx import BACKFILLS
 from raftsched.errors import Unavailable
 
@@ -147,9 +147,13 @@ class Purger:
         return plan
 
     def _plan_jobs(self, plan: Plan, bounds: Bounds) -> None:
-        rows = self._node.store.scan(JOBS, start=self._job_cursor,
-                                     limit=limits.purge_scan_jobs_max)
+        # A pending job (active, never run) reads as None, undecoded: it has
+        # no history to choose from and is not retired.
+        rows = self._node.store.scan_jobs_with_history(start=self._job_cursor,
+                                                       limit=limits.purge_scan_jobs_max)
         for key, job in rows:
+            if job is None:
+                continue
             self._plan_job(plan, job, bounds)
             if plan.room() == 0:
                 self._job_cursor = key   # this job may have more: start the next pass here

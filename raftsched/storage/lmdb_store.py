@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import logging
 import os
 import shutil
@@ -45,10 +46,10 @@ import lmdb
 from raftsched import limits
 from raftsched.core import keys
 from raftsched.core.apply import DUE, TABLES, Transition
-from raftsched.core.tx import JOB_STATE, JOBS, View, merge_job
+from raftsched.core.tx import JOB_STATE, JOBS, View
 from raftsched.errors import InvariantBroken, StorageFull
 from raftsched.storage.base import (check_key, check_row, decode_value, encode_value,
-                                    fsync_dir, storable_key)
+                                    fsync_dir, job_row, storable_key)
 
 T = TypeVar("T")
 log = logging.getLogger("raftsched.storage")
@@ -412,6 +413,19 @@ class LmdbStore:
                     break
         return out
 
+    def scan_jobs_with_history(self, *, start: bytes = b"",
+                               limit: int) -> list[tuple[bytes, dict | None]]:
+        out: list[tuple[bytes, dict | None]] = []
+        with self._begin(JOBS) as txn:
+            cursor = txn.cursor(db=self._dbs[JOBS])
+            items = cursor.iternext() if cursor.set_range(start) else iter(())
+            states = self._dbs[JOB_STATE]
+            for key, raw in itertools.islice(items, limit):
+                key = bytes(key)
+                out.append((key, job_row(key, raw, txn.get(key, db=states),
+                                         skip_pending=True)))
+        return out
+
     @staticmethod
     def _reverse(cursor: Any, start: bytes, stop: bytes | None) -> Iterable:
         if stop is None:
@@ -541,9 +555,9 @@ class LmdbStore:
 
 def _merged_job(txn: Any, dbs: dict[str, Any], key: bytes, raw: bytes) -> dict:
     """A job record with its state record laid over it (core/tx.py JOB_STATE)."""
-    state = txn.get(key, db=dbs[JOB_STATE])
-    return merge_job(decode_value(JOBS, raw, key),
-                     None if state is None else decode_value(JOB_STATE, state, key))
+    job = job_row(key, raw, txn.get(key, db=dbs[JOB_STATE]))
+    assert job is not None
+    return job
 
 
 class _TxnView:
