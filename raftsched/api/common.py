@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
+
 from aiohttp import hdrs, web
 
 from raftsched import limits
@@ -65,8 +67,19 @@ def _check_content_type(request: web.Request) -> None:
                            field="Content-Type", status=415, type_="unsupported-media-type")
 
 
+_JSON = msgspec.json.Encoder()
+
+
 def json_response(data: Any, status: int = 200) -> web.Response:
-    return web.json_response(data, status=status)
+    """`data` as compact UTF-8 JSON, encoded by msgspec (several times
+    faster than the json module for a job's view)."""
+    return web.Response(body=_JSON.encode(data), status=status,
+                        content_type="application/json", charset="utf-8")
+
+
+def json_bytes(value: Any) -> int:
+    """The size of `value` as compact UTF-8 JSON, as json_response writes it."""
+    return len(_JSON.encode(value))
 
 
 def int_param(request: web.Request, name: str, default: int, maximum: int,
