@@ -99,8 +99,12 @@ class Nodes:
     def attempts(self, call: Call[Any], settings: Settings) -> "Attempts":
         return Attempts(self, keyed(call, settings), settings)
 
-    def _order(self) -> list[str]:
+    def order(self) -> list[str]:
         return [*self.urls[self._first:], *self.urls[:self._first]]
+
+    def answered(self, url: str) -> None:
+        """`url` answered: it is tried first from now on."""
+        self._first = self.urls.index(url)
 
 
 class Attempts:
@@ -122,7 +126,7 @@ class Attempts:
         self._failures: list[errors.ClusterError] = []
 
     def __iter__(self) -> Iterator[Request]:
-        for node in self._nodes._order():
+        for node in self._nodes.order():
             yield encode(self.call, self._settings, node)
 
     def failed(self, failure: errors.ClusterError) -> None:
@@ -132,7 +136,7 @@ class Attempts:
 
     def answered(self, request: Request, status: int, headers: Mapping[str, str],
                  data: bytes) -> Any:
-        self._nodes._first = self._nodes.urls.index(request.node)
+        self._nodes.answered(request.node)
         return decode(self.call, status, headers, data)
 
     def no_answer(self) -> errors.ClusterError:
