@@ -123,15 +123,19 @@ def encode_value(table: str, value: Any, key: bytes) -> bytes:
     return codec.pack(compact.compact(table, value, key))
 
 
-def job_row(key: bytes, raw: bytes, state: bytes | None, *,
-            skip_pending: bool = False) -> dict | None:
+def job_row(key: bytes, raw: bytes, state: bytes | None) -> dict:
     """A job as readers see it, from its stored record and state record (if
-    any): the record with its state laid over it (core/tx.py merge_job). With
-    `skip_pending`, None for an active job that has never had a run."""
-    if skip_pending and state is None and compact.pending_without_history(raw):
-        return None
+    any): the record with its state laid over it (core/tx.py merge_job)."""
     return merge_job(decode_value(JOBS, raw, key),
                      None if state is None else decode_value(JOB_STATE, state, key))
+
+
+def job_row_with_history(key: bytes, raw: bytes, state: bytes | None) -> dict | None:
+    """job_row, or None, undecoded, for an active job that has never had a
+    run (scan_jobs_with_history)."""
+    if state is None and compact.pending_without_history(raw):
+        return None
+    return job_row(key, raw, state)
 
 
 def decode_value(table: str, raw: bytes, key: bytes) -> Any:

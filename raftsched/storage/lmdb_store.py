@@ -49,7 +49,8 @@ from raftsched.core.apply import DUE, TABLES, Transition
 from raftsched.core.tx import JOB_STATE, JOBS, View
 from raftsched.errors import InvariantBroken, StorageFull
 from raftsched.storage.base import (check_key, check_row, decode_value, encode_value,
-                                    fsync_dir, job_row, storable_key)
+                                    fsync_dir, job_row, job_row_with_history,
+                                    storable_key)
 
 T = TypeVar("T")
 log = logging.getLogger("raftsched.storage")
@@ -422,8 +423,7 @@ class LmdbStore:
             states = self._dbs[JOB_STATE]
             for key, raw in itertools.islice(items, limit):
                 key = bytes(key)
-                out.append((key, job_row(key, raw, txn.get(key, db=states),
-                                         skip_pending=True)))
+                out.append((key, job_row_with_history(key, raw, txn.get(key, db=states))))
         return out
 
     @staticmethod
@@ -555,9 +555,7 @@ class LmdbStore:
 
 def _merged_job(txn: Any, dbs: dict[str, Any], key: bytes, raw: bytes) -> dict:
     """A job record with its state record laid over it (core/tx.py JOB_STATE)."""
-    job = job_row(key, raw, txn.get(key, db=dbs[JOB_STATE]))
-    assert job is not None
-    return job
+    return job_row(key, raw, txn.get(key, db=dbs[JOB_STATE]))
 
 
 class _TxnView:

@@ -13,7 +13,8 @@ from raftsched.core.apply import TABLES, Transition
 from raftsched.core.tx import JOB_STATE, JOBS
 from raftsched.errors import InvariantBroken
 from raftsched.storage.base import (check_key, check_row, decode_value, encode_value,
-                                    job_row, storable_key)
+                                    job_row, job_row_with_history,
+                                    storable_key)
 
 T = TypeVar("T")
 
@@ -35,17 +36,16 @@ class MemoryStore:
 
     def _merged_job(self, key: bytes, raw: bytes) -> dict:
         """A job record with its state record laid over it (core/tx.py JOB_STATE)."""
-        job = job_row(key, raw, self._data[JOB_STATE].get(key))
-        assert job is not None
-        return job
+        return job_row(key, raw, self._data[JOB_STATE].get(key))
 
     def scan_jobs_with_history(self, *, start: bytes = b"",
                                limit: int) -> list[tuple[bytes, dict | None]]:
         with self._lock:
             order = self._sorted[JOBS]
             lo = bisect.bisect_left(order, start)
-            return [(k, job_row(k, self._data[JOBS][k], self._data[JOB_STATE].get(k),
-                                skip_pending=True)) for k in order[lo:lo + limit]]
+            return [(k, job_row_with_history(k, self._data[JOBS][k],
+                                             self._data[JOB_STATE].get(k)))
+                    for k in order[lo:lo + limit]]
 
     def applied_index(self) -> int:
         return self._applied
