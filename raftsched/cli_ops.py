@@ -6,12 +6,13 @@ errors into exit codes: 0 done, 1 the request was wrong (a bad job file, a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from raftsched import limits
@@ -258,12 +259,84 @@ def _mapping(document: Any, path: str) -> dict[str, Any]:
 def cmd_job_create(api: Client, args: argparse.Namespace, out: Renderer) -> int:
     document = load_document(args.file)
     if isinstance(document, list):
-        answer = api.batch_create_jobs([_mapping(d, args.file) for d in document])
-        out.batch_results(answer)
-        refused = [r for r in answer["results"] if "error" in r]
-        return EXIT_USER if refused else EXIT_OK
+        return _create_list(api, [_mapping(d, args.file) for d in document], out)
     out.job(api.create_job(_mapping(document, args.file)))
     return EXIT_OK
+
+
+def _create_list(api: Client, jobs: list[dict[str, Any]], out: Renderer) -> int:
+    """A list of any length, as batchCreates of at most batch_create_jobs_max
+    jobs and batch_request_body_bytes_max bytes, sent in order. Across more
+    than one batch, every job carries an idempotency key (a `client-` one
+    where the file gives none), so that a batch whose outcome is unknown can
+    be sent again without creating a job twice. If a batch cannot be sent,
+    the results so far are shown and the error says from which job on."""
+    from raftsched.client import RaftschedError, wire
+    spans = batches_of(jobs)
+    if len(spans) > 1:
+        jobs = [wire.with_key(job) for job in jobs]
+        spans = batches_of(jobs)   # the keys take room
+    keyed = len(spans) > 1
+    results: list[dict[str, Any]] = []
+    with out.progress("jobs", len(jobs)) if keyed else _no_progress() as advance:
+        for start, end in spans:
+            try:
+                answer = _send_batch(api, jobs[start:end], keyed=keyed)
+            except RaftschedError:
+                if results:
+                    out.batch_results({"results": results})
+                out.error(f"jobs 0-{start - 1} of the list were answered; from job {start} "
+                          f"on ({len(jobs) - start} jobs) they were not, for this error:"
+                          if results else f"the first batch (jobs 0-{end - 1}) was not "
+                          f"answered, for this error:")
+                raise
+            results += answer["results"]
+            advance(len(results), len(jobs))
+    out.batch_results({"results": results})
+    refused = [r for r in results if "error" in r]
+    return EXIT_USER if refused else EXIT_OK
+
+
+@contextlib.contextmanager
+def _no_progress() -> Iterator[Callable[[int, int], None]]:
+    yield lambda done, total: None
+
+
+def batches_of(jobs: Sequence[Any]) -> list[tuple[int, int]]:
+    """Where a list of job bodies is cut into batchCreates, in order: [start,
+    end) of each, at most batch_create_jobs_max jobs and, as the client
+    encodes the body (json.dumps), at most batch_request_body_bytes_max bytes."""
+    budget = limits.batch_request_body_bytes_max - len(b'{"jobs": []}')
+    spans: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for i, job in enumerate(jobs):
+        job_bytes = len(json.dumps(job, allow_nan=False).encode()) + len(b", ")
+        if i > start and (i - start >= limits.batch_create_jobs_max or size + job_bytes > budget):
+            spans.append((start, i))
+            start, size = i, 0
+        size += job_bytes
+    if jobs:
+        spans.append((start, len(jobs)))
+    return spans
+
+
+def _send_batch(api: Client, jobs: list[dict[str, Any]], *, keyed: bool) -> dict[str, Any]:
+    """One batchCreate, sent again for up to cli_batch_resend_s while a node
+    refuses it busy (nothing was proposed) or, when every job carries a key
+    (`keyed`), while no answer or an unknown outcome comes back."""
+    from raftsched.client import ApiError, ClusterError, Unavailable
+    deadline = time.monotonic() + limits.cli_batch_resend_s
+    while True:
+        try:
+            return api.batch_create_jobs(jobs)
+        except ClusterError as exc:
+            busy = isinstance(exc, Unavailable) and exc.reason == "busy"
+            if not (busy or keyed) or time.monotonic() >= deadline:
+                raise
+            after = exc.retry_after_s if isinstance(exc, ApiError) else None
+            wait_s = 1.0 if after is None else float(after)
+        time.sleep(max(0.0, min(wait_s, limits.cli_batch_resend_wait_max_s,
+                                deadline - time.monotonic())))
 
 
 def cmd_job_list(api: Client, args: argparse.Namespace, out: Renderer) -> int:

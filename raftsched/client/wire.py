@@ -161,15 +161,16 @@ def keyed(call: Call[Any], settings: Settings) -> Call[Any]:
     if op.keyed is None or len(settings.urls) < 2:
         return call
     if op.keyed == "body":
-        return dataclasses.replace(call, body=_with_key(call.body))
+        return dataclasses.replace(call, body=with_key(call.body))
     body = call.body
     if isinstance(body, Mapping) and isinstance(body.get("jobs"), list):
-        return dataclasses.replace(call, body={**body, "jobs": [_with_key(job)
+        return dataclasses.replace(call, body={**body, "jobs": [with_key(job)
                                                                 for job in body["jobs"]]})
     return call
 
 
-def _with_key(job: Any) -> Any:
+def with_key(job: Any) -> Any:
+    """The job body with an idempotency key: its own, else a new `client-` one."""
     if isinstance(job, Mapping) and job.get("idempotency_key") is None:
         return {**job, "idempotency_key": f"client-{uuid.uuid4().hex}"}
     return job
