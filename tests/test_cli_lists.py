@@ -120,6 +120,20 @@ async def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+async def create_through(tmp_path: Path, capsys, jobs: list[dict], script: list[str],
+                         *extra: str) -> tuple[ReplicaPort, StandIn, int, str, str]:
+    """`raftsched jobs create -f` of `jobs` through a stand-in answering as
+    `script` says, in front of an in-process node: the node, the stand-in,
+    and the exit code, stdout and stderr."""
+    port = ReplicaPort()
+    async with api_client(port) as node:
+        async with StandIn(str(node.make_url("")).rstrip("/"), script) as stand_in:
+            code, out, err = await run_cli(capsys, "jobs", "create", "-f",
+                                           write_jobs(tmp_path, jobs), "--url", stand_in.url,
+                                           *extra)
+    return port, stand_in, code, out, err
+
+
 @pytest.fixture
 def quick_resend(monkeypatch):
     monkeypatch.setattr(limits, "cli_batch_resend_wait_max_s", 0.05)
@@ -127,12 +141,8 @@ def quick_resend(monkeypatch):
 
 async def test_a_list_of_2500_is_created_in_three_batches_each_job_once(tmp_path, capsys):
     jobs = [dict(JOB, name=f"j{i}") for i in range(2500)]
-    port = ReplicaPort()
-    async with api_client(port) as node:
-        async with StandIn(str(node.make_url("")).rstrip("/"), []) as stand_in:
-            code, out, err = await run_cli(capsys, "jobs", "create", "-f",
-                                           write_jobs(tmp_path, jobs), "--url", stand_in.url,
-                                           "--output", "json")
+    port, stand_in, code, out, err = await create_through(
+        tmp_path, capsys, jobs, [], "--output", "json")
     assert code == 0, err
     results = json.loads(out)["results"]
     assert len(results) == 2500 and all(r["created"] for r in results)
@@ -147,12 +157,8 @@ async def test_a_list_of_2500_is_created_in_three_batches_each_job_once(tmp_path
 async def test_a_batch_refused_busy_is_sent_again_and_its_jobs_made_once(tmp_path, capsys,
                                                                          quick_resend):
     jobs = [dict(JOB, name=f"j{i}") for i in range(10)]   # one batch: no keys added
-    port = ReplicaPort()
-    async with api_client(port) as node:
-        async with StandIn(str(node.make_url("")).rstrip("/"), ["busy", "busy"]) as stand_in:
-            code, out, err = await run_cli(capsys, "jobs", "create", "-f",
-                                           write_jobs(tmp_path, jobs), "--url", stand_in.url,
-                                           "--output", "json")
+    port, stand_in, code, out, err = await create_through(
+        tmp_path, capsys, jobs, ["busy", "busy"], "--output", "json")
     assert code == 0, err
     assert len(stand_in.batches) == 3
     assert "idempotency_key" not in stand_in.batches[-1][0]
@@ -163,13 +169,8 @@ async def test_a_batch_whose_answer_was_lost_is_sent_again_with_its_keys(tmp_pat
                                                                         quick_resend):
     n = limits.batch_create_jobs_max + 5
     jobs = [dict(JOB, name=f"j{i}") for i in range(n)]
-    port = ReplicaPort()
-    async with api_client(port) as node:
-        async with StandIn(str(node.make_url("")).rstrip("/"),
-                           ["forward", "lost"]) as stand_in:
-            code, out, err = await run_cli(capsys, "jobs", "create", "-f",
-                                           write_jobs(tmp_path, jobs), "--url", stand_in.url,
-                                           "--output", "json")
+    port, stand_in, code, out, err = await create_through(
+        tmp_path, capsys, jobs, ["forward", "lost"], "--output", "json")
     assert code == 0, err
     assert [len(b) for b in stand_in.batches] == [1000, 5, 5]
     assert stand_in.batches[1] == stand_in.batches[2]          # the same keys, sent again
@@ -184,11 +185,8 @@ async def test_a_single_batch_whose_answer_was_lost_is_not_sent_again(tmp_path, 
     """Without keys, an unknown outcome cannot be sent again safely: the CLI
     says so (exit 2) and the node holds the jobs once."""
     jobs = [dict(JOB, name=f"j{i}") for i in range(3)]
-    port = ReplicaPort()
-    async with api_client(port) as node:
-        async with StandIn(str(node.make_url("")).rstrip("/"), ["lost"]) as stand_in:
-            code, out, err = await run_cli(capsys, "jobs", "create", "-f",
-                                           write_jobs(tmp_path, jobs), "--url", stand_in.url)
+    port, stand_in, code, out, err = await create_through(
+        tmp_path, capsys, jobs, ["lost"])
     assert code == 2, (out, err)
     assert len(stand_in.batches) == 1 and len(created_jobs(port)) == 3
     assert "the first batch (jobs 0-2) was not answered" in err
@@ -197,13 +195,8 @@ async def test_a_single_batch_whose_answer_was_lost_is_not_sent_again(tmp_path, 
 async def test_a_batch_refused_midway_shows_what_was_made_and_from_where_not(tmp_path, capsys):
     n = 2 * limits.batch_create_jobs_max + 1
     jobs = [dict(JOB, name=f"j{i}") for i in range(n)]
-    port = ReplicaPort()
-    async with api_client(port) as node:
-        async with StandIn(str(node.make_url("")).rstrip("/"),
-                           ["forward", "refuse"]) as stand_in:
-            code, out, err = await run_cli(capsys, "jobs", "create", "-f",
-                                           write_jobs(tmp_path, jobs), "--url", stand_in.url,
-                                           "--output", "json")
+    port, stand_in, code, out, err = await create_through(
+        tmp_path, capsys, jobs, ["forward", "refuse"], "--output", "json")
     assert code == 1, (out, err)
     assert len(stand_in.batches) == 2   # the third was never sent
     assert len(json.loads(out.split("\n{", 1)[0])["results"]) == 1000
