@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from dataclasses import dataclass
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -16,6 +17,38 @@ from rich.table import Table
 from raftsched.client import ApiError
 
 Advance = Callable[[int, int], None]
+# What a column that wraps its values (`fold`) is given at least when a table
+# is fitted to the terminal; and what rich puts between two columns.
+FOLD_WIDTH = 16
+COLUMN_GAP = 3
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column of a table: `drop` 0 is always shown; of the others, the
+    largest goes first when the table is wider than the terminal."""
+    name: str
+    drop: int = 0
+    fold: bool = False
+
+
+def _fitting(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: int) -> list[int]:
+    """The columns shown, in order: all of them, less the largest `drop` one
+    at a time while their widths (a folding one's at most FOLD_WIDTH) and the
+    gaps between them are more than `width`."""
+    def natural(i: int) -> int:
+        cells = [columns[i].name, *(row[i] for row in rows)]
+        longest = max(len(line) for cell in cells for line in (str(cell).splitlines() or [""]))
+        return min(longest, FOLD_WIDTH) if columns[i].fold else longest
+
+    widths = [natural(i) for i in range(len(columns))]
+    shown = list(range(len(columns)))
+    while sum(widths[i] for i in shown) + COLUMN_GAP * (len(shown) - 1) > width:
+        droppable = [i for i in shown if columns[i].drop]
+        if not droppable:
+            break
+        shown.remove(max(droppable, key=lambda i: columns[i].drop))
+    return shown
 
 
 class Renderer:
@@ -52,12 +85,24 @@ class Renderer:
         if token:
             print(f"more: --page-token {token}", file=sys.stderr)
 
-    def _table(self, *columns: str, title: str | None = None) -> Table:
+    def _print_table(self, columns: Sequence[Col], rows: Sequence[Sequence[str]],
+                     title: str | None = None) -> None:
+        """A table that fits the terminal: while it is wider, the column with
+        the largest `drop` goes (ids never), and a line on stderr names what
+        went. Ids stay on one line so that they can be copied; `fold` columns
+        wrap long values onto more lines instead of taking the width."""
+        shown = _fitting(columns, rows, self.console.width)
         table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-        for name in columns:
-            # Ids stay on one line so that they can be copied.
+        for i in shown:
+            name = columns[i].name
             table.add_column(name, no_wrap=name.endswith("ID"), overflow="fold")
-        return table
+        for row in rows:
+            table.add_row(*(row[i] for i in shown))
+        self.console.print(table)
+        left_out = [c.name for i, c in enumerate(columns) if i not in shown]
+        if left_out:
+            self.error(f"left out for the terminal's width ({self.console.width} columns): "
+                       f"{', '.join(left_out)}; a wider terminal or --output json shows them")
 
     def _pairs(self, pairs: Sequence[tuple[str, Any]], title: str | None = None) -> None:
         table = Table(show_header=False, show_edge=False, pad_edge=False, title=title,
@@ -82,31 +127,26 @@ class Renderer:
                      ("last run", job.get("last_run_id")), ("version", job.get("version"))])
 
     def job_table(self, jobs: Sequence[Mapping[str, Any]], states: Mapping[str, str]) -> None:
-        table = self._table("ID", "NAME", "SCHEDULE", "NEXT RUN", "LAST STATE")
-        for job in jobs:
-            table.add_row(job["job_id"], job.get("name", ""), schedule_text(job),
-                          job.get("next_run_at") or "-", states.get(job["job_id"], "-"))
-        self.console.print(table)
+        self._print_table(
+            [Col("ID"), Col("NAME", drop=3, fold=True), Col("SCHEDULE", drop=4, fold=True),
+             Col("NEXT RUN", drop=2), Col("LAST STATE", drop=1)],
+            [(job["job_id"], job.get("name", ""), schedule_text(job),
+              job.get("next_run_at") or "-", states.get(job["job_id"], "-")) for job in jobs])
 
     def batch_results(self, answer: Mapping[str, Any]) -> None:
         if self.json:
             return self.data(answer)
-        table = self._table("#", "JOB ID", "RESULT")
-        for i, result in enumerate(answer["results"]):
-            if "error" in result:
-                table.add_row(str(i), "-", _problem_text(result["error"]))
-            else:
-                table.add_row(str(i), result["job_id"],
-                              "created" if result.get("created") else "existed")
-        self.console.print(table)
+        self._print_table(
+            [Col("#"), Col("JOB ID"), Col("RESULT", fold=True)],
+            [(str(i), "-", _problem_text(result["error"])) if "error" in result else
+             (str(i), result["job_id"], "created" if result.get("created") else "existed")
+             for i, result in enumerate(answer["results"])])
 
     def fire_times(self, answer: Mapping[str, Any]) -> None:
         if self.json:
             return self.data(answer)
-        table = self._table("#", "FIRE TIME")
-        for i, when in enumerate(answer["fire_times"], 1):
-            table.add_row(str(i), when)
-        self.console.print(table)
+        self._print_table([Col("#"), Col("FIRE TIME")],
+                          [(str(i), when) for i, when in enumerate(answer["fire_times"], 1)])
         if answer.get("resolved"):
             self.console.print(f"resolved: {answer['resolved']}")
 
@@ -140,23 +180,25 @@ class Renderer:
             "error", "reason")])
         attempts = run.get("attempts") or []
         if attempts:
-            table = self._table("ATTEMPT", "HOLDER", "STARTED", "FINISHED", "RESULT")
-            for a in attempts:
-                table.add_row(str(a.get("attempt")), a.get("holder") or "-",
-                              a.get("started_at") or "-", a.get("finished_at") or "-",
-                              _outcome(a))
-            self.console.print(table)
+            self._print_table(
+                [Col("ATTEMPT"), Col("HOLDER", drop=4), Col("STARTED", drop=2),
+                 Col("FINISHED", drop=3), Col("RESULT", drop=1, fold=True)],
+                [(str(a.get("attempt")), a.get("holder") or "-", a.get("started_at") or "-",
+                  a.get("finished_at") or "-", _outcome(a)) for a in attempts])
 
     def run_table(self, page: Mapping[str, Any]) -> None:
         if self.json:
             return self.data(page)
-        table = self._table("RUN ID", "JOB ID", "SCHEDULED FOR", "STATE", "ATTEMPT", "TRIGGER",
-                            "ERROR")
-        for run in page["runs"]:
-            table.add_row(run["run_id"], run["job_id"], run.get("scheduled_for", ""),
-                          run.get("state", ""), str(run.get("attempt", "")),
-                          run.get("trigger", ""), run.get("error") or "")
-        self.console.print(table)
+        # A run's id names its job (keys.run_id), so the job's id goes before the
+        # state; where a run failed, its error stays longer than the time.
+        errors = any(run.get("error") for run in page["runs"])
+        self._print_table(
+            [Col("RUN ID"), Col("JOB ID", drop=5), Col("SCHEDULED FOR", drop=3 if errors else 2),
+             Col("STATE", drop=1), Col("ATTEMPT", drop=4), Col("TRIGGER", drop=6),
+             Col("ERROR", drop=2 if errors else 3, fold=True)],
+            [(run["run_id"], run["job_id"], run.get("scheduled_for", ""), run.get("state", ""),
+              str(run.get("attempt", "")), run.get("trigger", ""), run.get("error") or "")
+             for run in page["runs"]])
         self.more(page.get("next_page_token"))
 
     def logs(self, attempts: Sequence[Mapping[str, Any]]) -> None:
@@ -183,25 +225,28 @@ class Renderer:
             return self.data(cluster)
         nodes = cluster.get("nodes", {})
         commit = max((n.get("commit_index") or 0 for n in nodes.values()), default=0)
-        table = self._table("NODE", "ROLE", "TERM", "APPLIED", "LAG", "SHARDS", "CLOCK MS",
-                            "HTTP", title=f"leader {cluster.get('leader') or 'none'}, "
-                                          f"{cluster.get('shard_count')} shards")
+        rows = []
         for nid, node in sorted(nodes.items()):
             applied = node.get("applied_index")
-            table.add_row(nid, node.get("role") or "-", _cell(node.get("term")),
-                          _cell(applied), "-" if applied is None else str(commit - applied),
-                          _cell(node.get("shards_owned")), _cell(node.get("clock_offset_ms")),
-                          node.get("http") or "-")
-        self.console.print(table)
+            rows.append((nid, node.get("role") or "-", _cell(node.get("term")), _cell(applied),
+                         "-" if applied is None else str(commit - applied),
+                         _cell(node.get("shards_owned")), _cell(node.get("clock_offset_ms")),
+                         node.get("http") or "-"))
+        self._print_table(
+            [Col("NODE"), Col("ROLE", drop=1), Col("TERM", drop=4), Col("APPLIED", drop=5),
+             Col("LAG", drop=2), Col("SHARDS", drop=3), Col("CLOCK MS", drop=6),
+             Col("HTTP", drop=7, fold=True)],
+            rows, title=f"leader {cluster.get('leader') or 'none'}, "
+                        f"{cluster.get('shard_count')} shards")
 
     def token_table(self, tokens: Sequence[Mapping[str, Any]]) -> None:
         if self.json:
             return self.data({"tokens": list(tokens)})
-        table = self._table("TOKEN ID", "TENANT", "ROLE", "NAME", "CREATED")
-        for t in tokens:
-            table.add_row(t["token_id"], t.get("tenant", ""), t.get("role", ""),
-                          t.get("name", ""), t.get("created_at", ""))
-        self.console.print(table)
+        self._print_table(
+            [Col("TOKEN ID"), Col("TENANT", drop=1), Col("ROLE", drop=2),
+             Col("NAME", drop=3, fold=True), Col("CREATED", drop=4)],
+            [(t["token_id"], t.get("tenant", ""), t.get("role", ""), t.get("name", ""),
+              t.get("created_at", "")) for t in tokens])
 
 
 def schedule_text(job: Mapping[str, Any]) -> str:
