@@ -118,13 +118,23 @@ class Renderer:
     def job(self, job: Mapping[str, Any]) -> None:
         if self.json:
             return self.data(job)
+        tasks = (job.get("dag") or {}).get("tasks") or []
         self._pairs([("id", job.get("job_id")), ("name", job.get("name")),
                      ("status", job.get("status")), ("schedule", schedule_text(job)),
-                     ("next run", job.get("next_run_at")), ("target", job.get("target")),
-                     ("dag", job.get("dag")), ("retry", job.get("retry")),
+                     ("next run", job.get("next_run_at")),
+                     ("target", job.get("target") if not tasks else f"a DAG of {len(tasks)} "
+                                                                    "tasks (below)"),
+                     ("retry", job.get("retry")),
                      ("concurrency", job.get("concurrency")), ("labels", job.get("labels")),
                      ("pause note", job.get("pause_note")),
                      ("last run", job.get("last_run_id")), ("version", job.get("version"))])
+        if tasks:
+            self._print_table(
+                [Col("TASK"), Col("DEPENDS ON", drop=1, fold=True),
+                 Col("TRIGGER RULE", drop=3), Col("TARGET", drop=2, fold=True)],
+                [(t.get("id", ""), ", ".join(t.get("depends_on") or []) or "-",
+                  t.get("trigger_rule") or "-", target_text(t.get("target")))
+                 for t in tasks])
 
     def job_table(self, jobs: Sequence[Mapping[str, Any]], states: Mapping[str, str]) -> None:
         self._print_table(
@@ -178,6 +188,15 @@ class Renderer:
             "run_id", "job_id", "scheduled_for", "state", "attempt", "trigger", "redrives",
             "execution_id", "node", "started_at", "finished_at", "http_status", "exit_code",
             "error", "reason")])
+        tasks = run.get("tasks") or []
+        if tasks:
+            self._print_table(
+                [Col("TASK"), Col("STATE", drop=1), Col("ATTEMPT", drop=4),
+                 Col("STARTED", drop=3), Col("FINISHED", drop=5),
+                 Col("ERROR", drop=2, fold=True), Col("TASK RUN ID", drop=6)],
+                [(t.get("id", ""), t.get("state") or "-", _cell(t.get("attempt")),
+                  t.get("started_at") or "-", t.get("finished_at") or "-",
+                  t.get("error") or "", t.get("run_id") or "-") for t in tasks])
         attempts = run.get("attempts") or []
         if attempts:
             self._print_table(
@@ -258,6 +277,21 @@ def schedule_text(job: Mapping[str, Any]) -> str:
     if job.get("run_at"):
         return f"at {job['run_at']}"
     return "on trigger"
+
+
+def target_text(target: Mapping[str, Any] | None) -> str:
+    """A target in a few words: its method and URL, its command, or its topic."""
+    if not target:
+        return "-"
+    kind = target.get("type")
+    if kind == "http":
+        return f"{target.get('method', 'POST')} {target.get('url', '')}"
+    if kind == "command":
+        queue = f" (queue {target['queue']})" if target.get("queue") else ""
+        return "command " + " ".join(map(str, target.get("argv") or [])) + queue
+    if kind == "publish":
+        return f"publish to {target.get('topic', '')}"
+    return _cell(target)
 
 
 def _cell(value: Any) -> str:

@@ -71,3 +71,40 @@ def test_the_cluster_view_in_60_columns_keeps_each_node_its_role_and_lag(capsys)
     assert "leader" in text and "follower" in text and "LAG" in text
     assert all(len(line) <= 60 for line in text.splitlines())
     assert "HTTP" in capsys.readouterr().err
+
+
+DAG_TASKS = [
+    {"id": "extract", "depends_on": [], "trigger_rule": "all_success",
+     "target": {"type": "http", "url": "http://127.0.0.1:9000/extract", "method": "POST"}},
+    {"id": "transform", "depends_on": ["extract"], "trigger_rule": "all_success",
+     "target": {"type": "command", "argv": ["python", "t.py"], "queue": "etl"}},
+    {"id": "notify", "depends_on": ["extract", "transform"], "trigger_rule": "all_done",
+     "target": {"type": "publish", "topic": "done", "message": {}}}]
+
+
+def test_a_dag_job_shows_its_tasks_as_a_table(capsys):
+    job = {"job_id": "job_1a2482cd36fba5570000", "name": "etl", "status": "active",
+           "schedule": {"every": "1m"}, "dag": {"tasks": DAG_TASKS}}
+    text = rendered(100, lambda out: out.job(job))
+    assert "a DAG of 3 tasks (below)" in text
+    rows = {line.split()[0]: line for line in text.splitlines()
+            if line.split() and line.split()[0] in ("extract", "transform", "notify")}
+    assert "POST http://127.0.0.1:9000/extract" in rows["extract"]
+    assert "extract" in rows["transform"].split("│")[1]
+    assert "command python t.py (queue etl)" in rows["transform"]
+    assert "all_done" in rows["notify"] and "publish to done" in rows["notify"]
+
+
+def test_a_dag_run_shows_each_task_state_and_error(capsys):
+    run = dict(RUN, state="failed", tasks=[
+        {"id": "extract", "state": "succeeded", "attempt": 1, "run_id": "run_8caf6143c1d126a2",
+         "started_at": "2026-12-05T21:47:13.346Z", "finished_at": "2026-12-05T21:47:13.352Z"},
+        {"id": "transform", "state": "failed", "attempt": 3, "error": "exit 2",
+         "run_id": "run_404930e0e6df4e83"},
+        {"id": "load", "state": "upstream_failed", "attempt": 0}])
+    text = rendered(160, lambda out: out.run(run))
+    rows = {line.split()[0]: line for line in text.splitlines()
+            if line.split() and line.split()[0] in ("extract", "transform", "load")}
+    assert "succeeded" in rows["extract"] and "run_8caf6143c1d126a2" in rows["extract"]
+    assert "failed" in rows["transform"] and "exit 2" in rows["transform"]
+    assert "upstream_failed" in rows["load"]
