@@ -54,6 +54,35 @@ def node_argv(i: int, nodes: int, data_dir: str, http_base: int, raft_base: int,
             *(["--allow-commands", "--command-user=self"] if allow_commands else [])]
 
 
+def banner(nodes: int, data_dir: str, http_base: int, token: str,
+           allow_commands: bool = False) -> list[str]:
+    """What `raftsched dev` prints once its nodes are started: where they
+    serve, what they may call, and commands a user can paste as they are."""
+    lines = [f"raftsched: local cluster of {nodes} nodes, data in {data_dir}"]
+    for i in range(nodes):
+        url = f"http://127.0.0.1:{http_base + i}"
+        lines.append(f"  n{i + 1}: API {url}/v1/  UI {url}/")
+    lines.append(f"  HTTP targets and alert webhooks may call {dev_allowed_target_cidr} "
+                 f"(loopback), which nodes refuse unless allowed (--allow-target-cidr)")
+    lines.append("  commands on the default queue run on the nodes, as your own user "
+                 "(--allow-commands --command-user=self)" if allow_commands
+                 else "  commands need a target.queue served by `raftsched worker` (pass "
+                      "--allow-commands to run them on the nodes)")
+    lines.append(f"  a tenant runs commands once an admin grants it: curl -X PUT -H "
+                 f"\"Authorization: Bearer $RAFTSCHED_TOKEN\" -H 'Content-Type: "
+                 f"application/json' -d '{{\"commands\": true}}' "
+                 f"http://127.0.0.1:{http_base}/v1/tenants/default")
+    lines.append(f"  the admin token is kept in {os.path.join(data_dir, 'admin-token')}; "
+                 f"every API call needs it (the CLI reads RAFTSCHED_TOKEN):")
+    lines.append(f"RAFTSCHED_TOKEN={token}")
+    urls = ",".join(f"http://127.0.0.1:{http_base + i}" for i in range(nodes))
+    lines.append(f"  the CLI and the Python client take every node, and move to the next when "
+                 f"one does not answer: RAFTSCHED_URL={urls}")
+    lines.append(f'  try: curl -s -H "Authorization: Bearer $RAFTSCHED_TOKEN" '
+                 f'http://127.0.0.1:{http_base}/v1/cluster   (Ctrl-C stops every node)')
+    return lines
+
+
 def run_dev(nodes: int, data_dir: str, http_base: int, raft_base: int, *,
             allow_commands: bool = False) -> int:
     keep_files_private()   # the nodes' data folders and the secret files (they inherit it)
@@ -77,27 +106,8 @@ def run_dev(nodes: int, data_dir: str, http_base: int, raft_base: int, *,
     signal.signal(signal.SIGTERM, on_signal)
     for i in range(nodes):
         procs[i] = subprocess.Popen(argvs[i], env=env)
-    print(f"raftsched: local cluster of {nodes} nodes, data in {data_dir}", flush=True)
-    for i in range(nodes):
-        url = f"http://127.0.0.1:{http_base + i}"
-        print(f"  n{i + 1}: API {url}/v1/  UI {url}/", flush=True)
-    print(f"  HTTP targets and alert webhooks may call {dev_allowed_target_cidr} (loopback), "
-          f"which nodes refuse unless allowed (--allow-target-cidr)", flush=True)
-    print("  commands on the default queue run on the nodes, as your own user "
-          "(--allow-commands --command-user=self)" if allow_commands
-          else "  commands need a target.queue served by `raftsched worker` (pass "
-               "--allow-commands to run them on the nodes)", flush=True)
-    print(f"  a tenant runs commands once an admin grants it: curl -X PUT -H \"Authorization: "
-          f"Bearer $RAFTSCHED_TOKEN\" -d '{{\"commands\": true}}' "
-          f"http://127.0.0.1:{http_base}/v1/tenants/default", flush=True)
-    print(f"  the admin token is kept in {os.path.join(data_dir, 'admin-token')}; every API "
-          f"call needs it (the CLI reads RAFTSCHED_TOKEN):", flush=True)
-    print(f"RAFTSCHED_TOKEN={token}", flush=True)
-    urls = ",".join(f"http://127.0.0.1:{http_base + i}" for i in range(nodes))
-    print(f"  the CLI and the Python client take every node, and move to the next when one "
-          f"does not answer: RAFTSCHED_URL={urls}", flush=True)
-    print(f'  try: curl -s -H "Authorization: Bearer $RAFTSCHED_TOKEN" '
-          f'http://127.0.0.1:{http_base}/v1/cluster   (Ctrl-C stops every node)', flush=True)
+    for line in banner(nodes, data_dir, http_base, token, allow_commands):
+        print(line, flush=True)
     while not stopping:
         for i, proc in enumerate(procs):
             if proc is not None and proc.poll() is not None:
