@@ -106,8 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--log-level", default=os.environ.get("RAFTSCHED_LOG_LEVEL", "INFO"))
 
     worker = sub.add_parser("worker", help="run command targets of one queue for the cluster")
-    worker.add_argument("--cluster", required=True,
-                        help="node API URLs, comma-separated; the worker fails over between them")
+    worker.add_argument("--cluster", default=None,
+                        help="node API URLs, comma-separated; the worker fails over between "
+                             "them (default: env RAFTSCHED_URL, as the other commands read it)")
     worker.add_argument("--queue", required=True, help="the queue to serve (target.queue)")
     worker.add_argument("--concurrency", type=int, default=limits.worker_concurrency_default,
                         help="runs executed at once (default %(default)s)")

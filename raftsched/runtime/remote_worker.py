@@ -276,9 +276,11 @@ def run_worker_cli(args: Any) -> int:
     # The commands run as this user: keep them out of this process's
     # /proc/PID/environ (its token) and memory (runtime/procguard.py).
     deny_same_user_inspection()
-    urls = [u.strip() for u in args.cluster.split(",") if u.strip()]
+    cluster = args.cluster or os.environ.get("RAFTSCHED_URL") or ""
+    urls = [u.strip() for u in cluster.split(",") if u.strip()]
     if not urls:
-        print("raftsched worker: --cluster needs at least one node URL", file=sys.stderr)
+        print("raftsched worker: --cluster (or env RAFTSCHED_URL) needs at least one node URL",
+              file=sys.stderr)
         return 2
     if args.queue == "default":
         print("raftsched worker: the default queue is served by the nodes' embedded workers; "
