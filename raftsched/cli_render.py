@@ -32,10 +32,11 @@ class Col:
     fold: bool = False
 
 
-def _fitting(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: int) -> list[int]:
+def _fitting(columns: Sequence[Col], rows: Sequence[Sequence[str]],
+             width: int) -> tuple[list[int], list[int]]:
     """The columns shown, in order: all of them, less the largest `drop` one
     at a time while their widths (a folding one's at most FOLD_WIDTH) and the
-    gaps between them are more than `width`."""
+    gaps between them are more than `width`; and each column's width."""
     def natural(i: int) -> int:
         cells = [columns[i].name, *(row[i] for row in rows)]
         longest = max(len(line) for cell in cells for line in (str(cell).splitlines() or [""]))
@@ -48,7 +49,7 @@ def _fitting(columns: Sequence[Col], rows: Sequence[Sequence[str]], width: int) 
         if not droppable:
             break
         shown.remove(max(droppable, key=lambda i: columns[i].drop))
-    return shown
+    return shown, widths
 
 
 class Renderer:
@@ -91,11 +92,14 @@ class Renderer:
         the largest `drop` goes (ids never), and a line on stderr names what
         went. Ids stay on one line so that they can be copied; `fold` columns
         wrap long values onto more lines instead of taking the width."""
-        shown = _fitting(columns, rows, self.console.width)
+        shown, widths = _fitting(columns, rows, self.console.width)
         table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
         for i in shown:
-            name = columns[i].name
-            table.add_column(name, no_wrap=name.endswith("ID"), overflow="fold")
+            name, fold = columns[i].name, columns[i].fold
+            # What does not fold keeps its width (a time stays on one line);
+            # the folding columns take what is left.
+            table.add_column(name, no_wrap=name.endswith("ID"), overflow="fold",
+                             min_width=None if fold else widths[i])
         for row in rows:
             table.add_row(*(row[i] for i in shown))
         self.console.print(table)

@@ -28,10 +28,10 @@ def rendered(width: int, draw) -> str:
 def test_a_narrow_terminal_leaves_out_the_least_needed_columns_first():
     columns = [Col("ID"), Col("A", drop=2), Col("B", drop=1), Col("NOTE", drop=3, fold=True)]
     rows = [("x" * 30, "a" * 20, "b" * 20, "n" * 200)]
-    assert _fitting(columns, rows, 200) == [0, 1, 2, 3]     # a note folds in 16 columns
-    assert _fitting(columns, rows, 30 + 3 + 20 + 3 + 20 + 3 + 16 - 1) == [0, 1, 2]
-    assert _fitting(columns, rows, 60) == [0, 2]
-    assert _fitting(columns, rows, 10) == [0]                # an id is never left out
+    assert _fitting(columns, rows, 200)[0] == [0, 1, 2, 3]     # a note folds in 16 columns
+    assert _fitting(columns, rows, 30 + 3 + 20 + 3 + 20 + 3 + 16 - 1)[0] == [0, 1, 2]
+    assert _fitting(columns, rows, 60)[0] == [0, 2]
+    assert _fitting(columns, rows, 10)[0] == [0]                # an id is never left out
 
 
 def test_runs_in_80_columns_show_each_id_whole_its_time_and_its_state(capsys):
@@ -108,3 +108,12 @@ def test_a_dag_run_shows_each_task_state_and_error(capsys):
     assert "succeeded" in rows["extract"] and "run_8caf6143c1d126a2" in rows["extract"]
     assert "failed" in rows["transform"] and "exit 2" in rows["transform"]
     assert "upstream_failed" in rows["load"]
+
+
+def test_a_run_s_attempts_in_80_columns_keep_their_times_on_one_line(capsys):
+    attempt = {"attempt": 2, "holder": "n1", "started_at": "2026-12-05T21:49:46.130Z",
+               "finished_at": "2026-12-05T21:49:46.130Z",
+               "error": "ClientConnectorError: Cannot connect to host 127.0.0.1:9 ssl:default"}
+    text = rendered(80, lambda out: out.run(dict(RUN, attempts=[attempt])))
+    row = next(line for line in text.splitlines() if line.startswith("2 "))
+    assert row.count("2026-12-05T21:49:46.130Z") == 2 and "ClientConnector" in row
