@@ -285,10 +285,10 @@ def _create_list(api: Client, jobs: list[dict[str, Any]], out: Renderer) -> int:
             except RaftschedError:
                 if results:
                     out.batch_results({"results": results})
-                out.error(f"jobs 0-{start - 1} of the list were answered; from job {start} "
-                          f"on ({len(jobs) - start} jobs) they were not, for this error:"
-                          if results else f"the first batch (jobs 0-{end - 1}) was not "
-                          f"answered, for this error:")
+                out.error(f"jobs 0-{start - 1} of the list have their results above; jobs "
+                          f"{start}-{len(jobs) - 1} have none, for this error:"
+                          if results else f"jobs 0-{len(jobs) - 1} of the list have no "
+                          f"result, for this error:")
                 raise
             results += answer["results"]
             advance(len(results), len(jobs))

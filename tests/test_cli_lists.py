@@ -189,7 +189,7 @@ async def test_a_single_batch_whose_answer_was_lost_is_not_sent_again(tmp_path, 
         tmp_path, capsys, jobs, ["lost"])
     assert code == 2, (out, err)
     assert len(stand_in.batches) == 1 and len(created_jobs(port)) == 3
-    assert "the first batch (jobs 0-2) was not answered" in err
+    assert "jobs 0-2 of the list have no result, for this error:" in err
 
 
 async def test_a_batch_refused_midway_shows_what_was_made_and_from_where_not(tmp_path, capsys):
@@ -200,5 +200,5 @@ async def test_a_batch_refused_midway_shows_what_was_made_and_from_where_not(tmp
     assert code == 1, (out, err)
     assert len(stand_in.batches) == 2   # the third was never sent
     assert len(json.loads(out.split("\n{", 1)[0])["results"]) == 1000
-    assert "jobs 0-999 of the list were answered; from job 1000 on (1001 jobs)" in err
+    assert "jobs 0-999 of the list have their results above; jobs 1000-2000 have none" in err
     assert len(created_jobs(port)) == 1000
