@@ -231,15 +231,17 @@ class Renderer:
             if self.json:
                 print(json.dumps(attempt, ensure_ascii=False), flush=True)
                 continue
-            self.console.print(f"--- attempt {attempt.get('attempt')} on "
-                               f"{attempt.get('output_node') or attempt.get('holder') or '?'}"
-                               f" ({attempt.get('started_at')} .. {attempt.get('finished_at')})"
-                               f": {_outcome(attempt)}")
+            # As the command wrote it: not wrapped to the terminal, tabs kept.
+            write = self.console.file.write
+            write(f"--- attempt {attempt.get('attempt')} on "
+                  f"{attempt.get('output_node') or attempt.get('holder') or '?'}"
+                  f" ({attempt.get('started_at')} .. {attempt.get('finished_at')})"
+                  f": {_outcome(attempt)}\n")
             for stream in ("stdout", "stderr", "http_body", "published"):
                 if attempt.get(stream):
-                    self.console.print(f"[{stream}]")
-                    self.console.print(attempt[stream].rstrip("\n"))
-            sys.stdout.flush()
+                    write(f"[{stream}]\n")
+                    write(attempt[stream].rstrip("\n") + "\n")
+            self.console.file.flush()
 
     # --- cluster and tokens -----------------------------------------------------------------
 

@@ -117,3 +117,14 @@ def test_a_run_s_attempts_in_80_columns_keep_their_times_on_one_line(capsys):
     text = rendered(80, lambda out: out.run(dict(RUN, attempts=[attempt])))
     row = next(line for line in text.splitlines() if line.startswith("2 "))
     assert row.count("2026-12-05T21:49:46.130Z") == 2 and "ClientConnector" in row
+
+
+def test_a_run_s_logs_are_printed_as_written_whatever_the_terminal(capsys):
+    """Not wrapped at the terminal's width nor tabs expanded: `runs logs RUN >
+    file` keeps the command's output as it was (a pipe is 80 columns to rich)."""
+    output = "x" * 200 + "\n" + "a\tb  c\n" + "last line"
+    text = rendered(80, lambda out: out.logs([{
+        "attempt": 1, "output_node": "n1", "started_at": "2026-12-05T21:49:00.017Z",
+        "finished_at": "2026-12-05T21:49:00.078Z", "exit_code": 0, "stdout": output}]))
+    assert text == ("--- attempt 1 on n1 (2026-12-05T21:49:00.017Z .. 2026-12-05T21:49:00.078Z)"
+                    ": exit 0\n[stdout]\n" + output + "\n")
