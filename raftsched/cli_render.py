@@ -87,11 +87,15 @@ class Renderer:
             print(f"more: --page-token {token}", file=sys.stderr)
 
     def _print_table(self, columns: Sequence[Col], rows: Sequence[Sequence[str]],
-                     title: str | None = None) -> None:
+                     title: str | None = None, empty: str | None = None) -> None:
         """A table that fits the terminal: while it is wider, the column with
         the largest `drop` goes (ids never), and a line on stderr names what
         went. Ids stay on one line so that they can be copied; `fold` columns
-        wrap long values onto more lines instead of taking the width."""
+        wrap long values onto more lines instead of taking the width. With no
+        rows, the line `empty` says so in place of a table of headers only."""
+        if not rows and empty is not None:
+            self.console.print(empty)
+            return
         shown, widths = _fitting(columns, rows, self.console.width)
         table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
         for i in shown:
@@ -145,7 +149,8 @@ class Renderer:
             [Col("ID"), Col("NAME", drop=3, fold=True), Col("SCHEDULE", drop=4, fold=True),
              Col("NEXT RUN", drop=2), Col("LAST STATE", drop=1)],
             [(job["job_id"], job.get("name", ""), schedule_text(job),
-              job.get("next_run_at") or "-", states.get(job["job_id"], "-")) for job in jobs])
+              job.get("next_run_at") or "-", states.get(job["job_id"], "-")) for job in jobs],
+            empty="no jobs")
 
     def batch_results(self, answer: Mapping[str, Any]) -> None:
         if self.json:
@@ -221,7 +226,7 @@ class Renderer:
              Col("ERROR", drop=2 if errors else 3, fold=True)],
             [(run["run_id"], run["job_id"], run.get("scheduled_for", ""), run.get("state", ""),
               str(run.get("attempt", "")), run.get("trigger", ""), run.get("error") or "")
-             for run in page["runs"]])
+             for run in page["runs"]], empty="no runs")
         self.more(page.get("next_page_token"))
 
     def logs(self, attempts: Sequence[Mapping[str, Any]]) -> None:
@@ -271,7 +276,7 @@ class Renderer:
             [Col("TOKEN ID"), Col("TENANT", drop=1), Col("ROLE", drop=2),
              Col("NAME", drop=3, fold=True), Col("CREATED", drop=4)],
             [(t["token_id"], t.get("tenant", ""), t.get("role", ""), t.get("name", ""),
-              t.get("created_at", "")) for t in tokens])
+              t.get("created_at", "")) for t in tokens], empty="no tokens")
 
 
 def schedule_text(job: Mapping[str, Any]) -> str:

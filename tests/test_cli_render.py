@@ -128,3 +128,10 @@ def test_a_run_s_logs_are_printed_as_written_whatever_the_terminal(capsys):
         "finished_at": "2026-12-05T21:49:00.078Z", "exit_code": 0, "stdout": output}]))
     assert text == ("--- attempt 1 on n1 (2026-12-05T21:49:00.017Z .. 2026-12-05T21:49:00.078Z)"
                     ": exit 0\n[stdout]\n" + output + "\n")
+
+
+def test_an_empty_list_says_so_instead_of_printing_headers_alone(capsys):
+    assert rendered(80, lambda out: out.run_table({"runs": [], "next_page_token": None})) \
+        == "no runs\n"
+    assert rendered(80, lambda out: out.job_table([], {})) == "no jobs\n"
+    assert rendered(80, lambda out: out.token_table([])) == "no tokens\n"
