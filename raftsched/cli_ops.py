@@ -265,33 +265,21 @@ def cmd_job_create(api: Client, args: argparse.Namespace, out: Renderer) -> int:
 
 
 def _create_list(api: Client, jobs: list[dict[str, Any]], out: Renderer) -> int:
-    """A list of any length, as batchCreates of at most batch_create_jobs_max
-    jobs and batch_request_body_bytes_max bytes, sent in order. Across more
-    than one batch, every job carries an idempotency key (a `client-` one
-    where the file gives none), so that a batch whose outcome is unknown can
-    be sent again without creating a job twice. If a batch cannot be sent,
-    the results so far are shown and the error says from which job on."""
-    from raftsched.client import RaftschedError, wire
-    spans = batches_of(jobs)
-    if len(spans) > 1:
-        jobs = [wire.with_key(job) for job in jobs]
-        spans = batches_of(jobs)   # the keys take room
-    keyed = len(spans) > 1
-    results: list[dict[str, Any]] = []
-    with out.progress("jobs", len(jobs)) if keyed else _no_progress() as advance:
-        for start, end in spans:
-            try:
-                answer = _send_batch(api, jobs[start:end], keyed=keyed)
-            except RaftschedError:
-                if results:
-                    out.batch_results({"results": results})
-                out.error(f"jobs 0-{start - 1} of the list have their results above; jobs "
-                          f"{start}-{len(jobs) - 1} have none, for this error:"
-                          if results else f"jobs 0-{len(jobs) - 1} of the list have no "
-                          f"result, for this error:")
-                raise
-            results += answer["results"]
-            advance(len(results), len(jobs))
+    """A list of any length (raftsched.client.bulk), with a progress bar when
+    it takes more than one batch. If a batch cannot be sent, the results so
+    far are shown and a line names the jobs without one."""
+    from raftsched.client import bulk
+    several = len(bulk.batches_of(jobs)) > 1
+    try:
+        with out.progress("jobs", len(jobs)) if several else _no_progress() as advance:
+            results = bulk.create_jobs(api, jobs, progress=advance)
+    except bulk.BatchNotSent as exc:
+        if exc.results:
+            out.batch_results({"results": exc.results})
+        out.error(f"jobs 0-{exc.start - 1} of the list have their results above; jobs "
+                  f"{exc.start}-{exc.total - 1} have none, for this error:" if exc.results
+                  else f"jobs 0-{exc.total - 1} of the list have no result, for this error:")
+        raise exc.cause from None
     out.batch_results({"results": results})
     refused = [r for r in results if "error" in r]
     return EXIT_USER if refused else EXIT_OK
@@ -300,43 +288,6 @@ def _create_list(api: Client, jobs: list[dict[str, Any]], out: Renderer) -> int:
 @contextlib.contextmanager
 def _no_progress() -> Iterator[Callable[[int, int], None]]:
     yield lambda done, total: None
-
-
-def batches_of(jobs: Sequence[Any]) -> list[tuple[int, int]]:
-    """Where a list of job bodies is cut into batchCreates, in order: [start,
-    end) of each, at most batch_create_jobs_max jobs and, as the client
-    encodes the body (json.dumps), at most batch_request_body_bytes_max bytes."""
-    budget = limits.batch_request_body_bytes_max - len(b'{"jobs": []}')
-    spans: list[tuple[int, int]] = []
-    start, size = 0, 0
-    for i, job in enumerate(jobs):
-        job_bytes = len(json.dumps(job, allow_nan=False).encode()) + len(b", ")
-        if i > start and (i - start >= limits.batch_create_jobs_max or size + job_bytes > budget):
-            spans.append((start, i))
-            start, size = i, 0
-        size += job_bytes
-    if jobs:
-        spans.append((start, len(jobs)))
-    return spans
-
-
-def _send_batch(api: Client, jobs: list[dict[str, Any]], *, keyed: bool) -> dict[str, Any]:
-    """One batchCreate, sent again for up to cli_batch_resend_s while a node
-    refuses it busy (nothing was proposed) or, when every job carries a key
-    (`keyed`), while no answer or an unknown outcome comes back."""
-    from raftsched.client import ApiError, ClusterError, Unavailable
-    deadline = time.monotonic() + limits.cli_batch_resend_s
-    while True:
-        try:
-            return api.batch_create_jobs(jobs)
-        except ClusterError as exc:
-            busy = isinstance(exc, Unavailable) and exc.reason == "busy"
-            if not (busy or keyed) or time.monotonic() >= deadline:
-                raise
-            after = exc.retry_after_s if isinstance(exc, ApiError) else None
-            wait_s = 1.0 if after is None else float(after)
-        time.sleep(max(0.0, min(wait_s, limits.cli_batch_resend_wait_max_s,
-                                deadline - time.monotonic())))
 
 
 def cmd_job_list(api: Client, args: argparse.Namespace, out: Renderer) -> int:

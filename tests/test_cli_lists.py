@@ -18,7 +18,7 @@ from aiohttp import web
 
 from raftsched import limits
 from raftsched.cli import main
-from raftsched.cli_ops import batches_of
+from raftsched.client.bulk import batches_of
 from raftsched.core.apply import JOBS
 from raftsched.testing.inprocess import ReplicaPort, api_client
 
@@ -202,3 +202,24 @@ async def test_a_batch_refused_midway_shows_what_was_made_and_from_where_not(tmp
     assert len(json.loads(out.split("\n{", 1)[0])["results"]) == 1000
     assert "jobs 0-999 of the list have their results above; jobs 1000-2000 have none" in err
     assert len(created_jobs(port)) == 1000
+
+
+async def test_the_client_s_create_jobs_raises_with_the_results_so_far(tmp_path):
+    """raftsched.client.bulk, as a Python program uses it: the results of the
+    batches sent, then BatchNotSent naming the first job without one."""
+    from raftsched.client import BadRequest, Client, bulk
+    n = limits.batch_create_jobs_max + 10
+    jobs = [dict(JOB, name=f"j{i}") for i in range(n)]
+    port, seen = ReplicaPort(), []
+    async with api_client(port) as node:
+        async with StandIn(str(node.make_url("")).rstrip("/"),
+                           ["forward", "refuse"]) as stand_in:
+            with pytest.raises(bulk.BatchNotSent) as raised:
+                await asyncio.to_thread(bulk.create_jobs, Client(stand_in.url), jobs,
+                                        lambda done, total: seen.append((done, total)))
+    error = raised.value
+    assert (error.start, error.total) == (limits.batch_create_jobs_max, n)
+    assert len(error.results) == limits.batch_create_jobs_max
+    assert isinstance(error.cause, BadRequest)
+    assert seen == [(limits.batch_create_jobs_max, n)]
+    assert len(created_jobs(port)) == limits.batch_create_jobs_max

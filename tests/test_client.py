@@ -232,5 +232,6 @@ def test_the_examples_of_the_client_doc_run(shared_cluster, failing_sink, monkey
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), scope)
     assert scope["reminder"]["next_run_at"] is not None
+    assert len(scope["results"]) == 1500 and all(r["created"] for r in scope["results"])
     assert [r["run_id"] for r in scope["dead"]] == [r["run_id"] for r in scope["page"]["runs"]]
     assert scope["redriven"]["trigger"] == "retry"

@@ -214,6 +214,11 @@ def _json_default(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON: {value!r}")
 
 
+def json_bytes(value: Any) -> bytes:
+    """A request body as the client sends it: JSON, datetimes as RFC 3339."""
+    return json.dumps(value, default=_json_default, allow_nan=False).encode()
+
+
 def encode(call: Call[Any], settings: Settings, node: str | None = None) -> Request:
     """The request of `call` to `node` (one of settings.urls; default: the first)."""
     op = call.op
@@ -227,7 +232,7 @@ def encode(call: Call[Any], settings: Settings, node: str | None = None) -> Requ
         headers["Authorization"] = f"Bearer {settings.token}"
     body = None
     if call.has_body:
-        body = json.dumps(call.body, default=_json_default, allow_nan=False).encode()
+        body = json_bytes(call.body)
         headers["Content-Type"] = "application/json"
     return Request(op.method, url, headers, body, settings.timeout_s + call.wait_s,
                    node or settings.url)
