@@ -135,20 +135,29 @@ async def create_through(tmp_path: Path, capsys, jobs: list[dict], script: list[
 
 
 @pytest.fixture
+def small_batches(monkeypatch):
+    """Batches of 10 jobs, on both sides (the node reads the same limits), so
+    that lists of a few batches take a moment."""
+    monkeypatch.setattr(limits, "batch_create_jobs_max", 10)
+
+
+@pytest.fixture
 def quick_resend(monkeypatch):
     monkeypatch.setattr(limits, "cli_batch_resend_wait_max_s", 0.05)
 
 
-async def test_a_list_of_2500_is_created_in_three_batches_each_job_once(tmp_path, capsys):
-    jobs = [dict(JOB, name=f"j{i}") for i in range(2500)]
+async def test_a_list_of_two_and_a_half_batches_goes_in_three_each_job_once(tmp_path, capsys,
+                                                                           small_batches):
+    n = 25
+    jobs = [dict(JOB, name=f"j{i}") for i in range(n)]
     port, stand_in, code, out, err = await create_through(
         tmp_path, capsys, jobs, [], "--output", "json")
     assert code == 0, err
     results = json.loads(out)["results"]
-    assert len(results) == 2500 and all(r["created"] for r in results)
-    assert [len(b) for b in stand_in.batches] == [1000, 1000, 500]
+    assert len(results) == n and all(r["created"] for r in results)
+    assert [len(b) for b in stand_in.batches] == [10, 10, 5]
     made = created_jobs(port)
-    assert [job["spec"]["name"] for job in made] == [f"j{i}" for i in range(2500)]
+    assert [job["spec"]["name"] for job in made] == [f"j{i}" for i in range(n)]
     # Across batches each job carried a key, so a batch could be sent again.
     assert all(job["idempotency_key"].startswith("client-")
                for batch in stand_in.batches for job in batch)
@@ -166,13 +175,14 @@ async def test_a_batch_refused_busy_is_sent_again_and_its_jobs_made_once(tmp_pat
 
 
 async def test_a_batch_whose_answer_was_lost_is_sent_again_with_its_keys(tmp_path, capsys,
-                                                                        quick_resend):
-    n = limits.batch_create_jobs_max + 5
+                                                                        quick_resend,
+                                                                        small_batches):
+    n = 15
     jobs = [dict(JOB, name=f"j{i}") for i in range(n)]
     port, stand_in, code, out, err = await create_through(
         tmp_path, capsys, jobs, ["forward", "lost"], "--output", "json")
     assert code == 0, err
-    assert [len(b) for b in stand_in.batches] == [1000, 5, 5]
+    assert [len(b) for b in stand_in.batches] == [10, 5, 5]
     assert stand_in.batches[1] == stand_in.batches[2]          # the same keys, sent again
     results = json.loads(out)["results"]
     assert len(results) == n
@@ -192,19 +202,20 @@ async def test_a_single_batch_whose_answer_was_lost_is_not_sent_again(tmp_path, 
     assert "jobs 0-2 of the list have no result, for this error:" in err
 
 
-async def test_a_batch_refused_midway_shows_what_was_made_and_from_where_not(tmp_path, capsys):
-    n = 2 * limits.batch_create_jobs_max + 1
+async def test_a_batch_refused_midway_shows_what_was_made_and_from_where_not(tmp_path, capsys,
+                                                                            small_batches):
+    n = 21
     jobs = [dict(JOB, name=f"j{i}") for i in range(n)]
     port, stand_in, code, out, err = await create_through(
         tmp_path, capsys, jobs, ["forward", "refuse"], "--output", "json")
     assert code == 1, (out, err)
     assert len(stand_in.batches) == 2   # the third was never sent
-    assert len(json.loads(out.split("\n{", 1)[0])["results"]) == 1000
-    assert "jobs 0-999 of the list have their results above; jobs 1000-2000 have none" in err
-    assert len(created_jobs(port)) == 1000
+    assert len(json.loads(out.split("\n{", 1)[0])["results"]) == 10
+    assert "jobs 0-9 of the list have their results above; jobs 10-20 have none" in err
+    assert len(created_jobs(port)) == 10
 
 
-async def test_the_client_s_create_jobs_raises_with_the_results_so_far(tmp_path):
+async def test_the_client_s_create_jobs_raises_with_the_results_so_far(tmp_path, small_batches):
     """raftsched.client.bulk, as a Python program uses it: the results of the
     batches sent, then BatchNotSent naming the first job without one."""
     from raftsched.client import BadRequest, Client, bulk
