@@ -824,6 +824,10 @@ task_stop_recancel_s = 0.1
 # is killed, and the longest wait before a node that exited is restarted (the
 # wait doubles from half a second).
 dev_stop_grace_s = 10.0
+# A node that stops lets the HTTP requests in flight finish for this long
+# (seconds), then cancels them (aiohttp's shutdown_timeout, 60 s by default).
+# Long polls (worker claims, topic reads) are answered at once as it stops.
+http_stop_grace_s = 3.0
 dev_restart_delay_s_max = 10.0
 
 # How often (seconds) `raftsched dev` looks for nodes that exited.

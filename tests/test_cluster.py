@@ -152,8 +152,13 @@ def test_digest_check_catches_a_diverged_replica(fresh_cluster):
 def test_sigterm_drains_a_node_and_sigint_stops_it_at_once(fresh_cluster):
     """SIGTERM: the node's shards move to the others while it is alive (the
     leader reads `draining` in its clock answers), then it stops. SIGINT:
-    it stops without draining."""
+    it stops without draining, and a long poll waiting on it (a topic read
+    of 30 s) is answered as it stops rather than holding the stop."""
     import signal
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from raftsched import limits
 
     cluster = fresh_cluster
 
@@ -176,7 +181,22 @@ def test_sigterm_drains_a_node_and_sigint_stops_it_at_once(fresh_cluster):
     cluster.wait_ready()
     wait_until(lambda: owned_by("n3") > 0, 15, "n3 to own shards again")
     before = len(cluster.logs("n3", 10 ** 7))
-    cluster.procs["n3"].send_signal(signal.SIGINT)
-    assert cluster.procs["n3"].wait(15) == 0
+
+    def polls_waiting() -> float:
+        text = cluster.api("n3", "GET", "/metrics").body
+        return next(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                    if s.name == "raftsched_long_polls_waiting")
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        poll = pool.submit(cluster.api, "n3", "GET", "/v1/topics/quiet/messages?wait_s=30",
+                           timeout_s=60)
+        wait_until(lambda: polls_waiting() == 1 or None, 15, "the long poll to wait on n3")
+        sent = time.monotonic()
+        cluster.procs["n3"].send_signal(signal.SIGINT)
+        assert cluster.procs["n3"].wait(limits.http_stop_grace_s + 10) == 0
+        stopped_s = time.monotonic() - sent
+        answer = poll.result(30)
+    assert answer.status == 200 and answer.body["messages"] == []
+    assert stopped_s < limits.http_stop_grace_s + 5, stopped_s   # not the poll's 30 s
     after = cluster.logs("n3", 10 ** 7)[before:]
     assert "node n3 stopped" in after and "draining" not in after

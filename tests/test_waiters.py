@@ -177,3 +177,39 @@ async def test_the_remote_worker_waits_out_a_refused_claim_and_claims_again():
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_as_the_node_stops_waiting_claims_answer_at_once_and_none_waits_again():
+    """WorkerService.end_waits (Node.stop): a claim waiting 30 s answers now,
+    empty, and a claim made after it does not wait."""
+    workers = WorkerService(_Node())
+    waiting = [asyncio.ensure_future(workers.claim("w", keys.scoped("t", f"q{i}"), 1, 30.0))
+               for i in range(3)]
+    await until(lambda: workers.waiting_queues() == 3)
+    started = asyncio.get_running_loop().time()
+    workers.end_waits()
+    assert await asyncio.wait_for(asyncio.gather(*waiting), 5) == [[]] * 3
+    assert await asyncio.wait_for(workers.claim("w", keys.scoped("t", "q9"), 1, 30.0), 5) == []
+    assert asyncio.get_running_loop().time() - started < 5
+    assert workers.waiting_queues() == 0
+
+
+async def test_as_the_node_stops_a_topic_long_poll_answers_at_once():
+    w = waiters()
+
+    class _Port(StoreQueries):
+        node_id, shard_count = "n1", 16
+        config = SimpleNamespace(insecure_no_auth=True, allow_target_cidrs=(),
+                                 allow_commands=False)
+
+        def topic_waiting(self, topic):
+            return w.waiting(topic)
+
+    async with TestClient(TestServer(make_app(_Port(Replica().store)))) as client:
+        poll = asyncio.ensure_future(client.get("/v1/topics/one/messages",
+                                                params={"wait_s": "30"}))
+        await until(lambda: len(w) == 1)
+        w.close()
+        answer = await asyncio.wait_for(poll, 5)
+        assert answer.status == 200 and (await answer.json())["messages"] == []
+    assert len(w) == 0

@@ -171,7 +171,7 @@ async def _wait_for_messages(node: "NodePort", topic: str, after: int, limit: in
             first, next_offset = node.topic_bounds(topic)
             rows = node.topic_messages(topic, max(after + 1, first), limit)
             remaining = deadline - time.monotonic()
-            if rows or remaining <= 0:
+            if rows or remaining <= 0 or waiting.ended:
                 return first, next_offset, rows
             try:
                 await asyncio.wait_for(event.wait(), remaining)

@@ -365,7 +365,8 @@ class Node:
         await self.http_executor.start()
         await self.peers.start()
         app = make_app(self)
-        self._runner = make_runner(app, access_log=None, handle_signals=False)
+        self._runner = make_runner(app, access_log=None, handle_signals=False,
+                                   shutdown_timeout=limits.http_stop_grace_s)
         await self._runner.setup()
         server_ssl = peer.server_ssl_context(cfg.tls_cert, cfg.tls_key) \
             if cfg.tls_cert and cfg.tls_key else None
@@ -488,6 +489,9 @@ class Node:
     async def stop(self) -> None:
         await self.supervisor.stop()
         await self.dispatcher.close()
+        # Long polls answer now; what else is in flight has http_stop_grace_s.
+        self.workers.end_waits()
+        self.topic_waiters.close()
         if self._runner is not None:
             await self._runner.cleanup()
         await self.http_executor.close()

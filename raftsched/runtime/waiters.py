@@ -31,13 +31,18 @@ class _Entry:
 class Waiting:
     """One waiter's hold on a name: `event()` is the event the next wake of
     the name sets. Take it before looking for what you wait for, then wait on
-    it, so that a wake between the two is not missed."""
+    it, so that a wake between the two is not missed. Once `ended` (the node
+    is stopping), answer with what there is instead of waiting again."""
 
-    def __init__(self, entry: _Entry) -> None:
-        self._entry = entry
+    def __init__(self, entry: _Entry, owner: "Waiters") -> None:
+        self._entry, self._owner = entry, owner
 
     def event(self) -> asyncio.Event:
         return self._entry.event
+
+    @property
+    def ended(self) -> bool:
+        return self._owner.closed
 
 
 class Waiters:
@@ -51,6 +56,7 @@ class Waiters:
         self._names_limit, self._per_tenant_limit = names_limit, per_tenant_limit
         self._what = what
         self.refused_total = 0
+        self.closed = False
 
     def __len__(self) -> int:
         """Names waited on now."""
@@ -64,7 +70,7 @@ class Waiters:
             entry = self._entries[name] = self._new_entry(name)
         entry.waiters += 1
         try:
-            yield Waiting(entry)
+            yield Waiting(entry, self)
         finally:
             entry.waiters -= 1
             if entry.waiters == 0 and self._entries.get(name) is entry:
@@ -90,6 +96,14 @@ class Waiters:
                 retry_after_s=limits.waited_names_retry_after_s)
         self._per_tenant[tenant] += 1
         return _Entry()
+
+    def close(self) -> None:
+        """Loop thread, as the node stops: wake every waiter, and let none
+        wait again (Waiting.ended), so that long polls answer at once rather
+        than hold the node's HTTP server open."""
+        self.closed = True
+        for entry in self._entries.values():
+            entry.event.set()
 
     def wake(self, name: str) -> None:
         """Loop thread: wake every waiter of `name`; later waiters wait for the next wake."""

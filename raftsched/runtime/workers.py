@@ -68,12 +68,16 @@ class WorkerService:
                 event = waiting.event()
                 granted = await self._try_claim(worker_id, queue, max_runs)
                 remaining = deadline - time.monotonic()
-                if granted or remaining <= 0:
+                if granted or remaining <= 0 or waiting.ended:
                     return granted
                 try:
                     await asyncio.wait_for(event.wait(), remaining)
                 except asyncio.TimeoutError:
                     return []
+
+    def end_waits(self) -> None:
+        """As the node stops: claims waiting for runs answer at once."""
+        self._waiters.close()
 
     def waiting_queues(self) -> int:
         """Queues some claim waits on now."""
