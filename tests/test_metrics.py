@@ -150,8 +150,9 @@ def fake_node(**overrides: object) -> SimpleNamespace:
         dispatcher=ns(queue_depths=lambda: {"acme": 3, "default": 0}, running=lambda: 2,
                       parked_total=0, cancelled_total=0, dropped_notifications=0,
                       taken_over_total=0, not_called_total=0),
-        breaker=ns(opened_total=0), workers=ns(claimed_total=0, waits_refused=lambda: 1),
-        topic_waiters=ns(refused_total=2),
+        breaker=ns(opened_total=0), workers=ns(claimed_total=0, waits_refused=lambda: 1,
+                                               waiting_queues=lambda: 4),
+        topic_waiters=ns(refused_total=2, names_waited=lambda: 1),
         reporter=ns(pending=lambda: 0, dropped_total=0, held=lambda: 0, held_total=0),
         replicator=ns(status=lambda: raft, journal_flushes_total=5, frames_refused_total=0,
                       handshakes_refused_total=0,
@@ -221,6 +222,7 @@ def test_the_collector_reads_the_node_at_each_scrape():
     assert value(first, "raftsched_runs_ended_total", state="succeeded") == 0
     assert value(first, "raftsched_misfires_total", policy="skip", state="skipped") == 0
     assert value(first, "raftsched_long_polls_refused_total") == 3   # topics 2, queues 1
+    assert value(first, "raftsched_long_polls_waiting") == 5          # topics 1, queues 4
     assert value(first, "raftsched_admission_busy_refused_total") == 4
     assert value(first, "raftsched_admission_create_jobs_inflight") == 1200
     # No second set of counters: what the node holds now is what the next scrape says.

@@ -180,7 +180,7 @@ class NodeCollector(Collector):
                       "waited_names_max", node.topic_waiters.refused_total
                       + node.workers.waits_refused())
         yield gauge("long_polls_waiting", "Names (topics, worker queues) long polls wait on "
-                    "here now", len(node.topic_waiters) + node.workers.waiting_queues())
+                    "here now", node.topic_waiters.names_waited() + node.workers.waiting_queues())
         yield gauge("reporter_pending", "Run reports waiting to be proposed",
                     node.reporter.pending())
         yield counter("reporter_dropped", "Run reports dropped with run_update_pending_max "

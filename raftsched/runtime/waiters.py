@@ -62,6 +62,9 @@ class Waiters:
         """Names waited on now."""
         return len(self._entries)
 
+    def names_waited(self) -> int:
+        return len(self._entries)
+
     @contextlib.contextmanager
     def waiting(self, name: str) -> Iterator[Waiting]:
         """Hold `name` while the block runs (QuotaExceeded past a bound)."""
