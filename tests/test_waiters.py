@@ -32,6 +32,19 @@ def waiters(names_max: int = 100, per_tenant_max: int = 10) -> Waiters:
                    per_tenant_limit="waited_names_per_tenant_max", what="topics")
 
 
+class TopicPort(StoreQueries):
+    """A node port whose topic reads wait on `waiters`."""
+    node_id, shard_count = "n1", 16
+    config = SimpleNamespace(insecure_no_auth=True, allow_target_cidrs=(), allow_commands=False)
+
+    def __init__(self, waiters: Waiters) -> None:
+        super().__init__(Replica().store)
+        self._waiters = waiters
+
+    def topic_waiting(self, topic):
+        return self._waiters.waiting(topic)
+
+
 async def test_many_names_come_and_go_and_leave_nothing_behind():
     w = waiters()
     woken = []
@@ -127,15 +140,7 @@ async def test_a_claim_on_a_new_queue_past_the_tenants_bound_is_refused(monkeypa
 async def test_a_topic_long_poll_past_the_bound_answers_429_with_retry_after():
     w = waiters(per_tenant_max=1)
 
-    class _Port(StoreQueries):
-        node_id, shard_count = "n1", 16
-        config = SimpleNamespace(insecure_no_auth=True, allow_target_cidrs=(),
-                                 allow_commands=False)
-
-        def topic_waiting(self, topic):
-            return w.waiting(topic)
-
-    async with TestClient(TestServer(make_app(_Port(Replica().store)))) as client:
+    async with TestClient(TestServer(make_app(TopicPort(w)))) as client:
         first = asyncio.ensure_future(client.get("/v1/topics/one/messages",
                                                  params={"wait_s": "0.5"}))
         await until(lambda: len(w) == 1)
@@ -197,15 +202,7 @@ async def test_as_the_node_stops_waiting_claims_answer_at_once_and_none_waits_ag
 async def test_as_the_node_stops_a_topic_long_poll_answers_at_once():
     w = waiters()
 
-    class _Port(StoreQueries):
-        node_id, shard_count = "n1", 16
-        config = SimpleNamespace(insecure_no_auth=True, allow_target_cidrs=(),
-                                 allow_commands=False)
-
-        def topic_waiting(self, topic):
-            return w.waiting(topic)
-
-    async with TestClient(TestServer(make_app(_Port(Replica().store)))) as client:
+    async with TestClient(TestServer(make_app(TopicPort(w)))) as client:
         poll = asyncio.ensure_future(client.get("/v1/topics/one/messages",
                                                 params={"wait_s": "30"}))
         await until(lambda: len(w) == 1)
