@@ -948,13 +948,14 @@ client_urls_max = 16
 # How often `raftsched jobs backfill` and `raftsched runs logs --follow` read the
 # progress again (seconds): a person watches it, so once a second is enough.
 cli_poll_period_s = 1.0
-# `raftsched jobs create -f` with a list: how long it keeps sending one batch
-# of it that a node refused `busy` (nothing proposed), or, when every job of
+# A list of jobs sent in batches (raftsched.client.bulk, `raftsched jobs
+# create -f`): how long one batch is sent again while a node refuses it
+# `busy` (nothing proposed), or, when every job of
 # the batch carries an idempotency key, that got no answer or an unknown
 # outcome (seconds); and the longest wait between two sends, whatever a
 # Retry-After says.
-cli_batch_resend_s = 120.0
-cli_batch_resend_wait_max_s = 5.0
+batch_resend_s = 120.0
+batch_resend_wait_max_s = 5.0
 # Rows `raftsched jobs list` and `runs list` ask for when --limit is not given:
 # a screenful; --page-token reads on.
 cli_list_limit_default = 50

@@ -143,7 +143,7 @@ def small_batches(monkeypatch):
 
 @pytest.fixture
 def quick_resend(monkeypatch):
-    monkeypatch.setattr(limits, "cli_batch_resend_wait_max_s", 0.05)
+    monkeypatch.setattr(limits, "batch_resend_wait_max_s", 0.05)
 
 
 async def test_a_list_of_two_and_a_half_batches_goes_in_three_each_job_once(tmp_path, capsys,

@@ -3,7 +3,7 @@ list of job bodies of any length and sends it as batchCreates of at most
 batch_create_jobs_max jobs and batch_request_body_bytes_max bytes, in order.
 
 A batch a node refused busy (nothing was proposed) is sent again after its
-Retry-After, for up to cli_batch_resend_s. Across more than one batch every
+Retry-After, for up to batch_resend_s. Across more than one batch every
 job carries an idempotency key (its own, else a new `client-` one), so a batch
 whose answer was lost, or whose outcome is unknown, is sent again too without
 creating a job twice. If a batch cannot be sent, `BatchNotSent` carries the
@@ -78,10 +78,10 @@ def batches_of(jobs: Sequence[Any]) -> list[tuple[int, int]]:
 
 
 def _send_batch(api: Client, jobs: list[dict[str, Any]], *, keyed: bool) -> dict[str, Any]:
-    """One batchCreate, sent again for up to cli_batch_resend_s while a node
+    """One batchCreate, sent again for up to batch_resend_s while a node
     refuses it busy (nothing was proposed) or, when every job carries a key
     (`keyed`), while no answer or an unknown outcome comes back."""
-    deadline = time.monotonic() + limits.cli_batch_resend_s
+    deadline = time.monotonic() + limits.batch_resend_s
     while True:
         try:
             return api.batch_create_jobs(jobs)
@@ -91,5 +91,5 @@ def _send_batch(api: Client, jobs: list[dict[str, Any]], *, keyed: bool) -> dict
                 raise
             after = exc.retry_after_s if isinstance(exc, ApiError) else None
             wait_s = 1.0 if after is None else float(after)
-        time.sleep(max(0.0, min(wait_s, limits.cli_batch_resend_wait_max_s,
+        time.sleep(max(0.0, min(wait_s, limits.batch_resend_wait_max_s,
                                 deadline - time.monotonic())))
