@@ -160,6 +160,11 @@ class Renderer:
             [(str(i), "-", _problem_text(result["error"])) if "error" in result else
              (str(i), result["job_id"], "created" if result.get("created") else "existed")
              for i, result in enumerate(answer["results"])])
+        results = answer["results"]
+        refused = sum(1 for r in results if "error" in r)
+        created = sum(1 for r in results if r.get("created"))
+        self.console.print(f"{len(results)} jobs: {created} created, "
+                           f"{len(results) - created - refused} existed, {refused} refused")
 
     def fire_times(self, answer: Mapping[str, Any]) -> None:
         if self.json:

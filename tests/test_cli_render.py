@@ -135,3 +135,11 @@ def test_an_empty_list_says_so_instead_of_printing_headers_alone(capsys):
         == "no runs\n"
     assert rendered(80, lambda out: out.job_table([], {})) == "no jobs\n"
     assert rendered(80, lambda out: out.token_table([])) == "no tokens\n"
+
+
+def test_a_list_s_results_end_with_a_count_of_each_outcome(capsys):
+    results = [{"job_id": "job_a", "created": True}, {"job_id": "job_b", "created": False},
+               {"error": {"status": 400, "detail": "bad cron"}},
+               {"job_id": "job_c", "created": True}]
+    text = rendered(80, lambda out: out.batch_results({"results": results}))
+    assert text.splitlines()[-1] == "4 jobs: 2 created, 1 existed, 1 refused"
