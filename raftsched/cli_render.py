@@ -270,7 +270,7 @@ class Renderer:
         self._print_table(
             [Col("NODE"), Col("ROLE", drop=1), Col("TERM", drop=4), Col("APPLIED", drop=5),
              Col("LAG", drop=2), Col("SHARDS", drop=3), Col("CLOCK MS", drop=6),
-             Col("HTTP", drop=7, fold=True)],
+             Col("HTTP", drop=7)],   # a URL stays whole, or is left out
             rows, title=f"leader {cluster.get('leader') or 'none'}, "
                         f"{cluster.get('shard_count')} shards")
 

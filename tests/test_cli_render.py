@@ -143,3 +143,15 @@ def test_a_list_s_results_end_with_a_count_of_each_outcome(capsys):
                {"job_id": "job_c", "created": True}]
     text = rendered(80, lambda out: out.batch_results({"results": results}))
     assert text.splitlines()[-1] == "4 jobs: 2 created, 1 existed, 1 refused"
+
+
+def test_the_cluster_view_in_80_columns_shows_no_url_split_across_lines(capsys):
+    cluster = {"leader": "n1", "shard_count": 256, "nodes": {
+        nid: {"role": role, "term": 1, "applied_index": 34, "commit_index": 34,
+              "shards_owned": 86, "clock_offset_ms": 0, "http": f"http://127.0.0.1:870{i}"}
+        for i, (nid, role) in enumerate((("n1", "leader"), ("n2", "follower")), 1)}}
+    wide = rendered(120, lambda out: out.cluster(cluster))
+    assert "http://127.0.0.1:8701" in wide and "http://127.0.0.1:8702" in wide
+    narrow = rendered(80, lambda out: out.cluster(cluster))
+    assert "http://" not in narrow and "leader" in narrow
+    assert "HTTP" in capsys.readouterr().err
