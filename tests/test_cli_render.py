@@ -15,6 +15,11 @@ RUN = {"run_id": "run_1a2482a73a6ba55701f301a2482b0a70", "job_id": "job_1a2482a7
        "trigger": "schedule", "error": None}
 FAILED = dict(RUN, run_id="run_1a2482a73a6ba55701f401a2482b0a70", state="failed",
               error="HTTP 500 from http://127.0.0.1:9000/settle after 3 attempts")
+# GET /v1/cluster of a leader and a follower.
+CLUSTER = {"leader": "n1", "shard_count": 256, "nodes": {
+    nid: {"role": role, "term": 1, "applied_index": 34, "commit_index": 34,
+          "shards_owned": 86, "clock_offset_ms": 0, "http": f"http://127.0.0.1:870{i}"}
+    for i, (nid, role) in enumerate((("n1", "leader"), ("n2", "follower")), 1)}}
 
 
 def rendered(width: int, draw) -> str:
@@ -63,10 +68,7 @@ def test_runs_in_a_wide_terminal_show_every_column_and_say_nothing(capsys):
 
 
 def test_the_cluster_view_in_60_columns_keeps_each_node_its_role_and_lag(capsys):
-    cluster = {"leader": "n1", "shard_count": 256, "nodes": {
-        nid: {"role": role, "term": 1, "applied_index": 914, "commit_index": 914,
-              "shards_owned": 85, "clock_offset_ms": 0, "http": f"http://127.0.0.1:870{i}"}
-        for i, (nid, role) in enumerate((("n1", "leader"), ("n2", "follower")), 1)}}
+    cluster = CLUSTER
     text = rendered(60, lambda out: out.cluster(cluster))
     assert "leader" in text and "follower" in text and "LAG" in text
     assert all(len(line) <= 60 for line in text.splitlines())
@@ -146,10 +148,7 @@ def test_a_list_s_results_end_with_a_count_of_each_outcome(capsys):
 
 
 def test_the_cluster_view_in_80_columns_shows_no_url_split_across_lines(capsys):
-    cluster = {"leader": "n1", "shard_count": 256, "nodes": {
-        nid: {"role": role, "term": 1, "applied_index": 34, "commit_index": 34,
-              "shards_owned": 86, "clock_offset_ms": 0, "http": f"http://127.0.0.1:870{i}"}
-        for i, (nid, role) in enumerate((("n1", "leader"), ("n2", "follower")), 1)}}
+    cluster = CLUSTER
     wide = rendered(120, lambda out: out.cluster(cluster))
     assert "http://127.0.0.1:8701" in wide and "http://127.0.0.1:8702" in wide
     narrow = rendered(80, lambda out: out.cluster(cluster))
