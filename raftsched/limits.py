@@ -820,14 +820,14 @@ task_healthy_run_s = 60.0
 
 # While stopping, how often (seconds) tasks still running are cancelled again.
 task_stop_recancel_s = 0.1
-# `raftsched dev`: how long (seconds) a node may take to stop cleanly before it
-# is killed, and the longest wait before a node that exited is restarted (the
-# wait doubles from half a second).
-dev_stop_grace_s = 10.0
 # A node that stops lets the HTTP requests in flight finish for this long
 # (seconds), then cancels them (aiohttp's shutdown_timeout, 60 s by default).
 # Long polls (worker claims, topic reads) are answered at once as it stops.
 http_stop_grace_s = 3.0
+# `raftsched dev`: how long (seconds) a node may take to stop cleanly before it
+# is killed, and the longest wait before a node that exited is restarted (the
+# wait doubles from half a second).
+dev_stop_grace_s = 10.0
 dev_restart_delay_s_max = 10.0
 
 # How often (seconds) `raftsched dev` looks for nodes that exited.

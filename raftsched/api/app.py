@@ -16,7 +16,7 @@ from aiohttp import web
 from raftsched import limits
 from raftsched.api import admin, backfills, execution, history, metrics, openapi, policy
 from raftsched.api.auth import actor_of, auth_middleware, tenant_of
-from raftsched.api.common import (NODE_KEY, int_param, job_secrets, json_body, json_bytes,
+from raftsched.api.common import (NODE_KEY, int_param, job_secrets, json_body, json_size,
                                   json_response, maybe_consistent, node_of, raise_refusal)
 from raftsched.api.ids import new_job_id, new_job_ids
 from raftsched.api.problems import problem, problem_body
@@ -281,7 +281,7 @@ def batch_entries(checked: list[tuple[int, commands.CreateJobItem, int]]
 def _job_body_bytes(body: object, position: int) -> int:
     """The job body's size as compact JSON: a job of a batch is held to the
     bound of POST /v1/jobs's body (413 naming request_body_bytes_max)."""
-    size = json_bytes(body)
+    size = json_size(body)
     if size > limits.request_body_bytes_max:
         raise InvalidInput(f"job {position} of the batch is {size} bytes of JSON; a job is at "
                            f"most {limits.request_body_bytes_max}", field=f"jobs[{position}]",

@@ -77,7 +77,7 @@ def json_response(data: Any, status: int = 200) -> web.Response:
                         content_type="application/json", charset="utf-8")
 
 
-def json_bytes(value: Any) -> int:
+def json_size(value: Any) -> int:
     """The size of `value` as compact UTF-8 JSON, as json_response writes it."""
     return len(_JSON.encode(value))
 

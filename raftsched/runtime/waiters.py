@@ -58,12 +58,11 @@ class Waiters:
         self.refused_total = 0
         self.closed = False
 
-    def __len__(self) -> int:
+    def names_waited(self) -> int:
         """Names waited on now."""
         return len(self._entries)
 
-    def names_waited(self) -> int:
-        return len(self._entries)
+    __len__ = names_waited
 
     @contextlib.contextmanager
     def waiting(self, name: str) -> Iterator[Waiting]:
