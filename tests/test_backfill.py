@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 
 import pytest
 
@@ -14,7 +13,7 @@ from raftsched.core.timeutil import format_ms, parse_rfc3339
 from raftsched.core.tx import AUDIT, BACKFILLS, BACKFILLS_OPEN, Transition
 from raftsched.errors import InvalidInput
 from raftsched.runtime.backfiller import Backfiller
-from raftsched.runtime.purger import Purger
+from raftsched.runtime.purger import Purger, Retention
 from raftsched.testing.replica import Replica
 
 SHARD_COUNT = 256
@@ -407,7 +406,7 @@ def test_a_backfill_that_cannot_be_planned_holds_back_no_other():
     replica.index += 1
     replica.store.commit(Transition(writes=((BACKFILLS, b"bf_1", broken),), effects=(),
                                     result={}), replica.index)
-    planner = Backfiller(SimpleNamespace(store=replica.store))   # type: ignore[arg-type]
+    planner = Backfiller(replica.replicated())
     items = planner.plan()
     assert [item["backfill_id"] for item in items] == ["bf_2"]
     assert planner.plan() == items   # and again, quietly
@@ -428,7 +427,7 @@ def test_a_step_of_a_large_dag_job_is_bounded_by_cost_not_only_by_runs():
         job_id=JOB, tenant="default", spec=spec, idempotency_key=None, shard=shard,
         next_ms=NOW + HOUR_MS, at_ms=NOW))["ok"]
     assert start(replica, hours=200, max_concurrent=100)["ok"]
-    planner = Backfiller(SimpleNamespace(store=replica.store))   # type: ignore[arg-type]
+    planner = Backfiller(replica.replicated())
     [item] = planner.plan()
     unit = cost.occurrence_cost(spec)
     assert len(item["occurrences"]) == limits.apply_entry_cost_max // unit
@@ -439,9 +438,9 @@ def test_the_purger_chooses_backfills_that_ended_past_the_retention():
     replica = setup()
     assert start(replica, "bf_1")["ok"] and start(replica, "bf_2")["ok"]
     replica.run(commands.cancel_backfill(backfill_id="bf_1", reason=None, at_ms=NOW))
-    config = SimpleNamespace(history_max_runs=1000, history_max_age_s=86400.0,
-                             finished_job_retention_s=3600.0, idempotency_ttl_s=86400.0)
-    purger = Purger(SimpleNamespace(store=replica.store, config=config))  # type: ignore[arg-type]
+    retention = Retention(history_max_runs=1000, history_max_age_s=86400.0,
+                          finished_job_retention_s=3600.0, idempotency_ttl_s=86400.0)
+    purger = Purger(replica.replicated(), retention)
     assert purger.plan(purger.bounds(NOW + HOUR_MS - 1)).backfills == []
     assert purger.plan(purger.bounds(NOW + HOUR_MS)).backfills == ["bf_1"]   # bf_2 runs
 

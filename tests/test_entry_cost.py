@@ -9,11 +9,12 @@ from raftsched import limits
 from raftsched.core import commands, cost, jobspec, keys
 from raftsched.core.apply import RUNS, apply_entry
 from raftsched.core.firing import fire_item
+from raftsched.runtime.context import Replicated
 from raftsched.runtime.reaper import Reaper
 from raftsched.runtime.reporter import Reporter
 from raftsched.runtime.supervise import Supervisor
 from raftsched.runtime.trigger import TriggerLoop
-from raftsched.testing.replica import Replica
+from raftsched.testing.replica import Replica, no_call
 
 SHARDS = 4
 NODE = "n1"
@@ -142,8 +143,7 @@ async def test_the_reporter_bounds_a_batch_by_what_its_finishes_may_release():
     async def propose(command: commands.RunUpdates) -> dict:
         proposed.append([u.run_id for u in command.updates])
         return {"ok": True, "accepted": [True] * len(command.updates)}
-    reporter = Reporter(types.SimpleNamespace(propose=propose, supervisor=Supervisor("test"),
-                                              quota_of=lambda tenant: {"weight": 1}))
+    reporter = Reporter(propose=propose, spawn=Supervisor("test").spawn)
     task = asyncio.ensure_future(reporter.run())
     try:
         futures = []
@@ -215,9 +215,9 @@ async def test_the_reaper_bounds_an_expiry_batch_by_what_it_may_release():
     async def propose(command: commands.ExpireLeases) -> dict:
         proposed.append(command)
         return replica.run(command)
-    node = types.SimpleNamespace(store=replica.store, now_ms=lambda: DUE_MS + 10_000,
-                                 propose=propose)
-    reaper = Reaper(node)
+    state = Replicated(node_id="n1", store=replica.store, now_ms=lambda: DUE_MS + 10_000,
+                       propose=propose, is_leader=lambda: True)
+    reaper = Reaper(state, spawn=Supervisor("test").spawn, send=no_call)
     while await reaper.maybe_expire_leases():
         pass
     per_entry = limits.apply_entry_cost_max // cost.run_update_cost(spec, "root", "finish")

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import types
 
 import pytest
 
@@ -53,9 +52,8 @@ async def reporter_of():
             proposed.append([u.run_id for u in command.updates])
             return {"ok": True, "accepted": [True] * len(command.updates)}
 
-        node = types.SimpleNamespace(propose=propose, supervisor=Supervisor("test"),
-                                     quota_of=lambda tenant: {"weight": 1})
-        reporter = Reporter(node, calls_waiting=calls)
+        reporter = Reporter(propose=propose, spawn=Supervisor("test").spawn,
+                            calls_waiting=calls)
         tasks.append(asyncio.ensure_future(reporter.run()))
         return reporter, proposed
 

@@ -11,10 +11,10 @@ import pytest
 from raftsched import limits
 from raftsched.core import commands
 from raftsched.core.apply import NODES, SHARDS
-from raftsched.core.tx import BACKFILLS_OPEN
 from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.storage_guard import StorageGuard
+from raftsched.testing.replica import Replica
 
 SHARD_COUNT = 8
 
@@ -184,8 +184,7 @@ class _Peers:
 
 
 async def test_the_backfiller_wakes_no_thread_while_no_backfill_is_open(monkeypatch):
-    store = SimpleNamespace(scan=lambda table, **kw: [] if table == BACKFILLS_OPEN else None)
-    backfiller = Backfiller(SimpleNamespace(store=store))   # type: ignore[arg-type]
+    backfiller = Backfiller(Replica().replicated())
 
     def plan() -> list:
         raise AssertionError("planned with no backfill open")

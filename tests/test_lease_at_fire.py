@@ -17,9 +17,10 @@ from raftsched.runtime.armed import ArmedRuns
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
 from raftsched.runtime.reaper import Reaper
+from raftsched.runtime.context import Replicated
 from raftsched.runtime.reporter import Reporter as BatchingReporter
 from raftsched.runtime.supervise import Supervisor
-from raftsched.testing.replica import EVERY_2S, HTTP, Replica
+from raftsched.testing.replica import EVERY_2S, HTTP, Replica, no_call
 
 SHARDS = 16
 AT_MS = 1_800_000_000_000
@@ -118,6 +119,10 @@ class FakeNode:
 
     async def propose(self, command) -> dict:
         return self.cluster.run(command)
+
+    def replicated(self) -> Replicated:
+        return Replicated(node_id=self.node_id, store=self.store, propose=self.propose,
+                          now_ms=self.now_ms, is_leader=lambda: True)
 
     def renew(self) -> None:
         """A renewal proposed now and applied (as the coordinator's renew loop)."""
@@ -241,7 +246,7 @@ async def test_a_backlog_held_past_the_run_lease_is_called_once_and_never_reaped
         n1.mono_s += 1.0
         n1.clock_ms += 2 * limits.run_lease_ms_default
         n1.renew()
-        reaper = Reaper(n1)
+        reaper = Reaper(n1.replicated(), spawn=n1.supervisor.spawn, send=no_call)
         assert not await reaper.maybe_expire_leases()   # nothing to expire
     assert cluster.store.scan(LEASES) == []
     assert {state(cluster, r) for r in run_ids} == {"running"}
@@ -259,7 +264,8 @@ async def test_a_backlogs_finishes_are_applied_after_its_calls_and_none_is_lost(
     then every one is."""
     calls: collections.Counter = collections.Counter()
     n1 = FakeNode(cluster, "n1", calls)
-    n1.reporter = BatchingReporter(n1, calls_waiting=n1.dispatcher.waiting)
+    n1.reporter = BatchingReporter(propose=n1.propose, spawn=n1.supervisor.spawn,
+                                   calls_waiting=n1.dispatcher.waiting)
     n1.supervisor.start("reporter", n1.reporter.run)
     waiting_at_finish: list[int] = []
     run_entry = cluster.run

@@ -167,7 +167,7 @@ def fake_node(**overrides: object) -> SimpleNamespace:
         clock=ns(offsets_ms=lambda: {"n1": 12, "n2": -3}, status=lambda: {
             "synced": True, "in_bound": True, "max_clock_skew_ms": 500,
             "probes_failed_total": 4}),
-        supervisor=ns(failures={"trigger": 1, "reaper": 0}),
+        supervisor=ns(failures={"trigger": 1, "reaper": 0}), effects=ns(failed_total=0),
         reaper=ns(expired_total=0, alerts_sent_total=0,
                   alerts_failed_total=0),
         coordinator=ns(rebalances_total=0, lease_lapses_total=0, log_latency_s=lambda: 0.0),

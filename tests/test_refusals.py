@@ -14,6 +14,7 @@ from raftsched.core.apply import GROUPS, IDEM, JOBS, apply, apply_entry
 from raftsched.core.tx import ViewFailed
 from raftsched.errors import CommandRefused
 from raftsched.runtime.apply_bridge import ApplyBridge
+from raftsched.runtime.effects import Effects
 from raftsched.runtime.reporter import Reporter
 from raftsched.runtime.supervise import Supervisor
 from raftsched.runtime.trigger import TriggerLoop
@@ -119,9 +120,9 @@ def test_a_failed_read_of_the_view_is_not_refused_but_raised():
 # --- the node: a refused entry is committed empty and logged once --------------------
 
 def test_the_node_commits_a_refused_entry_empty_and_logs_it_once(caplog, monkeypatch):
-    # The apply bridge over a stand-in node that has only a store and an id.
+    # The apply bridge over a store, with no node.
     store = MemoryStore()
-    bridge = ApplyBridge(types.SimpleNamespace(store=store, node_id="n1"))
+    bridge = ApplyBridge(store=store, node_id="n1", now_ms=lambda: 0, effects=Effects())
     with caplog.at_level(logging.ERROR, logger="raftsched.node"):
         result = bridge.on_apply(b"\xc1", 1)
     assert result["error"] == "invalid_command"
@@ -150,7 +151,7 @@ async def test_the_reporter_resolves_a_refused_batch_false_and_goes_on():
     async def propose(command):
         proposed.append(command)
         return REFUSAL if len(proposed) == 1 else {"ok": True, "accepted": [True]}
-    reporter = Reporter(types.SimpleNamespace(propose=propose, supervisor=Supervisor("test")))
+    reporter = Reporter(propose=propose, spawn=Supervisor("test").spawn)
     task = asyncio.ensure_future(reporter.run())
     try:
         beat = {"run_id": "run_x", "event": "heartbeat", "holder": "n1", "attempt": 1,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -17,7 +16,7 @@ from raftsched.core.apply import (ALERTS, IDEM, JOBS, RUNS, TOPIC_META, TOPICS,
                                   Transition)
 from raftsched.core.tx import JOBS_BY_TENANT, RunsPurged
 from raftsched.errors import InvalidInput, StorageFull
-from raftsched.runtime.purger import Bounds, Purger
+from raftsched.runtime.purger import Bounds, Purger, Retention
 from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.output_store import OutputStore
 from raftsched.testing.http import wait_until
@@ -331,7 +330,7 @@ def purger_over(log: Replica, **config: float) -> Purger:
     settings = {"history_max_runs": 1000, "history_max_age_s": 30 * 86400.0,
                 "finished_job_retention_s": 7 * 86400.0, "idempotency_ttl_s": 86400.0,
                 **config}
-    return Purger(SimpleNamespace(store=log.store, config=SimpleNamespace(**settings)))
+    return Purger(log.replicated(), Retention(**settings))
 
 
 def bounds_of(purger: Purger, now_ms: int) -> Bounds:

@@ -3,7 +3,8 @@
     Replicator (pysyncobj thread) -> on_apply(bytes, index)
         decode + core.apply(view, command, index) -> Transition   (core/apply.py)
         store.apply_commit: writes + applied_index               (one LMDB txn)
-        effects -> loop.call_soon_threadsafe(handle_effects) -> dispatcher, trigger loop...
+        effects -> loop.call_soon_threadsafe(Effects.deliver) -> their subscribers
+                                                               (runtime/effects.py)
 
 It also serves the Raft thread's snapshots (pin the state to write one,
 install one received) and records the state digests of check_digest entries,
@@ -20,19 +21,16 @@ import os
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from raftsched import limits
-from raftsched.core import keys
-from raftsched.core.apply import (AlertPending, DueArmed, NodeRenewed, RunCancelled, RunQueued,
-                                  ShardsAssigned, TopicAppended, apply_entry)
-from raftsched.core.tx import RunsPurged
+from raftsched.core.apply import RunQueued, apply_entry
 from raftsched.errors import InvariantBroken, Unavailable
-from raftsched.storage.base import digest_pinned
+from raftsched.runtime.effects import Effects, SnapshotInstalled
+from raftsched.runtime.lateness import LatenessHistogram
+from raftsched.runtime.metrics import AppliedCounts
+from raftsched.storage.base import Store, digest_pinned
 from raftsched.storage.lmdb_store import PinnedRead, SnapshotAborted
-
-if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
 
 log = logging.getLogger("raftsched.node")
 
@@ -46,8 +44,23 @@ class ApplyBridge:
     """Applies committed entries to one node's store and hands their effects
     to the node's loop."""
 
-    def __init__(self, node: "Node") -> None:
-        self._node = node
+    def __init__(self, *, store: Store, node_id: str, now_ms: Callable[[], int],
+                 effects: Effects, applied_counts: AppliedCounts | None = None,
+                 arming_lead: LatenessHistogram | None = None,
+                 renewal_applied: Callable[[tuple], None] = lambda effects: None) -> None:
+        """`effects`: who acts on what each entry did, on the loop.
+        On the Raft thread, right after an entry is applied: `applied_counts`
+        adds its tallies (GET /metrics), `arming_lead` records how far ahead
+        of their second this node's own fires queued their runs, and
+        `renewal_applied` gets a renewal's effects (a shard lease counts
+        from here: runtime/coordinator.py)."""
+        self._store = store
+        self._node_id = node_id
+        self._now_ms = now_ms
+        self.effects = effects
+        self._applied_counts = applied_counts if applied_counts is not None else AppliedCounts()
+        self._arming_lead = arming_lead if arming_lead is not None else LatenessHistogram()
+        self._renewal_applied = renewal_applied
         # The node's event loop, set when the node starts; effects wait for it.
         self.loop: asyncio.AbstractEventLoop | None = None
         # index -> state digest recorded when a check_digest entry was applied
@@ -74,7 +87,7 @@ class ApplyBridge:
         A version or tag this build does not know, or a failed commit, stops
         the node."""
         try:
-            store = self._node.store
+            store = self._store
             started = time.thread_time()
             applied = store.apply_commit(index, self._apply_noting(data, index),
                                          skip_applied=True)
@@ -83,14 +96,14 @@ class ApplyBridge:
             tag, transition = applied
             self._note_apply_time(index, tag, time.thread_time() - started)
             if transition.tallies:   # what apply did, for GET /metrics (runtime/metrics.py)
-                self._node.applied_counts.add(transition.tallies)
-            if tag in ("fire", "fire_many") and transition.result.get("node") == self._node.node_id:
+                self._applied_counts.add(transition.tallies)
+            if tag in ("fire", "fire_many") and transition.result.get("node") == self._node_id:
                 self._note_arming_lead(transition.effects)
             self._log_refusal(index, tag or "malformed", transition.result)
             if tag == "renew" and transition.effects:
                 # This node's shard lease counts from here, not from when the
                 # loop gets to the effect (runtime/coordinator.py).
-                self._node.coordinator.renewal_applied(transition.effects)
+                self._renewal_applied(transition.effects)
             if tag == "check_digest":
                 return self._record_digest(index, transition.result)
         except InvariantBroken as exc:
@@ -99,7 +112,7 @@ class ApplyBridge:
             self._die(f"raft entry {index}: apply failed: {exc!r}")
         if transition.effects:
             assert self.loop is not None
-            self.loop.call_soon_threadsafe(self.handle_effects, transition.effects)
+            self.loop.call_soon_threadsafe(self.effects.deliver, transition.effects)
         return transition.result
 
     def _apply_noting(self, data: bytes, index: int) -> Callable[[Any], tuple]:
@@ -129,12 +142,12 @@ class ApplyBridge:
         each run it queued was armed this long before it is due (0 when the
         fire came at or after it; runtime/lateness.py). How late the call
         then was is the dispatcher's to record (trigger_lateness)."""
-        now = self._node.now_ms()
+        now = self._now_ms()
         for effect in effects:
             if isinstance(effect, RunQueued) and effect.run["attempt"] == 1:
                 # A jittered job's run is due at its occurrence plus its delay.
                 lead = effect.run["scheduled_ms"] + effect.run.get("jitter_ms", 0) - now
-                self._node.arming_lead.record(max(0, lead))
+                self._arming_lead.record(max(0, lead))
 
     @staticmethod
     def _log_refusal(index: int, tag: str, result: dict) -> None:
@@ -152,7 +165,7 @@ class ApplyBridge:
         """Raft thread: the state is exactly as of `index` here, on every replica.
         It is pinned here and hashed on the digest thread: hashing millions of
         records on the Raft thread would hold it past the election timeout."""
-        pinned = self._node.store.pin()
+        pinned = self._store.pin()
         assert pinned.applied_index == index, (pinned.applied_index, index)
         try:
             self._digest_queue.put_nowait((index, pinned))
@@ -196,7 +209,7 @@ class ApplyBridge:
         Unavailable if it is still being computed at the deadline."""
         deadline = time.monotonic() + timeout_s
         while True:
-            applied = self._node.store.applied_index() >= index   # read first: see on_apply
+            applied = self._store.applied_index() >= index   # read first: see on_apply
             with self._digests_lock:
                 value = self.checked_digests.get(index)
             if value is not None and value != DIGEST_PENDING:
@@ -213,7 +226,7 @@ class ApplyBridge:
     def _die(self, why: str) -> None:
         # Applying the rest of the log after a failed entry would make this
         # replica diverge silently; stopping is the only safe answer.
-        log.critical("stopping node %s: %s", self._node.node_id, why, exc_info=True)
+        log.critical("stopping node %s: %s", self._node_id, why, exc_info=True)
         logging.shutdown()
         os._exit(EXIT_INVARIANT)
 
@@ -226,7 +239,7 @@ class ApplyBridge:
         are safe: whoever loads the snapshot skips the journal entries at or
         below the state's applied_index (on_apply), and those entries are
         committed, so the same on every node."""
-        return self._node.store.pin()
+        return self._store.pin()
 
     def snapshot_install(self, path: str, offset: int, length: int,
                          applied_index: int) -> bool:
@@ -234,13 +247,13 @@ class ApplyBridge:
         own snapshot; later: one the leader sent), unless the state here is at
         least as new (at start, LMDB is usually ahead of its own snapshot).
         Whether it installed."""
-        if applied_index <= self._node.store.applied_index():
+        if applied_index <= self._store.applied_index():
             log.info("keeping the state at applied_index %d; the snapshot is at %d",
-                     self._node.store.applied_index(), applied_index)
+                     self._store.applied_index(), applied_index)
             return False
         log.info("installing a snapshot at applied_index %d (%d bytes)", applied_index, length)
         started = time.monotonic()
-        installed = self._node.store.install_image(path, offset, length)
+        installed = self._store.install_image(path, offset, length)
         if installed != applied_index:
             raise InvariantBroken(f"the snapshot's image is at applied_index {installed}, its "
                                   f"header says {applied_index}")
@@ -251,57 +264,15 @@ class ApplyBridge:
 
     def snapshot_install_items(self, applied_index: int, items: list) -> bool:
         """Raft thread: a snapshot written by an earlier release (a list of records)."""
-        if applied_index <= self._node.store.applied_index():
+        if applied_index <= self._store.applied_index():
             return False
         log.info("installing a snapshot at applied_index %d (%d records)",
                  applied_index, len(items))
-        self._node.store.replace_all(applied_index, [tuple(item) for item in items])
+        self._store.replace_all(applied_index, [tuple(item) for item in items])
         self._after_install()
         return True
 
     def _after_install(self) -> None:
+        """The whole state changed at once: what acts on effects looks again."""
         if self.loop is not None:
-            self.loop.call_soon_threadsafe(self._node.dispatcher.request_rescan)
-            self.loop.call_soon_threadsafe(self._node.trigger.ownership_changed)
-
-    # --- the loop side ---------------------------------------------------------------
-
-    def handle_effects(self, effects: tuple) -> None:
-        """The loop: hand each effect of an applied entry to the part of the
-        node that acts on it."""
-        node = self._node
-        lost: set[int] = set()
-        for effect in effects:
-            if isinstance(effect, RunQueued):
-                if effect.run.get("queue"):
-                    node.workers.queued(keys.scoped(effect.run["tenant"], effect.run["queue"]))
-                elif effect.run["node"] == node.node_id:
-                    node.dispatcher.submit(effect.run)
-            elif isinstance(effect, RunCancelled):
-                if effect.holder == node.node_id:
-                    node.dispatcher.cancelled(effect.run_id, effect.attempt)
-            elif isinstance(effect, TopicAppended):
-                node.topic_waiters.wake(effect.topic)
-            elif isinstance(effect, AlertPending):
-                pass   # the leader's alerter scans the pending alerts each pass
-            elif isinstance(effect, DueArmed):
-                node.trigger.wake(effect.shard, effect.due_ms)
-            elif isinstance(effect, ShardsAssigned):
-                node.trigger.ownership_changed()
-                if effect.owner == node.node_id:
-                    node.dispatcher.shard_gained(effect.shard)
-                else:
-                    node.reporter.release_held()   # perhaps a shard of ours
-                    lost.add(effect.shard)
-            elif isinstance(effect, NodeRenewed):
-                node.coordinator.renewed(effect.node, effect.at_ms)
-                node.dispatcher.renewal_applied()
-            elif isinstance(effect, RunsPurged):
-                node.supervisor.spawn("outputs.drop", self._drop_outputs(effect.run_ids))
-        if lost:
-            node.dispatcher.shards_lost(lost)   # those of them that were ours
-
-    async def _drop_outputs(self, run_ids: tuple[str, ...]) -> None:
-        """The output this node keeps of runs that were purged goes with them."""
-        await asyncio.get_running_loop().run_in_executor(
-            None, self._node.outputs.delete_runs, list(run_ids))
+            self.loop.call_soon_threadsafe(self.effects.deliver, (SnapshotInstalled(),))

@@ -18,22 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
-
 from raftsched import limits
 from raftsched.core import backfill, commands, cost, keys
 from raftsched.core.tx import BACKFILLS, BACKFILLS_OPEN, JOBS, RUNS
 from raftsched.errors import Unavailable
-
-if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
+from raftsched.runtime.context import Replicated
 
 log = logging.getLogger("raftsched.backfiller")
 
 
 class Backfiller:
-    def __init__(self, node: "Node") -> None:
-        self._node = node
+    def __init__(self, replicated: Replicated) -> None:
+        self._replicated = replicated
         self._failing: set[str] = set()   # backfills whose planning raised (logged once)
         self.steps_total = 0
         self.launched_total = 0
@@ -43,7 +39,7 @@ class Backfiller:
         and starts the loop again (runtime/supervise.py)."""
         while True:
             await asyncio.sleep(limits.backfill_period_ms / 1000)
-            if not self._node.replicator.is_leader():
+            if not self._replicated.is_leader():
                 continue
             try:
                 await self.maybe_step()
@@ -53,14 +49,14 @@ class Backfiller:
     async def maybe_step(self) -> bool:
         """One pass: plan (reads and schedule evaluation, on a thread), then
         propose. Returns whether a step was proposed."""
-        node = self._node
-        if not node.store.scan(BACKFILLS_OPEN, limit=1):
+        replicated = self._replicated
+        if not replicated.store.scan(BACKFILLS_OPEN, limit=1):
             return False   # nothing to plan: no need to wake a thread for it
         items = await asyncio.get_running_loop().run_in_executor(None, self.plan)
         if not items:
             return False
-        result = await node.propose(commands.backfill_step(
-            node=node.node_id, at_ms=node.now_ms(), items=items))
+        result = await replicated.propose(commands.backfill_step(
+            node=replicated.node_id, at_ms=replicated.now_ms(), items=items))
         if not result.get("ok"):
             log.error("backfill step refused (%s): %s", result.get("error"),
                       result.get("detail"))
@@ -73,7 +69,7 @@ class Backfiller:
         """The items of one step, over every running backfill, within the
         entry's budgets of new runs and of cost units (the first run planned
         goes whatever it costs, so a backfill of a large DAG job advances)."""
-        store = self._node.store
+        store = self._replicated.store
         runs_left = limits.backfill_step_runs_max
         cost_left = limits.apply_entry_cost_max
         items = []
@@ -96,7 +92,7 @@ class Backfiller:
         (and logged once) rather than failing every pass: the pass would fail
         again on every leader in turn, and the other backfills with it. It
         stays running until it is cancelled."""
-        store = self._node.store
+        store = self._replicated.store
         try:
             job = store.get(JOBS, keys.job_key(record["job_id"]))
             states = [self._state(run_id) for run_id, _ in record["open"]]
@@ -113,5 +109,5 @@ class Backfiller:
         return None if item is None else (item, unit_cost)
 
     def _state(self, run_id: str) -> str | None:
-        run = self._node.store.get(RUNS, run_id.encode())
+        run = self._replicated.store.get(RUNS, run_id.encode())
         return run["state"] if run is not None else None

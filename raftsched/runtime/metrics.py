@@ -292,6 +292,8 @@ class NodeCollector(Collector):
         for task, count in sorted(node.supervisor.failures.items()):
             failures.add_metric([task], count)
         yield failures
+        yield counter("effect_handler_failures", "Handlers of applied entries' effects that "
+                      "raised (runtime/effects.py)", node.effects.failed_total)
         reaper, purger, backfiller = node.reaper, node.purger, node.backfiller
         yield counter("reaper_expired", "Attempts whose lease expired, ended by this node "
                       "as leader", reaper.expired_total)

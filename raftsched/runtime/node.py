@@ -20,14 +20,16 @@ import os
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Coroutine
 
 import aiohttp
 from aiohttp import web
 
 from raftsched import limits
-from raftsched.core import commands
-from raftsched.core.apply import NODES, SHARDS, TENANTS
+from raftsched.core import commands, keys
+from raftsched.core.apply import (NODES, SHARDS, TENANTS, DueArmed, NodeRenewed, RunCancelled,
+                                  RunQueued, ShardsAssigned, TopicAppended)
+from raftsched.core.tx import RunsPurged
 from raftsched.errors import Unavailable
 from raftsched.executors.breaker import Breaker
 from raftsched.executors.command import CommandExecutor, RunAs
@@ -39,12 +41,14 @@ from raftsched.runtime.apply_bridge import EXIT_INVARIANT, ApplyBridge
 from raftsched.runtime.armed import ArmedRuns
 from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.clock import ClusterClock
+from raftsched.runtime.context import Replicated
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Dispatcher
+from raftsched.runtime.effects import Effects, SnapshotInstalled
 from raftsched.runtime.lateness import LatenessHistogram
 from raftsched.runtime import gcpolicy, peer
 from raftsched.runtime.metrics import AppliedCounts, exposition, make_registry
-from raftsched.runtime.purger import Purger
+from raftsched.runtime.purger import Purger, Retention
 from raftsched.runtime.reaper import Reaper
 from raftsched.runtime.reporter import Reporter
 from raftsched.runtime.supervise import Supervisor
@@ -150,6 +154,12 @@ class NodeConfig:
     def peer_ssl(self) -> ssl.SSLContext | None:
         return peer.client_ssl_context(self.tls_ca)
 
+    def retention(self) -> Retention:
+        return Retention(history_max_runs=self.history_max_runs,
+                         history_max_age_s=self.history_max_age_s,
+                         finished_job_retention_s=self.finished_job_retention_s,
+                         idempotency_ttl_s=self.idempotency_ttl_s)
+
     def quota_defaults(self) -> dict[str, int]:
         return {"jobs_max": self.tenant_jobs_max, "creates_per_s": self.tenant_creates_per_s,
                 "runs_concurrent_max": self.tenant_runs_concurrent_max,
@@ -183,12 +193,19 @@ class Node:
                                failure_ratio=limits.breaker_failure_ratio,
                                cooloff_s=limits.breaker_cooloff_s, clock=self.monotonic)
         self.replicator: Replicator  # set in start(), once the loop runs
-        self.reporter: Reporter      # set in start(): it makes loop objects
+        # What the loops see of the replicated state (runtime/context.py).
+        self.replicated = Replicated(node_id=config.node_id, store=self.store,
+                                     propose=self.propose, now_ms=self.now_ms,
+                                     is_leader=lambda: self.replicator.is_leader())
+        self.reporter = Reporter(propose=self.propose, spawn=self.spawn,
+                                 weight_of=lambda tenant: self.quota_of(tenant)["weight"],
+                                 calls_waiting=lambda: self.dispatcher.waiting())
         self.dispatcher = Dispatcher(self)
         self.workers = WorkerService(self)
-        self.reaper = Reaper(self)
-        self.purger = Purger(self)
-        self.backfiller = Backfiller(self)
+        self.reaper = Reaper(self.replicated, spawn=self.spawn, send=self.http_executor.send,
+                             alert_webhook_url=config.alert_webhook_url)
+        self.purger = Purger(self.replicated, config.retention())
+        self.backfiller = Backfiller(self.replicated)
         # Long-polling topic readers by topic (tenant-scoped), bounded and freed.
         self.topic_waiters = Waiters(names_max=limits.waited_names_max,
                                      names_per_tenant_max=limits.waited_names_per_tenant_max,
@@ -225,9 +242,70 @@ class Node:
         self.client_proposals = ClientProposals(
             functools.partial(self.propose, wait_max_s=limits.propose_wait_max_s),
             admission=Admission(log_latency_s=self.coordinator.log_latency_s))
+        # What applied entries did, handed to the loops that act on it.
+        self.effects = Effects()
+        self._subscribe(self.effects)
         # Committed entries reach the store and this node through it.
-        self.bridge = ApplyBridge(self)
+        self.bridge = ApplyBridge(store=self.store, node_id=self.node_id, now_ms=self.now_ms,
+                                  effects=self.effects, applied_counts=self.applied_counts,
+                                  arming_lead=self.arming_lead,
+                                  renewal_applied=self.coordinator.renewal_applied)
         self.bridge.start_digest_thread()
+
+    def _subscribe(self, effects: Effects) -> None:
+        """Who acts on what an applied entry did (runtime/effects.py)."""
+        me = self.node_id
+        dispatcher, trigger, reporter = self.dispatcher, self.trigger, self.reporter
+
+        def run_queued(effect: RunQueued) -> None:
+            run = effect.run
+            if run.get("queue"):
+                self.workers.queued(keys.scoped(run["tenant"], run["queue"]))
+            elif run["node"] == me:
+                dispatcher.submit(run)
+
+        def run_cancelled(effect: RunCancelled) -> None:
+            if effect.holder == me:
+                dispatcher.cancelled(effect.run_id, effect.attempt)
+
+        lost: set[int] = set()
+
+        def shard_assigned(effect: ShardsAssigned) -> None:
+            trigger.ownership_changed()
+            if effect.owner == me:
+                dispatcher.shard_gained(effect.shard)
+            else:
+                reporter.release_held()   # perhaps a shard of ours
+                lost.add(effect.shard)
+
+        def shards_lost() -> None:
+            if lost:
+                dispatcher.shards_lost(set(lost))   # those of them that were ours
+                lost.clear()
+
+        def node_renewed(effect: NodeRenewed) -> None:
+            self.coordinator.renewed(effect.node, effect.at_ms)
+            dispatcher.renewal_applied()
+
+        def snapshot_installed(effect: SnapshotInstalled) -> None:
+            dispatcher.request_rescan()
+            trigger.ownership_changed()
+
+        effects.subscribe(RunQueued, run_queued)
+        effects.subscribe(RunCancelled, run_cancelled)
+        effects.subscribe(TopicAppended, lambda effect: self.topic_waiters.wake(effect.topic))
+        effects.subscribe(DueArmed, lambda effect: trigger.wake(effect.shard, effect.due_ms))
+        effects.subscribe(ShardsAssigned, shard_assigned, after=shards_lost)
+        effects.subscribe(NodeRenewed, node_renewed)
+        effects.subscribe(RunsPurged, lambda effect: self.spawn(
+            "outputs.drop", self._drop_outputs(effect.run_ids)))
+        effects.subscribe(SnapshotInstalled, snapshot_installed)
+        # AlertPending: the leader's alerter scans the pending alerts each pass.
+
+    async def _drop_outputs(self, run_ids: tuple[str, ...]) -> None:
+        """The output this node keeps of runs that were purged goes with them."""
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.outputs.delete_runs, list(run_ids))
 
     def quota_of(self, tenant: str) -> dict[str, int]:
         """The quotas in force for `tenant`: its own where an admin set them,
@@ -245,6 +323,10 @@ class Node:
             self._quotas.clear()
         self._quotas[tenant] = (now, quota)
         return quota
+
+    def spawn(self, name: str, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        """A one-shot background task under the node's supervisor (runtime/context.py Spawn)."""
+        return self.supervisor.spawn(name, coroutine)
 
     def forget_quota(self, tenant: str) -> None:
         self._quotas.pop(tenant, None)
@@ -361,7 +443,6 @@ class Node:
             snapshot_pin=bridge.snapshot_pin, snapshot_install=bridge.snapshot_install,
             snapshot_install_items=bridge.snapshot_install_items,
             snapshot_entries=cfg.raft_snapshot_entries, fsync=cfg.fsync)
-        self.reporter = Reporter(self, calls_waiting=lambda: self.dispatcher.waiting())
         await self.http_executor.start()
         await self.peers.start()
         app = make_app(self)

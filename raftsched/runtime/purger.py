@@ -27,16 +27,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import TYPE_CHECKING
 
 from raftsched import limits
 from raftsched.core import backfill, commands, cost, keys, retention
 from raftsched.core.apply import IDEM, RUNS
 from raftsched.core.tx import BACKFILLS
 from raftsched.errors import Unavailable
-
-if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
+from raftsched.runtime.context import Replicated
 
 log = logging.getLogger("raftsched.purger")
 
@@ -66,6 +63,16 @@ class Plan:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Retention:
+    """The cluster's retention defaults, as this node's flags give them
+    (NodeConfig.retention); give every node the same, as any may lead."""
+    history_max_runs: int = limits.history_max_runs_default
+    history_max_age_s: float = limits.history_max_age_s_default
+    finished_job_retention_s: float = limits.finished_job_retention_s_default
+    idempotency_ttl_s: float = limits.idempotency_ttl_s_default
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Bounds:
     """The cluster defaults of this node's flags, in ms where they are times."""
     now_ms: int
@@ -76,8 +83,9 @@ class Bounds:
 
 
 class Purger:
-    def __init__(self, node: "Node") -> None:
-        self._node = node
+    def __init__(self, replicated: Replicated, retention: Retention) -> None:
+        self._replicated = replicated
+        self._retention = retention
         self._job_cursor = b""
         self._idem_cursor = b""
         self._backfill_cursor = b""
@@ -93,7 +101,7 @@ class Purger:
         while True:
             await asyncio.sleep(0 if again else limits.purge_period_ms / 1000)
             again = False
-            if not self._node.replicator.is_leader():
+            if not self._replicated.is_leader():
                 continue
             try:
                 again = await self.maybe_purge()
@@ -103,7 +111,7 @@ class Purger:
             # it and starts the loop again; the next pass starts over.
 
     def bounds(self, now_ms: int) -> Bounds:
-        cfg = self._node.config
+        cfg = self._retention
         return Bounds(now_ms=now_ms, history_max_runs=cfg.history_max_runs,
                       history_max_age_ms=int(cfg.history_max_age_s * 1000),
                       finished_job_retention_ms=int(cfg.finished_job_retention_s * 1000),
@@ -112,13 +120,13 @@ class Purger:
     async def maybe_purge(self) -> bool:
         """One pass: choose, then propose. Returns whether to go again at once
         (the batch was full and apply removed something)."""
-        node = self._node
-        bounds = self.bounds(node.now_ms())
+        replicated = self._replicated
+        bounds = self.bounds(replicated.now_ms())
         plan = await asyncio.get_running_loop().run_in_executor(None, self.plan, bounds)
         self.passes_total += 1
         if plan.empty():
             return False
-        result = await node.propose(commands.purge(
+        result = await replicated.propose(commands.purge(
             at_ms=bounds.now_ms, history_max_runs=bounds.history_max_runs,
             history_max_age_ms=bounds.history_max_age_ms,
             finished_job_retention_ms=bounds.finished_job_retention_ms,
@@ -149,7 +157,7 @@ class Purger:
     def _plan_jobs(self, plan: Plan, bounds: Bounds) -> None:
         # A pending job (active, never run) reads as None, undecoded: it has
         # no history to choose from and is not retired.
-        rows = self._node.store.scan_jobs_with_history(start=self._job_cursor,
+        rows = self._replicated.store.scan_jobs_with_history(start=self._job_cursor,
                                                        limit=limits.purge_scan_jobs_max)
         for key, job in rows:
             if job is None:
@@ -175,7 +183,7 @@ class Purger:
                                                         bounds.history_max_age_ms)
         excess = retention.finished_runs(job) - max_runs
         age_cutoff_ms = bounds.now_ms - max_age_ms
-        store = self._node.store
+        store = self._replicated.store
         # A run and, for a DAG job, the task runs removed with it.
         unit_cost = 1 + len(cost.dag_tasks(job["spec"]))
         # The job's runs, oldest first: the runs table's own order (keys.run_id).
@@ -213,7 +221,7 @@ class Purger:
     def _plan_idem(self, plan: Plan, bounds: Bounds) -> None:
         if plan.room() == 0:
             return
-        store = self._node.store
+        store = self._replicated.store
         cutoff_ms = bounds.now_ms - bounds.idempotency_ttl_ms
         rows = store.scan(IDEM, start=self._idem_cursor, limit=limits.purge_scan_idem_max)
         for key, value in rows:
@@ -232,7 +240,7 @@ class Purger:
         if plan.room() == 0:
             return
         cutoff_ms = bounds.now_ms - bounds.finished_job_retention_ms
-        rows = self._node.store.scan(BACKFILLS, start=self._backfill_cursor,
+        rows = self._replicated.store.scan(BACKFILLS, start=self._backfill_cursor,
                                      limit=limits.purge_scan_backfills_max)
         for key, record in rows:
             if plan.room() == 0:

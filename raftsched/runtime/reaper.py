@@ -26,7 +26,7 @@ import asyncio
 import json
 import logging
 import random
-from typing import TYPE_CHECKING
+from typing import Awaitable, Callable
 
 import aiohttp
 
@@ -37,9 +37,7 @@ from raftsched.core.redact import redact_text, secret_values
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import Unavailable
 from raftsched.executors.http import CALL_ERRORS, Reply, describe_failure, status_error
-
-if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
+from raftsched.runtime.context import Replicated, Spawn
 
 log = logging.getLogger("raftsched.reaper")
 
@@ -60,9 +58,19 @@ async def _send_trusted(method: str, url: str, headers: dict, body: bytes | None
             return Reply(response.status, b"", response.headers.get("Location"))
 
 
+Send = Callable[[str, str, dict, "bytes | None", float], Awaitable[Reply]]
+
+
 class Reaper:
-    def __init__(self, node: "Node") -> None:
-        self._node = node
+    def __init__(self, replicated: Replicated, *, spawn: Spawn, send: Send,
+                 alert_webhook_url: str | None = None) -> None:
+        """`send`: how a job's own alert webhook is called (the node's HTTP
+        executor, under its address policy); `alert_webhook_url`: the
+        cluster default (--alert-webhook-url), called as trusted."""
+        self._replicated = replicated
+        self._spawn = spawn
+        self._send = send
+        self._alert_webhook_url = alert_webhook_url
         self._delivering: set[str] = set()
         self.expired_total = 0
         self.alerts_sent_total = 0
@@ -73,7 +81,7 @@ class Reaper:
         the loop again (runtime/supervise.py)."""
         while True:
             await asyncio.sleep(limits.reaper_period_ms / 1000)
-            if not self._node.replicator.is_leader():
+            if not self._replicated.is_leader():
                 continue
             try:
                 await self.maybe_expire_leases()
@@ -82,17 +90,17 @@ class Reaper:
                 log.warning("reaper pass not committed: %s", exc.detail)
 
     async def maybe_expire_leases(self) -> bool:
-        node = self._node
-        now = node.now_ms()
-        rows = node.store.scan(LEASES, stop=keys.u64(now), limit=limits.reaper_batch_max)
+        state = self._replicated
+        now = state.now_ms()
+        rows = state.store.scan(LEASES, stop=keys.u64(now), limit=limits.reaper_batch_max)
         items = []
         total = 0
         for key, holder in rows:
             _, run_id = keys.parse_lease_key(key)
-            run = node.store.get(RUNS, run_id.encode())
+            run = state.store.get(RUNS, run_id.encode())
             if run is None or run["state"] != "running":
                 continue
-            job = node.store.get(JOBS, keys.job_key(run["job_id"]))
+            job = state.store.get(JOBS, keys.job_key(run["job_id"]))
             # Ending a DAG task's attempt may release what is downstream of
             # it: an entry holds at most apply_entry_cost_max (core/cost.py);
             # the rest waits for the next pass.
@@ -108,7 +116,7 @@ class Reaper:
                         "attempt", run_id, run["attempt"], holder, now - run["lease_ms"])
         if not items:
             return False
-        result = await node.propose(commands.expire_leases(items=items, at_ms=now))
+        result = await state.propose(commands.expire_leases(items=items, at_ms=now))
         _log_refusal(result, "lease expiry")
         self.expired_total += result.get("expired", 0)
         return True
@@ -116,15 +124,14 @@ class Reaper:
     # --- alerts -----------------------------------------------------------------------
 
     def maybe_deliver_alerts(self) -> None:
-        for _, alert in self._node.store.scan(ALERTS, limit=limits.reaper_batch_max):
+        for _, alert in self._replicated.store.scan(ALERTS, limit=limits.reaper_batch_max):
             if alert["run_id"] not in self._delivering:
                 self._delivering.add(alert["run_id"])
-                task = self._node.supervisor.spawn("reaper.alert", self._deliver(alert))
+                task = self._spawn("reaper.alert", self._deliver(alert))
                 task.add_done_callback(lambda _, r=alert["run_id"]: self._delivering.discard(r))
 
     async def _deliver(self, alert: dict) -> None:
-        node = self._node
-        url = alert["url"] or node.config.alert_webhook_url
+        url = alert["url"] or self._alert_webhook_url
         if url is None:
             log.warning("run %s of job %s failed for good; no alert webhook (neither the job's "
                         "alert.webhook_url nor --alert-webhook-url)", alert["run_id"],
@@ -135,7 +142,7 @@ class Reaper:
         wait_s = limits.alert_retry_base_s
         error = None
         for attempt in range(1, limits.alert_attempts_max + 1):
-            if not node.replicator.is_leader():
+            if not self._replicated.is_leader():
                 return   # the next leader delivers it
             error, final = await self._post(url, alert, body)
             if error is None:
@@ -156,7 +163,7 @@ class Reaper:
         """What the webhook receives: names, times and the last error, never the
         target. The error was masked of the job's secrets when it was recorded;
         it is masked again for a name listed in secret_keys since."""
-        store = self._node.store
+        store = self._replicated.store
         run = store.get(RUNS, alert["run_id"].encode())
         job = store.get(JOBS, keys.job_key(alert["job_id"]))
         last = run["attempts"][-1] if run["attempts"] else {}
@@ -181,7 +188,7 @@ class Reaper:
         headers = {"Idempotency-Key": body["alert_id"],
                    "Content-Type": "application/json"}
         data = json.dumps(body, separators=(",", ":")).encode()
-        send = self._node.http_executor.send if alert["url"] else _send_trusted
+        send = self._send if alert["url"] else _send_trusted
         try:
             reply = await send("POST", url, headers, data, limits.alert_timeout_s)
         except CALL_ERRORS as exc:
@@ -193,8 +200,9 @@ class Reaper:
 
     async def _done(self, alert: dict, outcome: str, error: str | None) -> None:
         try:
-            await self._node.propose(commands.alert_done(
-                run_id=alert["run_id"], outcome=outcome, error=error, at_ms=self._node.now_ms()))
+            await self._replicated.propose(commands.alert_done(
+                run_id=alert["run_id"], outcome=outcome, error=error,
+                at_ms=self._replicated.now_ms()))
         except Unavailable as exc:
             # The alert stays pending; a later pass (here or on the next leader)
             # sends it again, under the same Idempotency-Key.

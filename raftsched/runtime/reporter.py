@@ -29,23 +29,27 @@ import asyncio
 import collections
 import logging
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from raftsched import limits
 from raftsched.core import commands
 from raftsched.errors import CommandRefused, Unavailable
-
-if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
+from raftsched.runtime.context import Propose, Spawn
 
 log = logging.getLogger("raftsched.report")
 
 
 class Reporter:
-    def __init__(self, node: "Node", calls_waiting: Callable[[], int] = lambda: 0) -> None:
-        """`calls_waiting`: how many runs wait on this node for a call slot
-        (the dispatcher's queue); while any do, finishes that may be held are."""
-        self._node = node
+    def __init__(self, *, propose: Propose, spawn: Spawn,
+                 weight_of: Callable[[str], int] = lambda tenant: 1,
+                 calls_waiting: Callable[[], int] = lambda: 0) -> None:
+        """`weight_of`: a tenant's share of the batches while several wait
+        (its quota's weight); `calls_waiting`: how many runs wait on this node
+        for a call slot (the dispatcher's queue); while any do, finishes that
+        may be held are."""
+        self._propose = propose
+        self._spawn = spawn
+        self._weight_of = weight_of
         self._calls_waiting = calls_waiting
         # Finishes held back while calls wait: (time.monotonic() when held,
         # tenant, report, future), oldest first. Counted in run_update_pending_max.
@@ -161,7 +165,7 @@ class Reporter:
                 if not batch:
                     break
                 self._inflight_reports.update(tenant for tenant, _, _ in batch)
-                task = self._node.supervisor.spawn("reporter.send", self._send_batch(batch))
+                task = self._spawn("reporter.send", self._send_batch(batch))
                 self._inflight.add(task)
                 task.add_done_callback(self._inflight.discard)
 
@@ -175,7 +179,7 @@ class Reporter:
 
     async def _propose_batch(self, batch: list[tuple[str, dict, asyncio.Future]]) -> None:
         try:
-            result = await self._node.propose(
+            result = await self._propose(
                 commands.run_updates(updates=[update for _, update, _ in batch]))
         except Unavailable as exc:
             log.warning("%d run reports not committed (%s); retrying", len(batch), exc.detail)
@@ -258,7 +262,7 @@ class Reporter:
         return batch
 
     def _weight(self, tenant: str) -> int:
-        return self._node.quota_of(tenant)["weight"] if tenant else 1
+        return self._weight_of(tenant) if tenant else 1
 
     def pending(self) -> int:
         """Reports waiting to be proposed, held finishes included."""

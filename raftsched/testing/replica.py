@@ -3,8 +3,11 @@ commands go through encode/decode and apply, then commit, as on a node."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 from raftsched.core import commands
 from raftsched.core.apply import JOBS, RUNS, apply_entry
+from raftsched.runtime.context import Replicated
 from raftsched.storage.memory_store import MemoryStore
 
 
@@ -25,11 +28,27 @@ class Replica:
         self.effects.extend(transition.effects)
         return transition.result
 
+    def replicated(self, *, node_id: str = "n1", now_ms: Callable[[], int] = lambda: 0,
+                   is_leader: Callable[[], bool] = lambda: True) -> Replicated:
+        """What a loop is given (runtime/context.py), over this replica: what
+        it proposes is applied here at once."""
+        async def propose(command: dict, wait_max_s: float | None = None) -> dict:
+            return self.run(command)
+        return Replicated(node_id=node_id, store=self.store, propose=propose, now_ms=now_ms,
+                          is_leader=is_leader)
+
     def get_run(self, run_id: str) -> dict:
         return self.store.get(RUNS, run_id.encode())
 
     def job(self, job_id: str = "job_a1") -> dict:
         return self.store.get(JOBS, job_id.encode())
+
+
+async def no_call(method: str, url: str, headers: dict, body: bytes | None,
+                  timeout_s: float) -> None:
+    """An HTTP send for loops given one that a test expects never to call
+    (a reaper with no alerts to deliver)."""
+    raise AssertionError(f"unexpected call: {method} {url}")
 
 
 # A spec's schedule and HTTP target as the validators store them, for
