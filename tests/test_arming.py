@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import types
 
 import pytest
 
@@ -155,16 +154,10 @@ def test_a_withdrawn_occurrence_the_schedule_brings_back_fires_again():
 # --- the trigger -------------------------------------------------------------------------
 
 def trigger_over(log: Replica, now_ms: int, arm_ahead_ms: int) -> TriggerLoop:
-    async def propose_wait(data: bytes) -> dict:
-        return log.run_entry(data)
-    node = types.SimpleNamespace(
-        node_id=NODE, store=log.store, now_ms=lambda: now_ms,
-        clock=types.SimpleNamespace(synced=lambda: True),
-        armed=types.SimpleNamespace(room=lambda: 1),
-        replicator=types.SimpleNamespace(propose_wait=propose_wait),
-        supervisor=types.SimpleNamespace(spawn=lambda name, coro: asyncio.ensure_future(coro)),
-        quota_of=lambda tenant: {"weight": 1})
-    trigger = TriggerLoop(node, arm_ahead_ms=arm_ahead_ms)
+    trigger = TriggerLoop(log.replicated(node_id=NODE, now_ms=lambda: now_ms),
+                          arm_ahead_ms=arm_ahead_ms, propose_entry=log.propose_entry,
+                          spawn=lambda name, coro: asyncio.ensure_future(coro),
+                          synced=lambda: True, armed_room=lambda: 1)
     trigger.resync()
     return trigger
 

@@ -78,10 +78,9 @@ def test_one_tenants_timeouts_open_its_breaker_only():
 
 
 async def test_the_dispatcher_holds_back_only_the_tenant_whose_breaker_is_open():
-    from types import SimpleNamespace
-
     from raftsched.core import commands, jobspec, keys
-    from raftsched.runtime.dispatcher import Dispatcher
+    from raftsched.runtime.dispatcher import Calls, Dispatcher
+    from raftsched.runtime.lateness import LatenessHistogram
     from raftsched.testing.replica import Replica
 
     log = Replica()
@@ -93,13 +92,17 @@ async def test_the_dispatcher_holds_back_only_the_tenant_whose_breaker_is_open()
                                            shard=keys.shard_of(f"job_{tenant}1", 16),
                                            next_ms=None, at_ms=1_000))["ok"]
     clock = Clock()
-    node = SimpleNamespace(store=log.store, monotonic=clock,
-                           breaker=Breaker(window=20, failure_ratio=0.9, cooloff_s=30.0,
-                                           clock=clock),
-                           quota_of=lambda tenant: {"weight": 1, "runs_concurrent_max": 10})
-    dispatcher = Dispatcher(node)
+    breaker = Breaker(window=20, failure_ratio=0.9, cooloff_s=30.0, clock=clock)
+    # Parking reads the breaker and the clock; nothing here calls, reports or holds.
+    dispatcher = Dispatcher(
+        log.replicated(),
+        calls=Calls(http=None, command=None, breaker=breaker, outputs=None,
+                    storage_past_mark=lambda: None, lateness=LatenessHistogram()),
+        lease=None, armed=None, report=None, spawn=None,
+        quota_of=lambda tenant: {"weight": 1, "runs_concurrent_max": 10},
+        cluster_applies=lambda: 0, monotonic=clock)
     for _ in range(20):
-        node.breaker.record("a", "shared.example", False)
+        breaker.record("a", "shared.example", False)
     run_a = {"id": "run_a", "job_id": "job_a1", "tenant": "a"}
     run_b = {"id": "run_b", "job_id": "job_b1", "tenant": "b"}
 

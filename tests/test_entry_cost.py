@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import types
 
 from raftsched import limits
 from raftsched.core import commands, cost, jobspec, keys
@@ -60,14 +59,10 @@ def replica_with_dag_jobs(jobs: int, spec: dict, commands_granted: bool = False)
 
 
 def trigger_over(replica: Replica) -> TriggerLoop:
-    async def propose_wait(data: bytes) -> dict:
-        return replica.run_entry(data)
-    node = types.SimpleNamespace(
-        node_id=NODE, store=replica.store,
-        replicator=types.SimpleNamespace(propose_wait=propose_wait),
-        supervisor=types.SimpleNamespace(spawn=lambda name, coro: asyncio.ensure_future(coro)),
-        quota_of=lambda tenant: {"weight": 1})
-    trigger = TriggerLoop(node, arm_ahead_ms=0)
+    trigger = TriggerLoop(replica.replicated(node_id=NODE), arm_ahead_ms=0,
+                          propose_entry=replica.propose_entry,
+                          spawn=lambda name, coro: asyncio.ensure_future(coro),
+                          synced=lambda: True, armed_room=lambda: 0)
     trigger.resync()
     return trigger
 

@@ -12,6 +12,7 @@ from raftsched import limits
 from raftsched.core import commands
 from raftsched.core.apply import NODES, SHARDS
 from raftsched.runtime.backfiller import Backfiller
+from raftsched.runtime.context import Replicated
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.storage_guard import StorageGuard
 from raftsched.testing.replica import Replica
@@ -44,13 +45,16 @@ def _coordinator(owners: dict[int, str]) -> tuple[Coordinator, SimpleNamespace]:
         proposed.append(command)
         return {"ok": True}
 
-    node = SimpleNamespace(
-        node_id="n1", shard_count=SHARD_COUNT, store=_Store(owners), proposed=proposed,
-        replicator=SimpleNamespace(term=lambda: node.term, is_leader=lambda: True,
-                                   peer_liveness=lambda: {"r-n2": 0.0, "r-n3": 0.0}),
-        clock=SimpleNamespace(out_of_bound=lambda: set(), draining=lambda: node.peers_draining),
-        now_ms=lambda: 0, term=1, propose=propose, draining=False, peers_draining=set())
-    coordinator = Coordinator(node)   # type: ignore[arg-type]
+    # What the test changes as it goes: the term, who drains, the clock, propose.
+    node = SimpleNamespace(store=_Store(owners), proposed=proposed, term=1, draining=False,
+                           peers_draining=set(), monotonic=time.monotonic, propose=propose)
+    coordinator = Coordinator(
+        Replicated(node_id="n1", store=node.store, propose=lambda c: node.propose(c),
+                   now_ms=lambda: 0, is_leader=lambda: True),
+        shard_count=SHARD_COUNT, spawn=_spawn, term=lambda: node.term,
+        peer_liveness=lambda: {"r-n2": 0.0, "r-n3": 0.0},
+        clocks=SimpleNamespace(out_of_bound=lambda: set(), draining=lambda: node.peers_draining),
+        draining=lambda: node.draining, monotonic=lambda: node.monotonic())
     for nid in ("n1", "n2", "n3"):
         coordinator.renewed(nid, 10_000)
     return coordinator, node
@@ -107,9 +111,17 @@ async def test_the_placement_is_read_again_at_the_recheck_period(monkeypatch):
     assert node.store.scans[SHARDS] == 3
 
 
-def _spawner() -> SimpleNamespace:
+def _spawn(name: str, coroutine) -> asyncio.Task:
     """The supervisor's spawn, as the renew loop uses it (one task a renewal)."""
-    return SimpleNamespace(spawn=lambda name, coro: asyncio.ensure_future(coro))
+    return asyncio.ensure_future(coroutine)
+
+
+def _renewing(now_ms, propose) -> Coordinator:
+    """A coordinator of n1 for its renew loop, in Raft term 1."""
+    return Coordinator(Replicated(node_id="n1", store=None, propose=propose, now_ms=now_ms,
+                                  is_leader=lambda: True),
+                       shard_count=SHARD_COUNT, spawn=_spawn, term=lambda: 1,
+                       peer_liveness=dict, clocks=None, draining=lambda: False)
 
 
 async def test_renewals_are_spaced_a_third_of_the_lease_apart(monkeypatch):
@@ -120,10 +132,7 @@ async def test_renewals_are_spaced_a_third_of_the_lease_apart(monkeypatch):
         return {"ok": True}
 
     monkeypatch.setattr(limits, "renew_period_s", limits.node_lease_s / 3 / 20)
-    node = SimpleNamespace(node_id="n1", now_ms=lambda: 0, propose=propose,
-                           monotonic=time.monotonic, supervisor=_spawner(),
-                           replicator=SimpleNamespace(term=lambda: 1))
-    task = asyncio.ensure_future(Coordinator(node).renew_loop())   # type: ignore[arg-type]
+    task = asyncio.ensure_future(_renewing(lambda: 0, propose).renew_loop())
     try:
         deadline = time.monotonic() + 10
         while len(proposed_at) < 6 and time.monotonic() < deadline:
@@ -147,10 +156,7 @@ async def test_renewals_fall_on_multiples_of_the_period_on_the_cluster_time(monk
         at_ms.append(command.at_ms)
         return {"ok": True}
 
-    node = SimpleNamespace(node_id="n1", now_ms=now_ms, propose=propose,
-                           monotonic=time.monotonic, supervisor=_spawner(),
-                           replicator=SimpleNamespace(term=lambda: 1))
-    task = asyncio.ensure_future(Coordinator(node).renew_loop())   # type: ignore[arg-type]
+    task = asyncio.ensure_future(_renewing(now_ms, propose).renew_loop())
     try:
         deadline = time.monotonic() + 10
         while len(at_ms) < 5 and time.monotonic() < deadline:
@@ -248,9 +254,7 @@ def _guard(tmp_path, peers: _Peers, used: int, map_size: int = 1 << 30) -> Stora
         path=str(tmp_path), map_size=map_size, used_bytes=lambda: used, file_bytes=lambda: used,
         scan=lambda table, **kw: [(b"n", {"id": nid, "http": f"http://{nid}"})
                                   for nid in ("n1", "n2")])
-    node = SimpleNamespace(node_id="n1", store=store, peers=peers,
-                           config=SimpleNamespace(min_free_disk_bytes=0))
-    guard = StorageGuard(node)   # type: ignore[arg-type]
+    guard = StorageGuard(node_id="n1", store=store, peers=peers, min_free_disk_bytes=0)
     guard._measure = lambda: (used, used, 1 << 50)   # a disk with room to spare
     return guard
 

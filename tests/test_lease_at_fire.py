@@ -14,10 +14,11 @@ from raftsched.core.apply import LEASES, NodeRenewed, RunCancelled, RunQueued, S
 from raftsched.executors.base import Outcome
 from raftsched.executors.breaker import Breaker
 from raftsched.runtime.armed import ArmedRuns
-from raftsched.runtime.coordinator import Coordinator
-from raftsched.runtime.dispatcher import Dispatcher
-from raftsched.runtime.reaper import Reaper
 from raftsched.runtime.context import Replicated
+from raftsched.runtime.coordinator import Coordinator
+from raftsched.runtime.dispatcher import Calls, Dispatcher
+from raftsched.runtime.lateness import LatenessHistogram
+from raftsched.runtime.reaper import Reaper
 from raftsched.runtime.reporter import Reporter as BatchingReporter
 from raftsched.runtime.supervise import Supervisor
 from raftsched.testing.replica import EVERY_2S, HTTP, Replica, no_call
@@ -93,17 +94,25 @@ class FakeNode:
                                cooloff_s=limits.breaker_cooloff_s, clock=self.monotonic)
         self.reporter = Reporter(cluster)
         self.http_executor = Executor(node_id, calls)
-        self.outputs = None
-        self.trigger_lateness = type("Lateness", (), {"record": lambda self, ms: None})()
-        self.coordinator = Coordinator(self)
-        self.dispatcher = Dispatcher(self)
+        self.outputs = None   # its HTTP calls have no output to keep
+        self.coordinator = Coordinator(
+            self.replicated(), shard_count=SHARDS, spawn=self.supervisor.spawn, term=lambda: 1,
+            peer_liveness=dict, clocks=types.SimpleNamespace(out_of_bound=set, draining=set),
+            draining=lambda: False, monotonic=self.monotonic)
         self.armed = ArmedRuns(node_id=node_id, now_ms=self.now_ms, synced=lambda: True,
-                               call=self.dispatcher.enqueue)
-        # Every Raft link up: liveness is the renewals' (Coordinator.live_nodes).
-        self.replicator = types.SimpleNamespace(peer_liveness=lambda: {})
+                               call=lambda run: self.dispatcher.enqueue(run))
         # Every node of this release: hand-overs keep their attempts.
         self.applies = commands.APPLY_LEVEL
-        self.clock = types.SimpleNamespace(cluster_applies=lambda: self.applies)
+        self.dispatcher = Dispatcher(
+            self.replicated(),
+            calls=Calls(http=self.http_executor, command=None, breaker=self.breaker,
+                        outputs=self.outputs, storage_past_mark=lambda: None,
+                        lateness=LatenessHistogram()),
+            lease=self.coordinator, armed=self.armed,
+            # A test swaps the reporter for the batching one.
+            report=lambda *report: self.reporter.send(*report),
+            spawn=self.supervisor.spawn, quota_of=self.quota_of,
+            cluster_applies=lambda: self.applies, monotonic=self.monotonic)
         cluster.nodes[node_id] = self
         cluster.run(commands.register_node(node=node_id, http=f"http://{node_id}",
                                            raft=f"raft-{node_id}", at_ms=AT_MS - 20_000))
@@ -121,7 +130,9 @@ class FakeNode:
         return self.cluster.run(command)
 
     def replicated(self) -> Replicated:
-        return Replicated(node_id=self.node_id, store=self.store, propose=self.propose,
+        # Proposals go through self.propose as it is then: a test slows it down.
+        return Replicated(node_id=self.node_id, store=self.store,
+                          propose=lambda command, wait_max_s=None: self.propose(command),
                           now_ms=self.now_ms, is_leader=lambda: True)
 
     def renew(self) -> None:

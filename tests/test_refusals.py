@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import types
 
 import pytest
 
@@ -21,6 +20,7 @@ from raftsched.runtime.trigger import TriggerLoop
 from raftsched.storage.base import digest
 from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.memory_store import MemoryStore
+from raftsched.testing.replica import Replica
 
 SPEC = {"name": "j", "schedule": {"kind": "once", "run_at_ms": 10_000, "offset_min": 0},
         "target": {"type": "http", "url": "http://127.0.0.1:1/x", "method": "POST",
@@ -167,11 +167,11 @@ async def test_the_reporter_resolves_a_refused_batch_false_and_goes_on():
 
 
 async def test_the_trigger_counts_a_refused_fire_and_goes_on():
-    async def propose_wait(data):
+    async def propose_entry(data):
         return REFUSAL
-    node = types.SimpleNamespace(replicator=types.SimpleNamespace(propose_wait=propose_wait),
-                                 store=MemoryStore())
-    trigger = TriggerLoop(node, arm_ahead_ms=0)
+    trigger = TriggerLoop(Replica().replicated(), arm_ahead_ms=0, propose_entry=propose_entry,
+                          spawn=Supervisor("test").spawn, synced=lambda: True,
+                          armed_room=lambda: 0)
     part = {"shard": 1, "token": 1, "upto_ms": 5, "items": [], "retries": []}
     await trigger._send(commands.fire_many(node="n1", at_ms=5, parts=[part, dict(part, shard=2)]))
     assert trigger.refused_fires_total == 1   # refused whole: one refusal, however many parts

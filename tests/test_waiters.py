@@ -99,17 +99,18 @@ async def test_a_waiter_gets_the_wake_that_comes_while_it_looks():
         assert not waiting.event().is_set()   # the next wait waits for the next wake
 
 
-class _Node:
-    def __init__(self) -> None:
-        self.store = Replica().store
-        self.config = SimpleNamespace(run_lease_ms=5000, run_heartbeat_ms=1000)
-
-    def now_ms(self) -> int:
-        return 1_796_000_000_000
+def _workers() -> WorkerService:
+    """A worker service over an empty replica: its claims only wait."""
+    async def caught_up() -> None:
+        pass
+    return WorkerService(Replica().replicated(now_ms=lambda: 1_796_000_000_000),
+                         report=lambda *report: asyncio.get_running_loop().create_future(),
+                         outputs=None, wait_caught_up=caught_up, run_lease_ms=5000,
+                         run_heartbeat_ms=1000)
 
 
 async def test_worker_claims_on_many_queues_free_their_entries():
-    workers = WorkerService(_Node())
+    workers = _workers()
     # Each claim waits long enough that all fifty are seen waiting at once even
     # on a loaded machine; a shorter wait let the first time out before the last began.
     claims = [asyncio.ensure_future(workers.claim("w", keys.scoped("t", f"q{i}"), 1, 2.0))
@@ -124,7 +125,7 @@ async def test_worker_claims_on_many_queues_free_their_entries():
 
 async def test_a_claim_on_a_new_queue_past_the_tenants_bound_is_refused(monkeypatch):
     monkeypatch.setattr(limits, "waited_names_per_tenant_max", 2)
-    workers = WorkerService(_Node())
+    workers = _workers()
     held = [asyncio.ensure_future(workers.claim("w", keys.scoped("a", f"q{i}"), 1, 2.0))
             for i in range(2)]
     await until(lambda: workers.waiting_queues() == 2)
@@ -187,7 +188,7 @@ async def test_the_remote_worker_waits_out_a_refused_claim_and_claims_again():
 async def test_as_the_node_stops_waiting_claims_answer_at_once_and_none_waits_again():
     """WorkerService.end_waits (Node.stop): a claim waiting 30 s answers now,
     empty, and a claim made after it does not wait."""
-    workers = WorkerService(_Node())
+    workers = _workers()
     waiting = [asyncio.ensure_future(workers.claim("w", keys.scoped("t", f"q{i}"), 1, 30.0))
                for i in range(3)]
     await until(lambda: workers.waiting_queues() == 3)

@@ -47,10 +47,11 @@ class _Outputs:
 
 
 class _Node:
+    """What the test looks at: the reports applied, the outputs kept, the
+    waits for the log to catch up."""
+
     def __init__(self, log: Replica) -> None:
         self.store, self.reporter, self.outputs = log.store, _Reporter(log), _Outputs()
-        self.config = SimpleNamespace(run_lease_ms=5000, run_heartbeat_ms=1000)
-        self.node_id = "n1"
         self.caught_up = 0
 
     def now_ms(self) -> int:
@@ -83,7 +84,10 @@ def _result(run_id: str, attempt: int = 1, stdout: str = "out") -> dict:
 def service() -> tuple[WorkerService, _Node, Replica]:
     log = Replica()
     node = _Node(log)
-    return WorkerService(node), node, log
+    workers = WorkerService(log.replicated(now_ms=node.now_ms), report=node.reporter.send,
+                            outputs=node.outputs, wait_caught_up=node.wait_caught_up,
+                            run_lease_ms=5000, run_heartbeat_ms=1000)
+    return workers, node, log
 
 
 async def test_only_the_holder_of_the_attempt_completes_and_stores_output(service):

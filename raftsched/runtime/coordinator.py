@@ -22,23 +22,48 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Callable, Protocol
 
 from raftsched import limits
 from raftsched.core import commands
 from raftsched.core.apply import NODES, SHARDS
 from raftsched.core.placement import plan_assignments
 from raftsched.errors import Unavailable
-
-if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
+from raftsched.runtime.context import Replicated, Spawn
 
 log = logging.getLogger("raftsched.coordinator")
 
 
+class Clocks(Protocol):
+    """What the nodes' clock answers say (runtime/clock.py ClusterClock)."""
+
+    def out_of_bound(self) -> set[str]:
+        """Nodes whose wall clock is too far from the cluster's time."""
+
+    def draining(self) -> set[str]:
+        """Other nodes that said they are stopping."""
+
+
 class Coordinator:
-    def __init__(self, node: "Node") -> None:
-        self._node = node
+    def __init__(self, replicated: Replicated, *, shard_count: int, spawn: Spawn,
+                 term: Callable[[], int],
+                 peer_liveness: Callable[[], dict[str, float | None]],
+                 clocks: Clocks, draining: Callable[[], bool],
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        """`term` and `peer_liveness`: this node's Raft term and, as leader,
+        its peers' links (Replicator); `draining`: whether this node is
+        stopping (Node.drain); `monotonic`: the clock its shard lease is
+        kept on."""
+        self._replicated = replicated
+        self._store = replicated.store
+        self._node_id = replicated.node_id
+        self._shard_count = shard_count
+        self._spawn = spawn
+        self._term = term
+        self._peer_liveness = peer_liveness
+        self._clocks = clocks
+        self._self_draining = draining
+        self._monotonic = monotonic
         self.rebalances_total = 0
         # node id -> the cluster time (at_ms) of its latest renewal applied here,
         # and the latest of all: liveness is judged against the log's own
@@ -51,11 +76,11 @@ class Coordinator:
         # right, and when (time.monotonic()) it read the shards: see maybe_rebalance.
         self._settled: tuple[tuple[int, tuple[str, ...]], float] | None = None
         self.placement_reads_total = 0
-        # This node's shard lease, on its monotonic clock (node.monotonic): the
+        # This node's shard lease, on its monotonic clock (`monotonic`): the
         # end of what its latest renewal seen applied here covers.
         self._lease_until = float("-inf")
         self._lease_extended = asyncio.Event()   # set (and replaced) at each extension
-        # Renewals of this node in flight: at_ms -> node.monotonic() when proposed
+        # Renewals of this node in flight: at_ms -> monotonic() when proposed
         # (at most renewals_inflight_max), for renewal_applied on the Raft thread.
         self._renewals_sent: dict[int, float] = {}
         self.lease_lapses_total = 0
@@ -82,13 +107,12 @@ class Coordinator:
         whose renewal is applied so late still holds its shards by its own
         monotonic clock only until node_lease_s after it proposed it, less
         the margin (shard_lease_valid), which is before it can lapse here."""
-        node = self._node
-        registered = [rec for _, rec in node.store.scan(NODES)]
+        registered = [rec for _, rec in self._store.scan(NODES)]
         by_raft = {rec["raft"]: rec["id"] for rec in registered}
-        down = {by_raft.get(addr) for addr, age_s in node.replicator.peer_liveness().items()
+        down = {by_raft.get(addr) for addr, age_s in self._peer_liveness().items()
                 if age_s is None}
         bound_ms = (limits.node_lease_s + limits.shard_lease_margin_s) * 1000
-        live = {node.node_id}
+        live = {self._node_id}
         for rec in registered:
             nid = rec["id"]
             seen_ms = self._renewed.get(nid)
@@ -110,7 +134,7 @@ class Coordinator:
         dead node_lease_s after it applied the renewal, which is later than it
         was proposed, and by the time this node has applied its own renewal it
         has applied every reassignment committed before it (the log is in order)."""
-        node = self._node
+        replicated = self._replicated
         period_ms = max(1, round(limits.renew_period_s * 1000))
         inflight: set[asyncio.Task] = set()
         while True:
@@ -119,26 +143,26 @@ class Coordinator:
             # loop's turn) can take longer than the period, and renewals that
             # waited for each other would reach the leader too far apart.
             if len(inflight) < limits.renewals_inflight_max:
-                command = commands.renew(node=node.node_id, at_ms=node.now_ms())
-                sent = node.monotonic()
+                command = commands.renew(node=self._node_id, at_ms=replicated.now_ms())
+                sent = self._monotonic()
                 self._renewals_sent[command.at_ms] = sent
-                task = node.supervisor.spawn("renew.propose", self._renew(command, sent))
+                task = self._spawn("renew.propose", self._renew(command, sent))
                 inflight.add(task)
                 task.add_done_callback(inflight.discard)
-            await asyncio.sleep((period_ms - node.now_ms() % period_ms) / 1000)
+            await asyncio.sleep((period_ms - replicated.now_ms() % period_ms) / 1000)
 
     async def _renew(self, command: commands.Renew, sent: float) -> None:
-        term = self._node.replicator.term()
+        term = self._term()
         try:
-            await self._node.propose(command)
+            await self._replicated.propose(command)
         except Unavailable:
             return   # no quorum: the lease lapses, which is the point
         finally:
             self._renewals_sent.pop(command.at_ms, None)
         self.extend_lease(sent)
-        if self._node.replicator.term() == term:
+        if self._term() == term:
             # A round trip across an election measures the election, not the log.
-            self._renewal_latency_s = max(0.0, self._node.monotonic() - sent)
+            self._renewal_latency_s = max(0.0, self._monotonic() - sent)
 
     def renewal_applied(self, effects: tuple) -> None:
         """Raft thread, right after a renewal was committed here: if it is one
@@ -146,7 +170,7 @@ class Coordinator:
         before the loop gets to it (a float assignment; the loop's
         extend_lease follows and wakes the waiters)."""
         for effect in effects:
-            if getattr(effect, "node", None) == self._node.node_id:
+            if getattr(effect, "node", None) == self._node_id:
                 sent = self._renewals_sent.get(effect.at_ms)
                 if sent is not None:
                     self._lease_until = max(self._lease_until,
@@ -156,7 +180,7 @@ class Coordinator:
     def extend_lease(self, sent: float) -> None:
         """A renewal proposed at monotonic `sent` was applied here."""
         until = sent + limits.node_lease_s - limits.shard_lease_margin_s
-        if self._node.monotonic() >= self._lease_until > float("-inf"):
+        if self._monotonic() >= self._lease_until > float("-inf"):
             self.lease_lapses_total += 1
             log.warning("this node's shard lease had lapsed (no renewal applied for over "
                         "%.2f s); its runs were not called meanwhile",
@@ -185,18 +209,18 @@ class Coordinator:
     def shard_lease_valid(self) -> bool:
         """Does this node hold its shards now, by its monotonic clock? Its runs
         are called only while it does (runtime/dispatcher.py)."""
-        return self._node.monotonic() < self._lease_until
+        return self._monotonic() < self._lease_until
 
     def owners(self) -> dict[int, str | None]:
         return {int.from_bytes(key, "big"): state["owner"]
-                for key, state in self._node.store.scan(SHARDS)}
+                for key, state in self._store.scan(SHARDS)}
 
     async def run(self) -> None:
         """Any other failure is the node's supervisor's: it logs it and starts
         the loop again (runtime/supervise.py)."""
         while True:
             await asyncio.sleep(limits.coordinator_period_s)
-            if not self._node.replicator.is_leader():
+            if not self._replicated.is_leader():
                 continue
             try:
                 await self.maybe_rebalance()
@@ -222,31 +246,29 @@ class Coordinator:
             self._settled = (key, time.monotonic())
 
     def _placement_key(self, candidates: list[str]) -> tuple[int, tuple[str, ...]]:
-        return self._node.replicator.term(), tuple(candidates)
+        return self._term(), tuple(candidates)
 
     def owner_candidates(self) -> list[str]:
         """The live nodes whose clocks are not judged out of bound (runtime/clock.py):
         a node with a wrong clock owns no shards, the leader itself included.
         Nor does a node that is draining (stopping: Node.drain), by its clock
         answers or, for the leader, its own flag."""
-        left_out = self._node.clock.out_of_bound() | self._draining()
+        left_out = self._clocks.out_of_bound() | self._draining()
         return [nid for nid in self.live_nodes() if nid not in left_out]
 
     def _draining(self) -> set[str]:
         """The nodes stopping: peers by their clock answers, this one by its flag."""
-        node = self._node
-        return node.clock.draining() | ({node.node_id} if node.draining else set())
+        return self._clocks.draining() | ({self._node_id} if self._self_draining() else set())
 
     async def maybe_rebalance(self) -> bool:
         """Propose the placement changes live nodes need; say whether it did."""
-        node = self._node
         candidates = self.owner_candidates()
         if not candidates:
             # Placing shards nowhere would stop every fire: the placement stays.
             if not self._no_candidates_logged:
                 log.error("no live node may own shards (clocks out of bound: %s; draining: "
                           "%s); shards stay where they are",
-                          ",".join(sorted(node.clock.out_of_bound())) or "none",
+                          ",".join(sorted(self._clocks.out_of_bound())) or "none",
                           ",".join(sorted(self._draining())) or "none")
             self._no_candidates_logged = True
             return False
@@ -254,7 +276,7 @@ class Coordinator:
         if self._placement_settled(candidates):
             return False
         self.placement_reads_total += 1
-        changes = plan_assignments(node.shard_count, self.owners(), candidates)
+        changes = plan_assignments(self._shard_count, self.owners(), candidates)
         if not changes:
             self._settle(candidates)
             return False
@@ -263,12 +285,13 @@ class Coordinator:
         owners = self.owners()
         for shard, _ in changes:
             moved_from[owners.get(shard)] = moved_from.get(owners.get(shard), 0) + 1
-        skewed = sorted(node.clock.out_of_bound())
+        skewed = sorted(self._clocks.out_of_bound())
         log.info("assigning %d shards over live nodes %s (taken from %s)%s", len(changes),
                  ",".join(candidates),
                  ", ".join(f"{k or 'nobody'}: {v}" for k, v in moved_from.items()),
                  f"; clocks out of bound: {','.join(skewed)}" if skewed else "")
-        await node.propose(commands.assign_shards(assignments=changes, at_ms=node.now_ms()))
+        await self._replicated.propose(commands.assign_shards(assignments=changes,
+                                                              at_ms=self._replicated.now_ms()))
         self.rebalances_total += 1
         return True
 

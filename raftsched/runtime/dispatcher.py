@@ -33,7 +33,7 @@ import asyncio
 import dataclasses
 import logging
 import random
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Protocol
 from urllib.parse import urlsplit
 
 from raftsched import limits
@@ -42,10 +42,11 @@ from raftsched.core.apply import JOBS, RUNS, RUNS_OPEN, SHARDS, TENANTS
 from raftsched.core.redact import redact_output, redact_text, secret_values
 from raftsched.errors import Unavailable
 from raftsched.executors.base import Attempt, Outcome
+from raftsched.executors.breaker import Breaker
+from raftsched.runtime.context import Replicated, Spawn
 from raftsched.runtime.fair import FairQueue
-
-if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
+from raftsched.runtime.lateness import LatenessHistogram
+from raftsched.storage.output_store import OutputStore
 
 log = logging.getLogger("raftsched.dispatch")
 
@@ -74,16 +75,17 @@ def attempt_of(run: dict) -> Attempt:
                    fencing_token=run.get("token", 0))
 
 
-def finish_update(node: "Node", run: dict, holder: str, outcome: Outcome,
-                  policy: dict, called_ms: int | None = None) -> commands.RunFinish:
-    """The finish report for an attempt; the proposer draws the retry delay."""
+def finish_update(run: dict, holder: str, outcome: Outcome, policy: dict, *, at_ms: int,
+                  output_node: str, called_ms: int | None = None) -> commands.RunFinish:
+    """The finish report for an attempt; the proposer draws the retry delay.
+    `output_node`: the node that keeps the attempt's output, if it has one."""
     return commands.run_finish(
-        run_id=run["id"], holder=holder, attempt=run["attempt"], at_ms=node.now_ms(),
+        run_id=run["id"], holder=holder, attempt=run["attempt"], at_ms=at_ms,
         ok=outcome.ok, retryable=outcome.retryable,
         retry_delay_ms=None if outcome.ok else
         retry.draw_delay_ms(policy, run["attempt"], random.random),
         http_status=outcome.http_status, exit_code=outcome.exit_code, error=outcome.error,
-        output_node=node.node_id if outcome.output else None, called_ms=called_ms)
+        output_node=output_node if outcome.output else None, called_ms=called_ms)
 
 
 def report_cost(job: dict | None, run: dict, event: str = "finish") -> int:
@@ -127,16 +129,85 @@ def breaker_ok(outcome: Outcome) -> bool:
     return status is not None and 300 <= status < 500 and status != 429
 
 
+class Executor(Protocol):
+    """Makes one attempt's call (executors/http.py, executors/command.py)."""
+
+    async def run(self, attempt: Attempt, target: dict, deadline_ms: int) -> Outcome: ...
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Calls:
+    """How this node calls its runs' targets, and what it keeps of them."""
+    http: Executor
+    # The embedded worker for command targets of the default queue; None
+    # without --allow-commands (such a run then fails, not retried).
+    command: Executor | None
+    # Per tenant and target host (executors/breaker.py).
+    breaker: Breaker
+    # Each attempt's output, kept on this node (storage/output_store.py).
+    outputs: OutputStore
+    # (limit, detail) while storage is past its mark: a publish waits then
+    # (runtime/storage_guard.py StorageGuard.past_mark).
+    storage_past_mark: Callable[[], tuple[str, str] | None]
+    # First calls of scheduled runs against when they were due.
+    lateness: LatenessHistogram
+
+
+class ShardLease(Protocol):
+    """This node's shard lease and the live nodes (runtime/coordinator.py)."""
+
+    def shard_lease_valid(self) -> bool: ...
+
+    async def wait_lease_extended(self, timeout_s: float) -> None: ...
+
+    def live_nodes(self) -> list[str]: ...
+
+
+class Armed(Protocol):
+    """Runs fired ahead, held until their second (runtime/armed.py)."""
+
+    def hold(self, run: dict) -> bool: ...
+
+    def withdraw(self, run_id: str) -> bool: ...
+
+    def held_in(self, shards: set[int]) -> list[dict]: ...
+
+
+class SendReport(Protocol):
+    """A run report to the reporter (runtime/reporter.py Reporter.send): a
+    future of whether apply accepted it."""
+
+    def __call__(self, update: Any, tenant: str = "", cost: int = 1,
+                 hold: bool = False) -> "asyncio.Future[bool]": ...
+
+
 class Dispatcher:
-    def __init__(self, node: "Node") -> None:
-        self._node = node
+    def __init__(self, replicated: Replicated, *, calls: Calls, lease: ShardLease,
+                 armed: Armed, report: SendReport, spawn: Spawn,
+                 quota_of: Callable[[str], dict[str, int]],
+                 cluster_applies: Callable[[], int],
+                 monotonic: Callable[[], float]) -> None:
+        """`quota_of`: a tenant's quotas in force (weight, runs_concurrent_max);
+        `cluster_applies`: the command level every node applies
+        (runtime/clock.py), which decides how runs are handed over."""
+        self._replicated = replicated
+        self._store = replicated.store
+        self._me = replicated.node_id
+        self._now_ms = replicated.now_ms
+        self._calls = calls
+        self._lease = lease
+        self._armed = armed
+        self._send_report = report
+        self._spawn = spawn
+        self._cluster_applies = cluster_applies
+        self._monotonic = monotonic
         # Runs waiting for a slot: fair between tenants by weight, priority
         # within one, each tenant held to its runs_concurrent_max (runtime/fair.py).
         self._queue: FairQueue[dict] = FairQueue(
             tenant_of=lambda run: run["tenant"],
             priority_of=lambda run: run.get("priority", "normal"),
-            weight_of=lambda tenant: node.quota_of(tenant)["weight"],
-            cap_of=lambda tenant: node.quota_of(tenant)["runs_concurrent_max"],
+            weight_of=lambda tenant: quota_of(tenant)["weight"],
+            cap_of=lambda tenant: quota_of(tenant)["runs_concurrent_max"],
             maxsize=limits.dispatch_queue_max)
         # Attempts taken and not yet settled (run id -> attempt): starting,
         # executing, or finished with the finish not yet committed (or held).
@@ -154,7 +225,7 @@ class Dispatcher:
         self.taken_over_total = 0
         # Shards gained whose open runs another node may hold: the takeover
         # loop proposes take_over_runs for them.
-        # shard -> when (node.monotonic) this node gained it; at most one entry
+        # shard -> when (`monotonic`) this node gained it; at most one entry
         # per shard (shard_count_max).
         self._to_take_over: dict[int, float] = {}
         # Shards of _to_take_over swept early already, in their grace (a
@@ -174,7 +245,7 @@ class Dispatcher:
     def submit(self, run: dict) -> None:
         """Never blocks. A run fired ahead is held until its second, or handed
         to its shard's owner (runtime/armed.py), which enqueues it then."""
-        if not self._node.armed.hold(run):
+        if not self._armed.hold(run):
             self.enqueue(run)
 
     def enqueue(self, run: dict) -> None:
@@ -190,7 +261,7 @@ class Dispatcher:
     def cancelled(self, run_id: str, attempt: int) -> None:
         """From apply's RunCancelled: stop the call (HTTP aborted, process group killed),
         or drop the run if it is held until its second."""
-        self._node.armed.withdraw(run_id)
+        self._armed.withdraw(run_id)
         entry = self._running.get(run_id)
         if entry is not None and entry[0] == attempt:
             self.cancelled_total += 1
@@ -203,7 +274,7 @@ class Dispatcher:
     def shard_gained(self, shard: int) -> None:
         """From apply's ShardsAssigned naming this node: take over the shard's
         open runs, take_over_grace_s from now."""
-        self._to_take_over[shard] = self._node.monotonic()
+        self._to_take_over[shard] = self._monotonic()
         self._take_over_wake.set()
 
     def renewal_applied(self) -> None:
@@ -221,17 +292,17 @@ class Dispatcher:
         over itself; those due sooner only this node can hand over uncalled
         (otherwise the new owner waits take_over_grace_s, then calls them as
         next attempts)."""
-        node = self._node
-        for run in node.armed.held_in(shards):
-            state = node.store.get(SHARDS, keys.shard_key(run["shard"]))
-            if self._may_hand_over(run, state, node.store.get(RUNS, run["id"].encode())):
-                node.armed.withdraw(run["id"])
+        store = self._store
+        for run in self._armed.held_in(shards):
+            state = store.get(SHARDS, keys.shard_key(run["shard"]))
+            if self._may_hand_over(run, state, store.get(RUNS, run["id"].encode())):
+                self._armed.withdraw(run["id"])
                 self._hand_over(run["shard"], run["id"])
 
     def _may_hand_over(self, run: dict, state: dict | None, current: dict | None) -> bool:
         """Is `run` (this attempt) still this node's, in a shard another node
         owns now (`state`: the shard's; `current`: the run as stored)?"""
-        me = self._node.node_id
+        me = self._me
         return state is not None and state["owner"] not in (None, me) \
             and current is not None and current["state"] == "running" \
             and current.get("holder") == me and current["attempt"] == run["attempt"]
@@ -239,8 +310,7 @@ class Dispatcher:
     def _move_cost(self, run: dict) -> int:
         """What moving `run` to another holder costs apply: a DAG task run's
         move rewrites its DAG run (core/cost.py)."""
-        job = self._node.store.get(JOBS, keys.job_key(run["job_id"])) \
-            if "dag_run" in run else None
+        job = self._store.get(JOBS, keys.job_key(run["job_id"])) if "dag_run" in run else None
         return report_cost(job, run, "start")
 
     def handing_over(self) -> int:
@@ -278,13 +348,13 @@ class Dispatcher:
                 self._slots.release()
                 continue
             # Read once for the breaker's host and for the call.
-            job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
+            job = self._store.get(JOBS, keys.job_key(run["job_id"]))
             if self._active.get(run["id"]) == run["attempt"] or self._maybe_park(run, job):
                 self._queue.done(run["tenant"])
                 self._slots.release()
                 continue
             self._active[run["id"]] = run["attempt"]
-            task = self._node.supervisor.spawn("dispatcher.attempt", self._attempt(run, job))
+            task = self._spawn("dispatcher.attempt", self._attempt(run, job))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -292,11 +362,11 @@ class Dispatcher:
         """Hold a run back while its tenant's breaker for its target host is
         open; say whether it did."""
         host = self._host(run, job)
-        breaker = self._node.breaker
+        breaker = self._calls.breaker
         if host is None or breaker.allow(run["tenant"], host):
             return False
         self.parked_total += 1
-        delay_s = max(0.5, breaker.retry_at(run["tenant"], host) - self._node.monotonic())
+        delay_s = max(0.5, breaker.retry_at(run["tenant"], host) - self._monotonic())
         asyncio.get_running_loop().call_later(delay_s, self.submit, run)
         return True
 
@@ -334,11 +404,10 @@ class Dispatcher:
 
     async def hand_over_pending(self) -> None:
         """See _hand_over_shard; the shards at once (_each)."""
-        node = self._node
         # While a node of an earlier release is in the cluster (a rolling
         # upgrade), it would stop on hand_over_runs: the runs go as a
         # take-over (their next attempts) as that release did.
-        keeps_attempt = node.clock.cluster_applies() >= HAND_OVER_LEVEL
+        keeps_attempt = self._cluster_applies() >= HAND_OVER_LEVEL
         handing, self._handing = self._handing, {}
         self._handing_proposed += sum(len(ids) for ids in handing.values())
         await _each(sorted(handing.items()),
@@ -358,20 +427,19 @@ class Dispatcher:
         the owner's name and token: apply checks both). This node names itself
         as their holder that did not call them, so each moves as the same
         attempt: a shard moved off a live node is not a failed attempt."""
-        node = self._node
-        state = node.store.get(SHARDS, keys.shard_key(shard))
-        if state is None or state["owner"] in (None, node.node_id):
+        state = self._store.get(SHARDS, keys.shard_key(shard))
+        if state is None or state["owner"] in (None, self._me):
             return
         chunks = self._by_cost(run_ids)
         for i, chunk in enumerate(chunks):
             try:
-                result = await node.propose(
+                result = await self._replicated.propose(
                     commands.hand_over_runs(
-                        node=state["owner"], holder=node.node_id, shard=shard,
-                        token=state["token"], run_ids=chunk, at_ms=node.now_ms())
+                        node=state["owner"], holder=self._me, shard=shard,
+                        token=state["token"], run_ids=chunk, at_ms=self._now_ms())
                     if keeps_attempt else commands.take_over_runs(
                         node=state["owner"], shard=shard, token=state["token"],
-                        run_ids=chunk, at_ms=node.now_ms()))
+                        run_ids=chunk, at_ms=self._now_ms()))
             except Unavailable as exc:
                 left = [run_id for c in chunks[i:] for run_id in c]
                 log.warning("hand-over of %d runs of shard %d to %s not committed: %s",
@@ -390,7 +458,7 @@ class Dispatcher:
         """`run_ids` in entries of at most take_over_batch_max runs and
         apply_entry_cost_max: moving a DAG task run rewrites its DAG run
         (core/cost.py), as in maybe_take_over."""
-        store = self._node.store
+        store = self._store
         chunks: list[list[str]] = [[]]
         total = 0
         for run_id in run_ids:
@@ -407,8 +475,8 @@ class Dispatcher:
     async def take_over_pending(self) -> None:
         """One pass: each shard gained at least take_over_grace_s ago and not
         yet swept."""
-        now = self._node.monotonic()
-        live = frozenset(self._node.coordinator.live_nodes()) if self._to_take_over else None
+        now = self._monotonic()
+        live = frozenset(self._lease.live_nodes()) if self._to_take_over else None
         early, after_grace = [], []
         for shard, gained in sorted(self._to_take_over.items()):
             if now - gained < limits.take_over_grace_s:
@@ -457,18 +525,18 @@ class Dispatcher:
         nobody), if this node owns it; say whether some may be left.
         `early`: only those fired ahead and not due yet, and those of a
         holder this node judges dead (not live to its coordinator)."""
-        node = self._node
-        at_ms = node.now_ms()
-        live = set(node.coordinator.live_nodes()) if early else set()
-        state = node.store.get(SHARDS, keys.shard_key(shard))
-        if state is None or state["owner"] != node.node_id:
+        store, me = self._store, self._me
+        at_ms = self._now_ms()
+        live = set(self._lease.live_nodes()) if early else set()
+        state = store.get(SHARDS, keys.shard_key(shard))
+        if state is None or state["owner"] != me:
             return False
         run_ids, total = [], 0
-        for key, _ in node.store.scan(RUNS_OPEN, start=keys.open_run_prefix(shard),
-                                      stop=keys.open_run_prefix_end(shard),
-                                      limit=limits.take_over_batch_max):
-            run = node.store.get(RUNS, key[2:])
-            if run is None or (run.get("holder") == node.node_id
+        for key, _ in store.scan(RUNS_OPEN, start=keys.open_run_prefix(shard),
+                                 stop=keys.open_run_prefix_end(shard),
+                                 limit=limits.take_over_batch_max):
+            run = store.get(RUNS, key[2:])
+            if run is None or (run.get("holder") == me
                                and run["token"] == state["token"]):
                 continue
             if early and run.get("holder") in live and not runs.not_due(run, at_ms):
@@ -481,9 +549,8 @@ class Dispatcher:
             run_ids.append(run["id"])
         if not run_ids:
             return False
-        result = await node.propose(commands.take_over_runs(
-            node=node.node_id, shard=shard, token=state["token"], run_ids=run_ids,
-            at_ms=at_ms))
+        result = await self._replicated.propose(commands.take_over_runs(
+            node=me, shard=shard, token=state["token"], run_ids=run_ids, at_ms=at_ms))
         if result.get("ok"):
             self.taken_over_total += result["taken"]
             again = result.get("next_attempts", 0)
@@ -500,20 +567,20 @@ class Dispatcher:
         """Submit the runs this node holds in the shards it owns (at start-up,
         after a restart of this loop or a snapshot install), and mark every
         owned shard for the takeover loop (runs held under an older token)."""
-        node = self._node
+        store, me = self._store, self._me
         resumed = 0
-        for key, state in node.store.scan(SHARDS):
-            if state["owner"] != node.node_id:
+        for key, state in store.scan(SHARDS):
+            if state["owner"] != me:
                 continue
             shard = int.from_bytes(key, "big")
-            self._to_take_over.setdefault(shard, node.monotonic())
-            for open_key, _ in node.store.scan(RUNS_OPEN, start=keys.open_run_prefix(shard),
-                                               stop=keys.open_run_prefix_end(shard),
-                                               limit=limits.dispatch_queue_max - resumed):
-                run = node.store.get(RUNS, open_key[2:])
+            self._to_take_over.setdefault(shard, self._monotonic())
+            for open_key, _ in store.scan(RUNS_OPEN, start=keys.open_run_prefix(shard),
+                                          stop=keys.open_run_prefix_end(shard),
+                                          limit=limits.dispatch_queue_max - resumed):
+                run = store.get(RUNS, open_key[2:])
                 if run is None or self._active.get(run["id"]) == run["attempt"] \
                         or run["state"] != "running" \
-                        or run["holder"] != node.node_id or run["token"] != state["token"]:
+                        or run["holder"] != me or run["token"] != state["token"]:
                     continue
                 self.submit(run)
                 resumed += 1
@@ -527,18 +594,17 @@ class Dispatcher:
     async def _attempt(self, run: dict, job: dict | None) -> None:
         """`job`: the run's job as read when the run was taken from the queue,
         read again if the call has to wait for this node's shard lease."""
-        node = self._node
         settled_here = True
         try:
-            waits = not node.coordinator.shard_lease_valid()
+            waits = not self._lease.shard_lease_valid()
             if not await self._still_held(run):
                 return   # the shard moved: its new owner takes the run over
             task = asyncio.current_task()
             assert task is not None
             self._running[run["id"]] = (run["attempt"], task)
             if waits:
-                job = node.store.get(JOBS, keys.job_key(run["job_id"]))
-            called_ms = node.now_ms()
+                job = self._store.get(JOBS, keys.job_key(run["job_id"]))
+            called_ms = self._now_ms()
             try:
                 outcome = await self._call(job, run)
             except asyncio.CancelledError:
@@ -555,7 +621,7 @@ class Dispatcher:
                       "ends as a retryable failure", run["id"], run["attempt"])
             if settled_here:
                 settled_here = False
-                self._report_failure(run, f"the dispatcher of node {node.node_id} failed "
+                self._report_failure(run, f"the dispatcher of node {self._me} failed "
                                           f"during the attempt: {exc!r}")
             raise
         finally:
@@ -570,7 +636,7 @@ class Dispatcher:
             del self._active[run["id"]]
 
     def _report_failure(self, run: dict, error: str) -> None:
-        job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
+        job = self._store.get(JOBS, keys.job_key(run["job_id"]))
         self._report(job, run, Outcome(ok=False, error=error))
 
     async def _still_held(self, run: dict) -> bool:
@@ -579,14 +645,14 @@ class Dispatcher:
         and its shard lease is valid by its monotonic clock: while the lease
         is past and the shard still ours here, wait (a renewal renews it, or
         the shard's reassignment arrives first: apply is in log order)."""
-        node = self._node
+        store, me = self._store, self._me
         while True:
-            state = node.store.get(SHARDS, keys.shard_key(run["shard"]))
-            current = node.store.get(RUNS, run["id"].encode())
-            if state is None or state["owner"] != node.node_id \
+            state = store.get(SHARDS, keys.shard_key(run["shard"]))
+            current = store.get(RUNS, run["id"].encode())
+            if state is None or state["owner"] != me \
                     or state["token"] != run["token"] or current is None \
                     or current["state"] != "running" or current["attempt"] != run["attempt"] \
-                    or current.get("holder") != node.node_id:
+                    or current.get("holder") != me:
                 self.not_called_total += 1
                 if self._may_hand_over(run, state, current):
                     # Its shard moved: the new owner gets it as it is (one
@@ -597,14 +663,14 @@ class Dispatcher:
                                 "(shard %d moved, or the run was cancelled or taken over)",
                                 run["id"], run["attempt"], run["shard"])
                 return False
-            if node.coordinator.shard_lease_valid():
+            if self._lease.shard_lease_valid():
                 return True
             # Look again at the next renewal seen applied (or at the latest
             # after a lease's length, for a reassignment that came first).
-            await node.coordinator.wait_lease_extended(limits.node_lease_s)
+            await self._lease.wait_lease_extended(limits.node_lease_s)
 
     async def _call(self, job: dict | None, run: dict) -> Outcome:
-        node = self._node
+        calls = self._calls
         if job is None or job["status"] == "deleted":
             return Outcome(ok=False, retryable=False,
                            error="the job was deleted before the run started")
@@ -612,51 +678,49 @@ class Dispatcher:
         if target is None:
             return Outcome(ok=False, retryable=False,
                            error=f"task {run.get('task_id')!r} is no longer in the job's DAG")
-        deadline_ms = node.now_ms() + int(target.get("timeout_s", 30) * 1000)
+        deadline_ms = self._now_ms() + int(target.get("timeout_s", 30) * 1000)
         attempt = attempt_of(run)
         if run["attempt"] == 1 and run.get("trigger") == "schedule" and "dag_run" not in run:
             # Trigger lateness: the first call of a run its schedule fired, against
             # when it was due (a backfill's or a DAG task's time is not a due time).
-            node.trigger_lateness.record(node.now_ms() - run["scheduled_ms"]
-                                      - run.get("jitter_ms", 0))
+            calls.lateness.record(self._now_ms() - run["scheduled_ms"] - run.get("jitter_ms", 0))
         if target["type"] == "http":
-            outcome = await node.http_executor.run(attempt, target, deadline_ms)
-            node.breaker.record(run["tenant"], urlsplit(target["url"]).netloc,
-                                breaker_ok(outcome))
+            outcome = await calls.http.run(attempt, target, deadline_ms)
+            calls.breaker.record(run["tenant"], urlsplit(target["url"]).netloc,
+                                 breaker_ok(outcome))
             return outcome
         if target["type"] == "command":
             withdrawn = tenancy.command_run_refusal(
-                node.store.get(TENANTS, job["tenant"].encode()), job["tenant"])
+                self._store.get(TENANTS, job["tenant"].encode()), job["tenant"])
             if withdrawn is not None:
                 # The grant was withdrawn after the job was made: the job stays,
                 # its runs fail unrun until an admin grants it again.
                 log.warning("run %s of job %s not started: %s", run["id"], job["id"], withdrawn)
                 return Outcome(ok=False, retryable=False, error=withdrawn)
-            if not node.config.allow_commands:
+            if calls.command is None:
                 # Accepted by a node with --allow-commands, fired here: a retry
                 # would most likely come back to this node, so the run fails.
                 return Outcome(ok=False, retryable=False,
-                               error=f"commands do not run on node {node.node_id} (started "
+                               error=f"commands do not run on node {self._me} (started "
                                      "without --allow-commands); give the job a target.queue "
                                      "served by `raftsched worker`")
             codes = dag.retry_policy(job["spec"], run.get("task_id"))["non_retryable_exit_codes"]
-            return await node.command_executor.run(
+            return await calls.command.run(
                 attempt, dict(target, non_retryable_exit_codes=codes), deadline_ms)
         assert target["type"] == "publish", target
         return await self._publish(job, run, target)
 
     async def _publish(self, job: dict, run: dict, target: dict) -> Outcome:
-        node = self._node
-        full = node.storage.past_mark()
+        full = self._calls.storage_past_mark()
         if full is not None:
             # A publish adds state: it waits (as a retry) until purges free space.
             return Outcome(ok=False, error=f"publish deferred: storage is past its mark "
                                            f"({full[0]}): {full[1]}")
         try:
-            result = await node.propose(commands.publish(
+            result = await self._replicated.propose(commands.publish(
                 topic=keys.scoped(job["tenant"], target["topic"]), key=target.get("key"),
                 message=target["message"],
-                execution_id=run["execution_id"], job_id=job["id"], at_ms=node.now_ms()))
+                execution_id=run["execution_id"], job_id=job["id"], at_ms=self._now_ms()))
         except Unavailable as exc:
             return Outcome(ok=False, error=f"publish not committed: {exc.detail}")
         if not result.get("ok"):
@@ -670,16 +734,17 @@ class Dispatcher:
 
     def _report(self, job: dict | None, run: dict, outcome: Outcome,
                 called_ms: int | None = None) -> None:
-        node = self._node
         outcome = masked_outcome(job, outcome)
         if outcome.output:
-            node.outputs.put(run["id"], run["attempt"],
-                             dict(outcome.output, holder=node.node_id,
-                                  http_status=outcome.http_status, exit_code=outcome.exit_code),
-                             now_ms=node.now_ms(), tenant=run["tenant"])
+            self._calls.outputs.put(
+                run["id"], run["attempt"],
+                dict(outcome.output, holder=self._me, http_status=outcome.http_status,
+                     exit_code=outcome.exit_code),
+                now_ms=self._now_ms(), tenant=run["tenant"])
         policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
-        update = finish_update(node, run, node.node_id, outcome, policy, called_ms)
-        task = node.supervisor.spawn("dispatcher.finish", self._send_finish(
+        update = finish_update(run, self._me, outcome, policy, at_ms=self._now_ms(),
+                               output_node=self._me, called_ms=called_ms)
+        task = self._spawn("dispatcher.finish", self._send_finish(
             run, update, report_cost(job, run), may_hold(job, run, outcome)))
         task.add_done_callback(lambda _: self._settled(run))
 
@@ -689,11 +754,10 @@ class Dispatcher:
         node's attempt (cancelled, taken over). A node-executed run has no
         lease of its own that would expire: a finish the reporter dropped
         (run_update_pending_max) or a batch apply refused is sent again."""
-        node = self._node
-        while not await node.reporter.send(update, run["tenant"], cost_units, hold):
-            current = node.store.get(RUNS, run["id"].encode())
+        while not await self._send_report(update, run["tenant"], cost_units, hold):
+            current = self._store.get(RUNS, run["id"].encode())
             if current is None or current["state"] != "running" \
-                    or current.get("holder") != node.node_id \
+                    or current.get("holder") != self._me \
                     or current["attempt"] != run["attempt"]:
                 return   # refused because the run moved on: nothing left to report
             log.warning("run %s attempt %d: its finish was not applied; sending it again "

@@ -43,7 +43,7 @@ from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.clock import ClusterClock
 from raftsched.runtime.context import Replicated
 from raftsched.runtime.coordinator import Coordinator
-from raftsched.runtime.dispatcher import Dispatcher
+from raftsched.runtime.dispatcher import Calls, Dispatcher
 from raftsched.runtime.effects import Effects, SnapshotInstalled
 from raftsched.runtime.lateness import LatenessHistogram
 from raftsched.runtime import gcpolicy, peer
@@ -182,11 +182,12 @@ class Node:
         self.store = LmdbStore(os.path.join(config.data_dir, "state"),
                                map_size=config.max_data_bytes,
                                durable_commits=config.fsync == "always")
-        self.storage = StorageGuard(self)
         self.outputs = OutputStore(os.path.join(config.data_dir, "output"))
         self.http_executor = HttpExecutor(policy_for(config.allow_target_cidrs), now_ms=self.now_ms)
         # Every call this node makes to another node's API (runtime/peer.py).
         self.peers = peer.PeerClient(headers=config.peer_headers(), ssl_context=config.peer_ssl)
+        self.storage = StorageGuard(node_id=config.node_id, store=self.store, peers=self.peers,
+                                    min_free_disk_bytes=config.min_free_disk_bytes)
         self.command_executor = CommandExecutor(now_ms=self.now_ms,
                                                 run_as=config.command_run_as)
         self.breaker = Breaker(window=limits.breaker_window,
@@ -198,10 +199,33 @@ class Node:
                                      propose=self.propose, now_ms=self.now_ms,
                                      is_leader=lambda: self.replicator.is_leader())
         self.reporter = Reporter(propose=self.propose, spawn=self.spawn,
-                                 weight_of=lambda tenant: self.quota_of(tenant)["weight"],
+                                 weight_of=self.weight_of,
                                  calls_waiting=lambda: self.dispatcher.waiting())
-        self.dispatcher = Dispatcher(self)
-        self.workers = WorkerService(self)
+        self.coordinator = Coordinator(
+            self.replicated, shard_count=config.shard_count, spawn=self.spawn,
+            term=lambda: self.replicator.term(),
+            peer_liveness=lambda: self.replicator.peer_liveness(), clocks=self.clock,
+            draining=lambda: self.draining, monotonic=self.monotonic)
+        # Runs fired ahead, held until their second (runtime/armed.py).
+        self.armed = ArmedRuns(node_id=config.node_id, now_ms=self.now_ms,
+                               synced=self.clock.synced,
+                               call=lambda run: self.dispatcher.enqueue(run))
+        # First calls of scheduled runs, against when they were due (runtime/dispatcher.py).
+        self.trigger_lateness = LatenessHistogram()
+        self.dispatcher = Dispatcher(
+            self.replicated,
+            calls=Calls(http=self.http_executor,
+                        command=self.command_executor if config.allow_commands else None,
+                        breaker=self.breaker, outputs=self.outputs,
+                        storage_past_mark=self.storage.past_mark,
+                        lateness=self.trigger_lateness),
+            lease=self.coordinator, armed=self.armed, report=self.reporter.send,
+            spawn=self.spawn, quota_of=self.quota_of,
+            cluster_applies=self.clock.cluster_applies, monotonic=self.monotonic)
+        self.workers = WorkerService(
+            self.replicated, report=self.reporter.send, outputs=self.outputs,
+            wait_caught_up=self.wait_caught_up, run_lease_ms=config.run_lease_ms,
+            run_heartbeat_ms=config.run_heartbeat_ms)
         self.reaper = Reaper(self.replicated, spawn=self.spawn, send=self.http_executor.send,
                              alert_webhook_url=config.alert_webhook_url)
         self.purger = Purger(self.replicated, config.retention())
@@ -212,13 +236,12 @@ class Node:
                                      names_limit="waited_names_max",
                                      per_tenant_limit="waited_names_per_tenant_max",
                                      what="topics")
-        self.trigger = TriggerLoop(self, arm_ahead_ms=config.arm_ahead_ms)
-        # Runs fired ahead, held until their second (runtime/armed.py).
-        self.armed = ArmedRuns(node_id=config.node_id, now_ms=self.now_ms,
-                               synced=self.clock.synced, call=self.dispatcher.enqueue)
+        self.trigger = TriggerLoop(
+            self.replicated, arm_ahead_ms=config.arm_ahead_ms,
+            propose_entry=lambda data: self.replicator.propose_wait(data), spawn=self.spawn,
+            synced=self.clock.synced, armed_room=self.armed.room, weight_of=self.weight_of)
         # A node that just learnt the cluster's time may fire what is due at once.
         self.clock.on_synced = self.trigger.ownership_changed
-        self.coordinator = Coordinator(self)
         # Stopping: handing shards and runs to the others first (drain).
         self.draining = False
         # Every background task of the node runs under it (runtime/supervise.py).
@@ -226,8 +249,6 @@ class Node:
         self._runner: web.AppRunner | None = None
         self.started_ms = self.now_ms()
         self._quotas: dict[str, tuple[float, dict[str, int]]] = {}
-        # First calls of scheduled runs, against when they were due (runtime/dispatcher.py).
-        self.trigger_lateness = LatenessHistogram()
         # How long before its due instant each run this node fired was queued
         # here (0 for one fired at or after it: runtime/apply_bridge.py).
         self.arming_lead = LatenessHistogram()
@@ -327,6 +348,10 @@ class Node:
     def spawn(self, name: str, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task:
         """A one-shot background task under the node's supervisor (runtime/context.py Spawn)."""
         return self.supervisor.spawn(name, coroutine)
+
+    def weight_of(self, tenant: str) -> int:
+        """A tenant's share where several wait (its quota's weight)."""
+        return self.quota_of(tenant)["weight"]
 
     def forget_quota(self, tenant: str) -> None:
         self._quotas.pop(tenant, None)

@@ -32,23 +32,28 @@ import asyncio
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 import aiohttp
 
 from raftsched import limits
 from raftsched.core.apply import NODES
 from raftsched.errors import InsufficientStorage
-
-if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
+from raftsched.runtime.peer import PeerClient
 
 log = logging.getLogger("raftsched.storage")
 
 
 class StorageGuard:
-    def __init__(self, node: "Node") -> None:
-        self._node = node
+    def __init__(self, *, node_id: str, store: Any, peers: PeerClient,
+                 min_free_disk_bytes: int) -> None:
+        """`store`: this node's LMDB store (its map size, use and file);
+        `peers`: the client it asks the other nodes' storage with
+        (runtime/peer.py)."""
+        self._node_id = node_id
+        self._store = store
+        self._peer_client = peers
+        self._min_free_disk_bytes = min_free_disk_bytes
         self.used_bytes = 0
         self.file_bytes = 0
         self.free_disk_bytes: int | None = None
@@ -64,7 +69,7 @@ class StorageGuard:
 
     @property
     def high_water_bytes(self) -> int:
-        return int(self._node.store.map_size * limits.data_bytes_high_water_ratio)
+        return int(self._store.map_size * limits.data_bytes_high_water_ratio)
 
     async def run(self) -> None:
         # A failed check is the node's supervisor's: it logs and counts it and
@@ -109,23 +114,22 @@ class StorageGuard:
             self._room_bytes = room
 
     def _measure(self) -> tuple[int, int, int]:
-        store = self._node.store
+        store = self._store
         disk = os.statvfs(store.path)
         return store.used_bytes(), store.file_bytes(), disk.f_bavail * disk.f_frsize
 
     def _judge(self, used: int, file_bytes: int, free: int) -> None:
-        node = self._node
         self.used_bytes, self.file_bytes, self.free_disk_bytes = used, file_bytes, free
         full = None
         if used >= self.high_water_bytes:
             full = ("max_data_bytes",
-                    f"node {node.node_id}'s state uses {used} bytes, over "
+                    f"node {self._node_id}'s state uses {used} bytes, over "
                     f"{limits.data_bytes_high_water_ratio:.0%} of max_data_bytes "
-                    f"({node.store.map_size} bytes)")
-        elif free < node.config.min_free_disk_bytes:
+                    f"({self._store.map_size} bytes)")
+        elif free < self._min_free_disk_bytes:
             full = ("min_free_disk_bytes",
-                    f"node {node.node_id}'s data disk has {free} bytes free, under "
-                    f"min_free_disk_bytes ({node.config.min_free_disk_bytes} bytes)")
+                    f"node {self._node_id}'s data disk has {free} bytes free, under "
+                    f"min_free_disk_bytes ({self._min_free_disk_bytes} bytes)")
         if full is not None and self._own is None:
             log.warning("storage past its mark, refusing writes that add state: %s", full[1])
         elif full is None and self._own is not None:
@@ -134,15 +138,15 @@ class StorageGuard:
         self._own = full
 
     async def _ask_peers(self) -> None:
-        peers = [rec for _, rec in self._node.store.scan(NODES) if rec["id"] != self._node.node_id]
+        peers = [rec for _, rec in self._store.scan(NODES) if rec["id"] != self._node_id]
         if not peers:
             return
         await asyncio.gather(*(self._ask(rec) for rec in peers))
 
     async def _ask(self, rec: dict) -> None:
         try:
-            status = await self._node.peers.get_json(rec["http"] + "/v1/node",
-                                                     timeout_s=limits.storage_peer_timeout_s)
+            status = await self._peer_client.get_json(rec["http"] + "/v1/node",
+                                                      timeout_s=limits.storage_peer_timeout_s)
             storage = status.get("storage") or {}
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, AttributeError):
             return   # an unreachable peer applies nothing until it is back
@@ -180,8 +184,8 @@ class StorageGuard:
         """For GET /v1/node (what peers read)."""
         own = self._own
         return {"used_bytes": self.used_bytes, "file_bytes": self.file_bytes,
-                "max_data_bytes": self._node.store.map_size,
+                "max_data_bytes": self._store.map_size,
                 "high_water_bytes": self.high_water_bytes,
                 "free_disk_bytes": self.free_disk_bytes,
-                "min_free_disk_bytes": self._node.config.min_free_disk_bytes,
+                "min_free_disk_bytes": self._min_free_disk_bytes,
                 "full": own[0] if own else None, "detail": own[1] if own else None}

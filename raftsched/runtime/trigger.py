@@ -42,7 +42,7 @@ import asyncio
 import collections
 import logging
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import Awaitable, Callable, NamedTuple
 
 from raftsched import limits
 from raftsched.core import commands, cost
@@ -50,11 +50,9 @@ from raftsched.core.apply import DUE, JOBS, RUNS, SHARDS
 from raftsched.core.firing import armable, fire_item
 from raftsched.core.keys import KIND_RETRY, due_upto_key, job_key, parse_due_key, shard_prefix
 from raftsched.errors import Unavailable
+from raftsched.runtime.context import Replicated, Spawn
 from raftsched.runtime.fair import drr_order
 from raftsched.storage.base import due_rows
-
-if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
 
 log = logging.getLogger("raftsched.trigger")
 
@@ -71,9 +69,25 @@ class DueEntry(NamedTuple):
 
 
 class TriggerLoop:
-    def __init__(self, node: "Node", arm_ahead_ms: int) -> None:
-        """`arm_ahead_ms`: the arming window (--arm-ahead-s); 0 fires at the second."""
-        self._node = node
+    def __init__(self, replicated: Replicated, *, arm_ahead_ms: int,
+                 propose_entry: Callable[[bytes], Awaitable[dict]], spawn: Spawn,
+                 synced: Callable[[], bool], armed_room: Callable[[], int],
+                 weight_of: Callable[[str], int] = lambda tenant: 1) -> None:
+        """`arm_ahead_ms`: the arming window (--arm-ahead-s); 0 fires at the second.
+        `propose_entry`: an encoded fire to Raft, its result once applied
+        here (Replicator.propose_wait: a fire is not held back while no
+        leader is known, its shards' next pass proposes again);
+        `synced`: whether this node knows the cluster's time yet
+        (runtime/clock.py); `armed_room`: how many more runs this node may
+        hold armed (runtime/armed.py); `weight_of`: a tenant's share of a
+        pass when several tenants' items are due."""
+        self._replicated = replicated
+        self._store = replicated.store
+        self._to_raft = propose_entry
+        self._spawn = spawn
+        self._synced = synced
+        self._armed_room = armed_room
+        self._weight_of = weight_of
         self._wake = asyncio.Event()
         self._planned_wake_ms = 0
         self._owned: dict[int, int] = {}          # shard -> fencing token
@@ -117,7 +131,7 @@ class TriggerLoop:
             if time.monotonic() - self._resynced_at > limits.due_resync_period_s:
                 self.resync()
             next_ms = self.maybe_fire_due()
-            now = self._node.now_ms()
+            now = self._replicated.now_ms()
             wake_ms = now + limits.trigger_tick_ms_max
             if next_ms is not None:
                 wake_ms = min(wake_ms, next_ms)
@@ -130,9 +144,9 @@ class TriggerLoop:
 
     def resync(self) -> None:
         """Reload owned shards (and their tokens) and next due instants from LMDB."""
-        node = self._node
+        me = self._replicated.node_id
         owned = {int.from_bytes(key, "big"): state["token"]
-                 for key, state in node.store.scan(SHARDS) if state["owner"] == node.node_id}
+                 for key, state in self._store.scan(SHARDS) if state["owner"] == me}
         gained = set(owned) - set(self._owned)
         lost = set(self._owned) - set(owned)
         if gained or lost:
@@ -143,17 +157,17 @@ class TriggerLoop:
         self._resynced_at = time.monotonic()
 
     def _earliest(self, shard: int) -> int | None:
-        first = self._node.store.scan(DUE, start=shard_prefix(shard),
-                                      stop=shard_prefix(shard + 1), limit=1)
+        first = self._store.scan(DUE, start=shard_prefix(shard), stop=shard_prefix(shard + 1),
+                                 limit=1)
         return parse_due_key(first[0][0])[1] if first else None
 
     def maybe_fire_due(self) -> int | None:
         """Propose fires for every owned shard that is due; return the earliest
         future due instant (or None). Nothing before this node knows the
         cluster's time: its own clock may be wrong (runtime/clock.py)."""
-        if not self._node.clock.synced():
+        if not self._synced():
             return None
-        now = self._node.now_ms()
+        now = self._replicated.now_ms()
         ahead_ms = self._ahead_ms()
         earliest: int | None = None
         due: list[int] = []
@@ -173,7 +187,7 @@ class TriggerLoop:
         """How far ahead this pass may fire: the arming window; 0 while a fire
         of this node is in flight (arming waits for it: limits.arm_fire_items_max)
         or while the node holds as many armed runs as it may (limits.armed_runs_max)."""
-        if self._arm_ahead_ms and not self._inflight and self._node.armed.room() > 0:
+        if self._arm_ahead_ms and not self._inflight and self._armed_room() > 0:
             return self._arm_ahead_ms
         return 0
 
@@ -217,7 +231,7 @@ class TriggerLoop:
                 queues.setdefault(entry.tenant, []).append((shard, entry))
         for items in queues.values():
             items.sort(key=lambda item: (item[1].rank, item[1].due_ms))
-        order = drr_order(queues, lambda tenant: self._node.quota_of(tenant)["weight"])
+        order = drr_order(queues, self._weight_of)
         self._propose(self._within_room(order), now)
         # The rest waits for a fire to be answered, which wakes the loop.
 
@@ -267,7 +281,7 @@ class TriggerLoop:
     def _collect(self, shard: int, now: int) -> list[DueEntry]:
         """The shard's due entries, read from the due index alone (its values name tenant and priority;
         an entry written without them is looked up)."""
-        rows = due_rows(self._node.store, shard, now, limits.fire_batch_max)
+        rows = due_rows(self._store, shard, now, limits.fire_batch_max)
         return [self._entry(due_ms, kind, ident, value) for due_ms, kind, ident, value in rows]
 
     def _collect_ahead(self, shard: int, now: int, ahead_ms: int,
@@ -275,8 +289,8 @@ class TriggerLoop:
         """The entries of the shard due after now and within `ahead_ms` that
         may be armed (their due value says so: core/apply.py `_arm`), from
         at most `limit` read: (entries, rows read)."""
-        rows = self._node.store.scan(DUE, start=due_upto_key(shard, now),
-                                     stop=due_upto_key(shard, now + ahead_ms), limit=limit)
+        rows = self._store.scan(DUE, start=due_upto_key(shard, now),
+                                stop=due_upto_key(shard, now + ahead_ms), limit=limit)
         entries = []
         for key, value in rows:
             _, due_ms, kind, ident = parse_due_key(key)
@@ -288,7 +302,7 @@ class TriggerLoop:
         tenant, rank = value.get("tn"), value.get("p", 1)
         if tenant is None:
             table, key = (RUNS, ident.encode()) if kind == KIND_RETRY else (JOBS, job_key(ident))
-            record = self._node.store.get(table, key)
+            record = self._store.get(table, key)
             tenant = record["tenant"] if record else "default"
         return DueEntry(kind, ident, tenant, rank, due_ms)
 
@@ -299,7 +313,7 @@ class TriggerLoop:
         would refuse it as stale anyway)."""
         if kind == KIND_RETRY:
             return "retries", (ident, due_ms), 1
-        job = self._node.store.get(JOBS, job_key(ident))
+        job = self._store.get(JOBS, job_key(ident))
         if job is not None and due_ms > now and not armable(job["spec"]):
             return None   # its due entry is being rewritten (an update in flight)
         item = None if job is None else fire_item(job, due_ms, now)
@@ -334,18 +348,18 @@ class TriggerLoop:
                                             "upto_ms": now, "items": [], "retries": []})
             part[member].append(item)
             tenants[tenant] += 1
-        cmd = commands.fire_many(node=self._node.node_id, at_ms=now,
+        cmd = commands.fire_many(node=self._replicated.node_id, at_ms=now,
                                  parts=list(parts.values()))
         for shard in parts:
             self._inflight[shard] = self._inflight.get(shard, 0) + 1
         self._inflight_items.update(tenants)
-        self._node.supervisor.spawn("trigger.send", self._send(cmd, tenants))
+        self._spawn("trigger.send", self._send(cmd, tenants))
 
     async def _send(self, cmd: commands.FireMany,
                     tenants: collections.Counter | None = None) -> None:
         parts = cmd.parts
         try:
-            result = await self._node.replicator.propose_wait(commands.encode(cmd))
+            result = await self._to_raft(commands.encode(cmd))
             if "parts" in result:
                 for part, answer in zip(parts, result["parts"]):
                     self._count_answer(str(part.shard), answer)

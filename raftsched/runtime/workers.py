@@ -19,7 +19,7 @@ import asyncio
 import logging
 import random
 import time
-from typing import TYPE_CHECKING
+from typing import Awaitable, Callable
 
 from raftsched import limits
 from raftsched.core import commands, dag, keys, lifecycle, tenancy
@@ -27,11 +27,10 @@ from raftsched.core.apply import JOBS, READY, RUNS, TENANTS
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import Conflict
 from raftsched.executors.base import Outcome
-from raftsched.runtime.dispatcher import finish_update, masked_outcome, report_cost
+from raftsched.runtime.context import Replicated
+from raftsched.runtime.dispatcher import SendReport, finish_update, masked_outcome, report_cost
 from raftsched.runtime.waiters import Waiters
-
-if TYPE_CHECKING:
-    from raftsched.runtime.node import Node
+from raftsched.storage.output_store import OutputStore
 
 log = logging.getLogger("raftsched.workers")
 
@@ -41,8 +40,21 @@ def holder_of(worker_id: str) -> str:
 
 
 class WorkerService:
-    def __init__(self, node: "Node") -> None:
-        self._node = node
+    def __init__(self, replicated: Replicated, *, report: SendReport, outputs: OutputStore,
+                 wait_caught_up: Callable[[], Awaitable[None]], run_lease_ms: int,
+                 run_heartbeat_ms: int) -> None:
+        """`report`: run reports to the reporter; `outputs`: where the
+        workers' outputs are kept on this node; `wait_caught_up`: until this
+        node applied what the leader had committed (a claim may have been
+        granted through another node); `run_lease_ms` and `run_heartbeat_ms`:
+        a worker's lease and how often it extends it."""
+        self._replicated = replicated
+        self._store = replicated.store
+        self._report = report
+        self._outputs = outputs
+        self._wait_caught_up = wait_caught_up
+        self._run_lease_ms = run_lease_ms
+        self._run_heartbeat_ms = run_heartbeat_ms
         # Claims waiting for runs, by queue (tenant-scoped): bounded and freed.
         self._waiters = Waiters(names_max=limits.waited_names_max,
                                 names_per_tenant_max=limits.waited_names_per_tenant_max,
@@ -88,19 +100,18 @@ class WorkerService:
         return self._waiters.refused_total
 
     async def _try_claim(self, worker_id: str, queue: str, max_runs: int) -> list[dict]:
-        node = self._node
+        store, now_ms = self._store, self._replicated.now_ms
         prefix = keys.ready_prefix(queue)
-        rows = node.store.scan(READY, start=prefix, stop=keys.prefix_end(prefix),
-                               limit=max_runs * 4)
+        rows = store.scan(READY, start=prefix, stop=keys.prefix_end(prefix), limit=max_runs * 4)
         # Workers racing for the head of the queue would mostly collide: each
         # picks a random few of the oldest.
         picked = random.sample(rows, min(max_runs, len(rows)))
-        runs = [node.store.get(RUNS, keys.ready_run_id(prefix, key).encode()) for key, _ in picked]
+        runs = [store.get(RUNS, keys.ready_run_id(prefix, key).encode()) for key, _ in picked]
         runs = [r for r in runs if r is not None and r["state"] == "queued"]
-        lease_ms = node.now_ms() + node.config.run_lease_ms
-        futures = [node.reporter.send(commands.run_start(
+        lease_ms = now_ms() + self._run_lease_ms
+        futures = [self._report(commands.run_start(
                        run_id=r["id"], holder=holder_of(worker_id), attempt=r["attempt"],
-                       at_ms=node.now_ms(), lease_ms=lease_ms), r["tenant"],
+                       at_ms=now_ms(), lease_ms=lease_ms), r["tenant"],
                        report_cost(self._dag_job(r), r, "start"))
                    for r in runs]
         granted = []
@@ -114,27 +125,29 @@ class WorkerService:
 
     def _dag_job(self, run: dict) -> dict | None:
         """The job of a DAG task run (its start's cost depends on it), else None."""
-        return (self._node.store.get(JOBS, keys.job_key(run["job_id"]))
+        return (self._store.get(JOBS, keys.job_key(run["job_id"]))
                 if "dag_run" in run else None)
 
     def _assignment(self, run: dict, lease_ms: int, worker_id: str) -> dict | None:
         """What the worker is given for a run it was granted; None (and the
         attempt failed for good) for a DAG task that is no longer in its job,
         or a run of a tenant that lost its command grant."""
-        job = self._node.store.get(JOBS, keys.job_key(run["job_id"]))
+        job = self._store.get(JOBS, keys.job_key(run["job_id"]))
         policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
         target = dag.target_of(job["spec"], run.get("task_id")) if job else None
         error = self._why_not_given(run, target)
         if error is not None:
             failed = Outcome(ok=False, retryable=False, error=error)
-            self._node.reporter.send(finish_update(self._node, run, holder_of(worker_id), failed,
-                                                   policy), run["tenant"], report_cost(job, run))
+            self._report(finish_update(run, holder_of(worker_id), failed, policy,
+                                       at_ms=self._replicated.now_ms(),
+                                       output_node=self._replicated.node_id),
+                         run["tenant"], report_cost(job, run))
             return None
         return {"run_id": run["id"], "job_id": run["job_id"], "attempt": run["attempt"],
                 "execution_id": run["execution_id"], "scheduled_ms": run["scheduled_ms"],
                 "scheduled_for": format_ms(run["scheduled_ms"]),
                 "fencing_token": run.get("token", 0), "lease_expires_ms": lease_ms,
-                "heartbeat_ms": self._node.config.run_heartbeat_ms,
+                "heartbeat_ms": self._run_heartbeat_ms,
                 **({"task_id": run["task_id"]} if "task_id" in run else {}),
                 "target": dict(target,
                                non_retryable_exit_codes=policy["non_retryable_exit_codes"])}
@@ -147,14 +160,14 @@ class WorkerService:
             return (f"the run's target is gone (job {run['job_id']} deleted, or "
                     f"task {run.get('task_id')!r} no longer in its DAG)")
         refusal = tenancy.command_run_refusal(
-            self._node.store.get(TENANTS, run["tenant"].encode()), run["tenant"])
+            self._store.get(TENANTS, run["tenant"].encode()), run["tenant"])
         if refusal is not None:
             log.warning("run %s of job %s not started: %s", run["id"], run["job_id"], refusal)
         return refusal
 
     def _run_of(self, run_id: str, tenant: str | None) -> dict | None:
         """The run, if it belongs to `tenant` (None: any, for an admin)."""
-        run = self._node.store.get(RUNS, run_id.encode())
+        run = self._store.get(RUNS, run_id.encode())
         if run is None or (tenant is not None and run["tenant"] != tenant):
             return None
         return run
@@ -163,16 +176,16 @@ class WorkerService:
                         tenant: str | None = None) -> list[str]:
         """Extend the leases; return the run ids whose lease is gone (stop them).
         Another tenant's run is answered as lost, without a report."""
-        node = self._node
-        lease_ms = node.now_ms() + node.config.run_lease_ms
+        now_ms = self._replicated.now_ms
+        lease_ms = now_ms() + self._run_lease_ms
         lost, futures = [], []
         for b in beats:
             if self._run_of(b["run_id"], tenant) is None:
                 lost.append(b["run_id"])
                 continue
-            futures.append((b["run_id"], node.reporter.send(commands.run_heartbeat(
+            futures.append((b["run_id"], self._report(commands.run_heartbeat(
                 run_id=b["run_id"], holder=holder_of(worker_id), attempt=b["attempt"],
-                at_ms=node.now_ms(), lease_ms=lease_ms))))
+                at_ms=now_ms(), lease_ms=lease_ms))))
         return lost + [run_id for run_id, future in futures if not await future]
 
     async def complete(self, worker_id: str, results: list[dict],
@@ -185,11 +198,11 @@ class WorkerService:
         foreign one cannot put output under a run it does not hold. A run's
         output is stored once apply accepted its finish, so a lease lost
         between the check and the commit stores nothing either."""
-        node = self._node
+        now_ms = self._replicated.now_ms
         holder = holder_of(worker_id)
         runs = [self._held_run(result, holder, tenant) for result in results]
         if None in runs:
-            await node.wait_caught_up()   # the claim may have been granted through another node
+            await self._wait_caught_up()   # the claim may have been granted through another node
             runs = [self._held_run(result, holder, tenant) for result in results]
         if None in runs:
             raise Conflict(_not_held_detail(results, runs, holder),
@@ -199,20 +212,21 @@ class WorkerService:
             outcome = Outcome(ok=result["ok"], exit_code=result.get("exit_code"),
                               error=result.get("error"), retryable=result.get("retryable", True),
                               output=result.get("output"))
-            job = node.store.get(JOBS, keys.job_key(run["job_id"]))
+            job = self._store.get(JOBS, keys.job_key(run["job_id"]))
             outcome = masked_outcome(job, outcome)
-            future = node.reporter.send(finish_update(
-                node, run, holder, outcome,
-                dag.retry_policy(job["spec"] if job else None, run.get("task_id"))),
+            future = self._report(finish_update(
+                run, holder, outcome,
+                dag.retry_policy(job["spec"] if job else None, run.get("task_id")),
+                at_ms=now_ms(), output_node=self._replicated.node_id),
                 cost=report_cost(job, run))
             reports.append((run, outcome, future))
         accepted = []
         for run, outcome, future in reports:
             ok = bool(await future)
             if ok and outcome.output:
-                node.outputs.put(run["id"], run["attempt"],
-                                 dict(outcome.output, holder=holder, exit_code=outcome.exit_code),
-                                 now_ms=node.now_ms(), tenant=run["tenant"])
+                self._outputs.put(run["id"], run["attempt"],
+                                  dict(outcome.output, holder=holder, exit_code=outcome.exit_code),
+                                  now_ms=now_ms(), tenant=run["tenant"])
             accepted.append(ok)
         return accepted
 

@@ -37,6 +37,10 @@ class Replica:
         return Replicated(node_id=node_id, store=self.store, propose=propose, now_ms=now_ms,
                           is_leader=is_leader)
 
+    async def propose_entry(self, data: bytes) -> dict:
+        """An encoded command proposed, as a loop that proposes raw entries does."""
+        return self.run_entry(data)
+
     def get_run(self, run_id: str) -> dict:
         return self.store.get(RUNS, run_id.encode())
 
