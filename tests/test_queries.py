@@ -187,3 +187,39 @@ def test_cluster_tenancy_and_audit():
     assert len(seqs) == 3
     assert seqs == sorted(seqs)
     assert [r["seq"] for r in queries.audit_after(log.store, seqs[0], 1)] == [seqs[1]]
+
+
+# --- what the loops read ----------------------------------------------------------------
+
+def test_due_entries_of_a_shard_by_range_earliest_first():
+    log = Replica()
+    shard = 3
+    job_ids = [f"job_d{i}" for i in range(4)]
+    for i, job_id in enumerate(job_ids):
+        log.run(commands.create_job(job_id=job_id, tenant="t1", spec=spec(), idempotency_key=None,
+                                    shard=shard, next_ms=10_000 + 1000 * i, at_ms=1))
+    assert queries.earliest_due(log.store, shard) == 10_000
+    assert queries.earliest_due(log.store, shard + 1) is None
+    upto = queries.due(log.store, shard, None, 11_000, 10)
+    assert [(due_ms, kind, ident) for due_ms, kind, ident, _ in upto] == [
+        (10_000, keys.KIND_OCCURRENCE, "job_d0"), (11_000, keys.KIND_OCCURRENCE, "job_d1")]
+    assert upto[0][3]["tn"] == "t1"
+    ahead = queries.due(log.store, shard, 11_000, 13_000, 10)   # after 11 s, up to 13 s
+    assert [ident for _, _, ident, _ in ahead] == ["job_d2", "job_d3"]
+    assert len(queries.due(log.store, shard, None, 13_000, 3)) == 3   # bounded
+    assert queries.due_tenant(log.store, keys.KIND_OCCURRENCE, "job_d1") == "t1"
+    assert queries.due_tenant(log.store, keys.KIND_OCCURRENCE, "job_gone") is None
+
+
+def test_shards_owned_and_their_open_runs():
+    log = Replica()
+    make_job(log, "job_o1")
+    shard = keys.shard_of("job_o1", SHARDS)
+    log.run(commands.assign_shards(assignments=[(shard, "n1"), (shard + 1, "n2")], at_ms=1))
+    assert queries.owned_shards(log.store, "n1") == {shard: 1}
+    assert queries.shard_owners(log.store) == {shard: "n1", shard + 1: "n2"}
+    assert queries.shard(log.store, shard)["owner"] == "n1"
+    run_ids = [trigger(log, "job_o1", at_ms) for at_ms in (5_000, 6_000)]
+    assert [run["id"] for run in queries.open_runs(log.store, shard, 10)] == sorted(run_ids)
+    assert len(queries.open_runs(log.store, shard, 1)) == 1
+    assert queries.open_runs(log.store, shard + 1, 10) == []

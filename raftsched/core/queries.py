@@ -1,7 +1,8 @@
 """Read-only queries of the committed state, named by what they return.
 
 These are what the HTTP API asks of its node (raftsched/nodeport.py NodePort
-offers each one; runtime/port.py answers them over the node's store). They
+offers each one; runtime/port.py answers them over the node's store), and
+what the node's loops read (the last section). They
 keep the storage layout to core: which table holds what, how keys are built,
 and which index serves a listing (a job's runs are the runs table's own
 order; a tenant's, runs_by_tenant). Each takes a
@@ -18,8 +19,9 @@ from typing import Any, Iterable, Protocol
 
 from raftsched import limits
 from raftsched.core import keys, topics
-from raftsched.core.tx import (AUDIT, BACKFILLS, GROUPS, JOBS, JOBS_BY_TENANT, NODES, RUNS,
-                               RUNS_BY_TENANT, SHARDS, TENANTS, TOKENS, TOPICS)
+from raftsched.core.tx import (ALERTS, AUDIT, BACKFILLS, BACKFILLS_OPEN, DUE, GROUPS, JOBS,
+                               JOBS_BY_TENANT, LEASES, NODES, READY, RUNS, RUNS_BY_TENANT,
+                               RUNS_OPEN, SHARDS, TENANTS, TOKENS, TOPICS)
 
 
 class Reader(Protocol):
@@ -285,3 +287,90 @@ def tenants(reader: Reader) -> list[tuple[str, dict]]:
 def audit_after(reader: Reader, after: int, limit: int) -> list[dict]:
     """Up to `limit` audit records with seq > `after`, oldest first."""
     return [record for _, record in reader.scan(AUDIT, start=keys.u64(after + 1), limit=limit)]
+
+
+# --- what the node's loops read ---------------------------------------------------------
+#
+# The trigger, dispatcher, coordinator, reaper, backfiller and worker service
+# read through these (runtime/*.py). The purger walks the tables with cursors
+# of its own and reads them directly (runtime/purger.py).
+
+def shard(reader: Reader, shard_id: int) -> dict | None:
+    """A shard's owner, fencing token, checkpoint and stale fires, or None
+    before it was first assigned."""
+    return reader.get(SHARDS, keys.shard_key(shard_id))
+
+
+def owned_shards(reader: Reader, node_id: str) -> dict[int, int]:
+    """The shards `node_id` owns: shard -> its fencing token."""
+    return {shard_id: state["token"] for shard_id, state in shards(reader)
+            if state["owner"] == node_id}
+
+
+def shard_owners(reader: Reader) -> dict[int, str | None]:
+    """Every assigned shard's owner."""
+    return {shard_id: state["owner"] for shard_id, state in shards(reader)}
+
+
+def open_runs(reader: Reader, shard_id: int, limit: int) -> list[dict]:
+    """Node-executed runs of `shard_id` not ended yet, at most `limit` index
+    rows read, in run id order."""
+    rows = reader.scan(RUNS_OPEN, start=keys.open_run_prefix(shard_id),
+                       stop=keys.open_run_prefix_end(shard_id), limit=limit)
+    found = (reader.get(RUNS, key[2:]) for key, _ in rows)
+    return [record for record in found if record is not None]
+
+
+DueRow = tuple[int, bytes, str, dict]
+"""A due entry: (due_ms, kind, id, value), where kind is keys.KIND_OCCURRENCE
+(the id a job's) or keys.KIND_RETRY (a run's), and value keys.due_value."""
+
+
+def due(reader: Reader, shard_id: int, after_ms: int | None, upto_ms: int,
+        limit: int) -> list[DueRow]:
+    """The due entries of `shard_id` after `after_ms` (None: from the first)
+    and at or before `upto_ms`, earliest first, at most `limit`."""
+    start = keys.shard_prefix(shard_id) if after_ms is None \
+        else keys.due_upto_key(shard_id, after_ms)
+    rows = reader.scan(DUE, start=start, stop=keys.due_upto_key(shard_id, upto_ms),
+                       limit=limit)
+    return [(*keys.parse_due_key(key)[1:], value) for key, value in rows]
+
+
+def earliest_due(reader: Reader, shard_id: int) -> int | None:
+    """When the shard's earliest due entry is due, or None if it has none."""
+    first = reader.scan(DUE, start=keys.shard_prefix(shard_id),
+                        stop=keys.shard_prefix(shard_id + 1), limit=1)
+    return keys.parse_due_key(first[0][0])[1] if first else None
+
+
+def due_tenant(reader: Reader, kind: bytes, ident: str) -> str | None:
+    """Whose a due entry is, from its job (an occurrence) or run (a retry):
+    for an entry written before due values named it. None if that is gone."""
+    record = run(reader, ident) if kind == keys.KIND_RETRY else job(reader, ident)
+    return record["tenant"] if record is not None else None
+
+
+def leases_expired(reader: Reader, now_ms: int, limit: int) -> list[tuple[str, str]]:
+    """(run id, holder) of worker leases that expired before `now_ms`,
+    earliest first, at most `limit`."""
+    rows = reader.scan(LEASES, stop=keys.u64(now_ms), limit=limit)
+    return [(keys.parse_lease_key(key)[1], holder) for key, holder in rows]
+
+
+def pending_alerts(reader: Reader, limit: int) -> list[dict]:
+    """Failure alerts waiting for delivery, at most `limit`, in run id order."""
+    return [alert for _, alert in reader.scan(ALERTS, limit=limit)]
+
+
+def running_backfill_ids(reader: Reader, limit: int) -> list[str]:
+    """The backfills still launching runs, at most `limit`, in id order."""
+    return [key.decode() for key, _ in reader.scan(BACKFILLS_OPEN, limit=limit)]
+
+
+def ready_run_ids(reader: Reader, scoped_queue: str, limit: int) -> list[str]:
+    """Runs waiting for a worker on a tenant's queue (keys.scoped), high
+    priority first, then oldest; at most `limit`."""
+    prefix = keys.ready_prefix(scoped_queue)
+    rows = reader.scan(READY, start=prefix, stop=keys.prefix_end(prefix), limit=limit)
+    return [keys.ready_run_id(prefix, key) for key, _ in rows]

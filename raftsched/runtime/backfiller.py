@@ -19,8 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from raftsched import limits
-from raftsched.core import backfill, commands, cost, keys
-from raftsched.core.tx import BACKFILLS, BACKFILLS_OPEN, JOBS, RUNS
+from raftsched.core import backfill, commands, cost, queries
 from raftsched.errors import Unavailable
 from raftsched.runtime.context import Replicated
 
@@ -50,7 +49,7 @@ class Backfiller:
         """One pass: plan (reads and schedule evaluation, on a thread), then
         propose. Returns whether a step was proposed."""
         replicated = self._replicated
-        if not replicated.store.scan(BACKFILLS_OPEN, limit=1):
+        if not queries.running_backfill_ids(replicated.store, 1):
             return False   # nothing to plan: no need to wake a thread for it
         items = await asyncio.get_running_loop().run_in_executor(None, self.plan)
         if not items:
@@ -73,8 +72,8 @@ class Backfiller:
         runs_left = limits.backfill_step_runs_max
         cost_left = limits.apply_entry_cost_max
         items = []
-        for key, _ in store.scan(BACKFILLS_OPEN, limit=limits.backfills_open_max):
-            record = store.get(BACKFILLS, key)
+        for backfill_id in queries.running_backfill_ids(store, limits.backfills_open_max):
+            record = queries.backfill(store, backfill_id)
             if record is None or record["state"] != backfill.RUNNING:
                 continue
             planned = self._plan_one(record, runs_left, cost_left,
@@ -94,8 +93,8 @@ class Backfiller:
         stays running until it is cancelled."""
         store = self._replicated.store
         try:
-            job = store.get(JOBS, keys.job_key(record["job_id"]))
-            states = [self._state(run_id) for run_id, _ in record["open"]]
+            job = queries.job(store, record["job_id"])
+            states = queries.run_states(store, [run_id for run_id, _ in record["open"]])
             unit_cost = cost.occurrence_cost(job["spec"]) if job is not None else 1
             budget = min(runs_left, max(cost_left // unit_cost, int(first)))
             item = backfill.plan_step(record, job, states, budget)
@@ -107,7 +106,3 @@ class Backfiller:
             return None
         self._failing.discard(record["id"])
         return None if item is None else (item, unit_cost)
-
-    def _state(self, run_id: str) -> str | None:
-        run = self._replicated.store.get(RUNS, run_id.encode())
-        return run["state"] if run is not None else None

@@ -25,8 +25,7 @@ import time
 from typing import Callable, Protocol
 
 from raftsched import limits
-from raftsched.core import commands
-from raftsched.core.apply import NODES, SHARDS
+from raftsched.core import commands, queries
 from raftsched.core.placement import plan_assignments
 from raftsched.errors import Unavailable
 from raftsched.runtime.context import Replicated, Spawn
@@ -107,7 +106,7 @@ class Coordinator:
         whose renewal is applied so late still holds its shards by its own
         monotonic clock only until node_lease_s after it proposed it, less
         the margin (shard_lease_valid), which is before it can lapse here."""
-        registered = [rec for _, rec in self._store.scan(NODES)]
+        registered = queries.registered_nodes(self._store)
         by_raft = {rec["raft"]: rec["id"] for rec in registered}
         down = {by_raft.get(addr) for addr, age_s in self._peer_liveness().items()
                 if age_s is None}
@@ -212,8 +211,7 @@ class Coordinator:
         return self._monotonic() < self._lease_until
 
     def owners(self) -> dict[int, str | None]:
-        return {int.from_bytes(key, "big"): state["owner"]
-                for key, state in self._store.scan(SHARDS)}
+        return queries.shard_owners(self._store)
 
     async def run(self) -> None:
         """Any other failure is the node's supervisor's: it logs it and starts

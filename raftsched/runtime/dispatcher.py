@@ -37,8 +37,7 @@ from typing import Any, Awaitable, Callable, Protocol
 from urllib.parse import urlsplit
 
 from raftsched import limits
-from raftsched.core import commands, cost, dag, keys, retry, runs, tenancy
-from raftsched.core.apply import JOBS, RUNS, RUNS_OPEN, SHARDS, TENANTS
+from raftsched.core import commands, cost, dag, keys, queries, retry, runs, tenancy
 from raftsched.core.redact import redact_output, redact_text, secret_values
 from raftsched.errors import Unavailable
 from raftsched.executors.base import Attempt, Outcome
@@ -294,8 +293,8 @@ class Dispatcher:
         next attempts)."""
         store = self._store
         for run in self._armed.held_in(shards):
-            state = store.get(SHARDS, keys.shard_key(run["shard"]))
-            if self._may_hand_over(run, state, store.get(RUNS, run["id"].encode())):
+            state = queries.shard(store, run["shard"])
+            if self._may_hand_over(run, state, queries.run(store, run["id"])):
                 self._armed.withdraw(run["id"])
                 self._hand_over(run["shard"], run["id"])
 
@@ -310,7 +309,7 @@ class Dispatcher:
     def _move_cost(self, run: dict) -> int:
         """What moving `run` to another holder costs apply: a DAG task run's
         move rewrites its DAG run (core/cost.py)."""
-        job = self._store.get(JOBS, keys.job_key(run["job_id"])) if "dag_run" in run else None
+        job = queries.job(self._store, run["job_id"]) if "dag_run" in run else None
         return report_cost(job, run, "start")
 
     def handing_over(self) -> int:
@@ -348,7 +347,7 @@ class Dispatcher:
                 self._slots.release()
                 continue
             # Read once for the breaker's host and for the call.
-            job = self._store.get(JOBS, keys.job_key(run["job_id"]))
+            job = queries.job(self._store, run["job_id"])
             if self._active.get(run["id"]) == run["attempt"] or self._maybe_park(run, job):
                 self._queue.done(run["tenant"])
                 self._slots.release()
@@ -427,7 +426,7 @@ class Dispatcher:
         the owner's name and token: apply checks both). This node names itself
         as their holder that did not call them, so each moves as the same
         attempt: a shard moved off a live node is not a failed attempt."""
-        state = self._store.get(SHARDS, keys.shard_key(shard))
+        state = queries.shard(self._store, shard)
         if state is None or state["owner"] in (None, self._me):
             return
         chunks = self._by_cost(run_ids)
@@ -462,7 +461,7 @@ class Dispatcher:
         chunks: list[list[str]] = [[]]
         total = 0
         for run_id in run_ids:
-            run = store.get(RUNS, run_id.encode())
+            run = queries.run(store, run_id)
             item_cost = self._move_cost(run) if run is not None else 1
             if chunks[-1] and (total + item_cost > limits.apply_entry_cost_max
                                or len(chunks[-1]) >= limits.take_over_batch_max):
@@ -528,16 +527,12 @@ class Dispatcher:
         store, me = self._store, self._me
         at_ms = self._now_ms()
         live = set(self._lease.live_nodes()) if early else set()
-        state = store.get(SHARDS, keys.shard_key(shard))
+        state = queries.shard(store, shard)
         if state is None or state["owner"] != me:
             return False
         run_ids, total = [], 0
-        for key, _ in store.scan(RUNS_OPEN, start=keys.open_run_prefix(shard),
-                                 stop=keys.open_run_prefix_end(shard),
-                                 limit=limits.take_over_batch_max):
-            run = store.get(RUNS, key[2:])
-            if run is None or (run.get("holder") == me
-                               and run["token"] == state["token"]):
+        for run in queries.open_runs(store, shard, limits.take_over_batch_max):
+            if run.get("holder") == me and run["token"] == state["token"]:
                 continue
             if early and run.get("holder") in live and not runs.not_due(run, at_ms):
                 continue
@@ -569,18 +564,12 @@ class Dispatcher:
         owned shard for the takeover loop (runs held under an older token)."""
         store, me = self._store, self._me
         resumed = 0
-        for key, state in store.scan(SHARDS):
-            if state["owner"] != me:
-                continue
-            shard = int.from_bytes(key, "big")
+        for shard, token in queries.owned_shards(store, me).items():
             self._to_take_over.setdefault(shard, self._monotonic())
-            for open_key, _ in store.scan(RUNS_OPEN, start=keys.open_run_prefix(shard),
-                                          stop=keys.open_run_prefix_end(shard),
-                                          limit=limits.dispatch_queue_max - resumed):
-                run = store.get(RUNS, open_key[2:])
-                if run is None or self._active.get(run["id"]) == run["attempt"] \
+            for run in queries.open_runs(store, shard, limits.dispatch_queue_max - resumed):
+                if self._active.get(run["id"]) == run["attempt"] \
                         or run["state"] != "running" \
-                        or run["holder"] != me or run["token"] != state["token"]:
+                        or run["holder"] != me or run["token"] != token:
                     continue
                 self.submit(run)
                 resumed += 1
@@ -603,7 +592,7 @@ class Dispatcher:
             assert task is not None
             self._running[run["id"]] = (run["attempt"], task)
             if waits:
-                job = self._store.get(JOBS, keys.job_key(run["job_id"]))
+                job = queries.job(self._store, run["job_id"])
             called_ms = self._now_ms()
             try:
                 outcome = await self._call(job, run)
@@ -636,7 +625,7 @@ class Dispatcher:
             del self._active[run["id"]]
 
     def _report_failure(self, run: dict, error: str) -> None:
-        job = self._store.get(JOBS, keys.job_key(run["job_id"]))
+        job = queries.job(self._store, run["job_id"])
         self._report(job, run, Outcome(ok=False, error=error))
 
     async def _still_held(self, run: dict) -> bool:
@@ -647,8 +636,8 @@ class Dispatcher:
         the shard's reassignment arrives first: apply is in log order)."""
         store, me = self._store, self._me
         while True:
-            state = store.get(SHARDS, keys.shard_key(run["shard"]))
-            current = store.get(RUNS, run["id"].encode())
+            state = queries.shard(store, run["shard"])
+            current = queries.run(store, run["id"])
             if state is None or state["owner"] != me \
                     or state["token"] != run["token"] or current is None \
                     or current["state"] != "running" or current["attempt"] != run["attempt"] \
@@ -691,7 +680,7 @@ class Dispatcher:
             return outcome
         if target["type"] == "command":
             withdrawn = tenancy.command_run_refusal(
-                self._store.get(TENANTS, job["tenant"].encode()), job["tenant"])
+                queries.tenant(self._store, job["tenant"]), job["tenant"])
             if withdrawn is not None:
                 # The grant was withdrawn after the job was made: the job stays,
                 # its runs fail unrun until an admin grants it again.
@@ -755,7 +744,7 @@ class Dispatcher:
         lease of its own that would expire: a finish the reporter dropped
         (run_update_pending_max) or a batch apply refused is sent again."""
         while not await self._send_report(update, run["tenant"], cost_units, hold):
-            current = self._store.get(RUNS, run["id"].encode())
+            current = queries.run(self._store, run["id"])
             if current is None or current["state"] != "running" \
                     or current.get("holder") != self._me \
                     or current["attempt"] != run["attempt"]:

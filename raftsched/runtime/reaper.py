@@ -31,8 +31,7 @@ from typing import Awaitable, Callable
 import aiohttp
 
 from raftsched import limits
-from raftsched.core import commands, cost, dag, keys, retry
-from raftsched.core.apply import ALERTS, JOBS, LEASES, RUNS
+from raftsched.core import commands, cost, dag, queries, retry
 from raftsched.core.redact import redact_text, secret_values
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import Unavailable
@@ -92,15 +91,13 @@ class Reaper:
     async def maybe_expire_leases(self) -> bool:
         state = self._replicated
         now = state.now_ms()
-        rows = state.store.scan(LEASES, stop=keys.u64(now), limit=limits.reaper_batch_max)
         items = []
         total = 0
-        for key, holder in rows:
-            _, run_id = keys.parse_lease_key(key)
-            run = state.store.get(RUNS, run_id.encode())
+        for run_id, holder in queries.leases_expired(state.store, now, limits.reaper_batch_max):
+            run = queries.run(state.store, run_id)
             if run is None or run["state"] != "running":
                 continue
-            job = state.store.get(JOBS, keys.job_key(run["job_id"]))
+            job = queries.job(state.store, run["job_id"])
             # Ending a DAG task's attempt may release what is downstream of
             # it: an entry holds at most apply_entry_cost_max (core/cost.py);
             # the rest waits for the next pass.
@@ -124,7 +121,7 @@ class Reaper:
     # --- alerts -----------------------------------------------------------------------
 
     def maybe_deliver_alerts(self) -> None:
-        for _, alert in self._replicated.store.scan(ALERTS, limit=limits.reaper_batch_max):
+        for alert in queries.pending_alerts(self._replicated.store, limits.reaper_batch_max):
             if alert["run_id"] not in self._delivering:
                 self._delivering.add(alert["run_id"])
                 task = self._spawn("reaper.alert", self._deliver(alert))
@@ -164,8 +161,8 @@ class Reaper:
         target. The error was masked of the job's secrets when it was recorded;
         it is masked again for a name listed in secret_keys since."""
         store = self._replicated.store
-        run = store.get(RUNS, alert["run_id"].encode())
-        job = store.get(JOBS, keys.job_key(alert["job_id"]))
+        run = queries.run(store, alert["run_id"])
+        job = queries.job(store, alert["job_id"])
         last = run["attempts"][-1] if run["attempts"] else {}
         error = run["error"] and redact_text(run["error"], secret_values(job["spec"]))
         # A re-driven run that fails again raises a new alert, with an id of its own.

@@ -37,7 +37,7 @@ from typing import Any
 import aiohttp
 
 from raftsched import limits
-from raftsched.core.apply import NODES
+from raftsched.core import queries
 from raftsched.errors import InsufficientStorage
 from raftsched.runtime.peer import PeerClient
 
@@ -138,7 +138,8 @@ class StorageGuard:
         self._own = full
 
     async def _ask_peers(self) -> None:
-        peers = [rec for _, rec in self._store.scan(NODES) if rec["id"] != self._node_id]
+        peers = [rec for rec in queries.registered_nodes(self._store)
+                 if rec["id"] != self._node_id]
         if not peers:
             return
         await asyncio.gather(*(self._ask(rec) for rec in peers))

@@ -45,14 +45,12 @@ import time
 from typing import Awaitable, Callable, NamedTuple
 
 from raftsched import limits
-from raftsched.core import commands, cost
-from raftsched.core.apply import DUE, JOBS, RUNS, SHARDS
+from raftsched.core import commands, cost, queries
 from raftsched.core.firing import armable, fire_item
-from raftsched.core.keys import KIND_RETRY, due_upto_key, job_key, parse_due_key, shard_prefix
+from raftsched.core.keys import KIND_RETRY
 from raftsched.errors import Unavailable
 from raftsched.runtime.context import Replicated, Spawn
 from raftsched.runtime.fair import drr_order
-from raftsched.storage.base import due_rows
 
 log = logging.getLogger("raftsched.trigger")
 
@@ -145,8 +143,7 @@ class TriggerLoop:
     def resync(self) -> None:
         """Reload owned shards (and their tokens) and next due instants from LMDB."""
         me = self._replicated.node_id
-        owned = {int.from_bytes(key, "big"): state["token"]
-                 for key, state in self._store.scan(SHARDS) if state["owner"] == me}
+        owned = queries.owned_shards(self._store, me)
         gained = set(owned) - set(self._owned)
         lost = set(self._owned) - set(owned)
         if gained or lost:
@@ -157,9 +154,7 @@ class TriggerLoop:
         self._resynced_at = time.monotonic()
 
     def _earliest(self, shard: int) -> int | None:
-        first = self._store.scan(DUE, start=shard_prefix(shard), stop=shard_prefix(shard + 1),
-                                 limit=1)
-        return parse_due_key(first[0][0])[1] if first else None
+        return queries.earliest_due(self._store, shard)
 
     def maybe_fire_due(self) -> int | None:
         """Propose fires for every owned shard that is due; return the earliest
@@ -281,7 +276,7 @@ class TriggerLoop:
     def _collect(self, shard: int, now: int) -> list[DueEntry]:
         """The shard's due entries, read from the due index alone (its values name tenant and priority;
         an entry written without them is looked up)."""
-        rows = due_rows(self._store, shard, now, limits.fire_batch_max)
+        rows = queries.due(self._store, shard, None, now, limits.fire_batch_max)
         return [self._entry(due_ms, kind, ident, value) for due_ms, kind, ident, value in rows]
 
     def _collect_ahead(self, shard: int, now: int, ahead_ms: int,
@@ -289,11 +284,9 @@ class TriggerLoop:
         """The entries of the shard due after now and within `ahead_ms` that
         may be armed (their due value says so: core/apply.py `_arm`), from
         at most `limit` read: (entries, rows read)."""
-        rows = self._store.scan(DUE, start=due_upto_key(shard, now),
-                                stop=due_upto_key(shard, now + ahead_ms), limit=limit)
+        rows = queries.due(self._store, shard, now, now + ahead_ms, limit)
         entries = []
-        for key, value in rows:
-            _, due_ms, kind, ident = parse_due_key(key)
+        for due_ms, kind, ident, value in rows:
             if value.get("a"):
                 entries.append(self._entry(due_ms, kind, ident, value))
         return entries, len(rows)
@@ -301,9 +294,7 @@ class TriggerLoop:
     def _entry(self, due_ms: int, kind: bytes, ident: str, value: dict) -> DueEntry:
         tenant, rank = value.get("tn"), value.get("p", 1)
         if tenant is None:
-            table, key = (RUNS, ident.encode()) if kind == KIND_RETRY else (JOBS, job_key(ident))
-            record = self._store.get(table, key)
-            tenant = record["tenant"] if record else "default"
+            tenant = queries.due_tenant(self._store, kind, ident) or "default"
         return DueEntry(kind, ident, tenant, rank, due_ms)
 
     def _fire_item(self, kind: bytes, ident: str, due_ms: int,
@@ -313,7 +304,7 @@ class TriggerLoop:
         would refuse it as stale anyway)."""
         if kind == KIND_RETRY:
             return "retries", (ident, due_ms), 1
-        job = self._store.get(JOBS, job_key(ident))
+        job = queries.job(self._store, ident)
         if job is not None and due_ms > now and not armable(job["spec"]):
             return None   # its due entry is being rewritten (an update in flight)
         item = None if job is None else fire_item(job, due_ms, now)

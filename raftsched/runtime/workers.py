@@ -22,8 +22,7 @@ import time
 from typing import Awaitable, Callable
 
 from raftsched import limits
-from raftsched.core import commands, dag, keys, lifecycle, tenancy
-from raftsched.core.apply import JOBS, READY, RUNS, TENANTS
+from raftsched.core import commands, dag, lifecycle, queries, tenancy
 from raftsched.core.timeutil import format_ms
 from raftsched.errors import Conflict
 from raftsched.executors.base import Outcome
@@ -101,12 +100,11 @@ class WorkerService:
 
     async def _try_claim(self, worker_id: str, queue: str, max_runs: int) -> list[dict]:
         store, now_ms = self._store, self._replicated.now_ms
-        prefix = keys.ready_prefix(queue)
-        rows = store.scan(READY, start=prefix, stop=keys.prefix_end(prefix), limit=max_runs * 4)
+        ready = queries.ready_run_ids(store, queue, max_runs * 4)
         # Workers racing for the head of the queue would mostly collide: each
         # picks a random few of the oldest.
-        picked = random.sample(rows, min(max_runs, len(rows)))
-        runs = [store.get(RUNS, keys.ready_run_id(prefix, key).encode()) for key, _ in picked]
+        picked = random.sample(ready, min(max_runs, len(ready)))
+        runs = [queries.run(store, run_id) for run_id in picked]
         runs = [r for r in runs if r is not None and r["state"] == "queued"]
         lease_ms = now_ms() + self._run_lease_ms
         futures = [self._report(commands.run_start(
@@ -125,14 +123,14 @@ class WorkerService:
 
     def _dag_job(self, run: dict) -> dict | None:
         """The job of a DAG task run (its start's cost depends on it), else None."""
-        return (self._store.get(JOBS, keys.job_key(run["job_id"]))
+        return (queries.job(self._store, run["job_id"])
                 if "dag_run" in run else None)
 
     def _assignment(self, run: dict, lease_ms: int, worker_id: str) -> dict | None:
         """What the worker is given for a run it was granted; None (and the
         attempt failed for good) for a DAG task that is no longer in its job,
         or a run of a tenant that lost its command grant."""
-        job = self._store.get(JOBS, keys.job_key(run["job_id"]))
+        job = queries.job(self._store, run["job_id"])
         policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
         target = dag.target_of(job["spec"], run.get("task_id")) if job else None
         error = self._why_not_given(run, target)
@@ -160,14 +158,14 @@ class WorkerService:
             return (f"the run's target is gone (job {run['job_id']} deleted, or "
                     f"task {run.get('task_id')!r} no longer in its DAG)")
         refusal = tenancy.command_run_refusal(
-            self._store.get(TENANTS, run["tenant"].encode()), run["tenant"])
+            queries.tenant(self._store, run["tenant"]), run["tenant"])
         if refusal is not None:
             log.warning("run %s of job %s not started: %s", run["id"], run["job_id"], refusal)
         return refusal
 
     def _run_of(self, run_id: str, tenant: str | None) -> dict | None:
         """The run, if it belongs to `tenant` (None: any, for an admin)."""
-        run = self._store.get(RUNS, run_id.encode())
+        run = queries.run(self._store, run_id)
         if run is None or (tenant is not None and run["tenant"] != tenant):
             return None
         return run
@@ -212,7 +210,7 @@ class WorkerService:
             outcome = Outcome(ok=result["ok"], exit_code=result.get("exit_code"),
                               error=result.get("error"), retryable=result.get("retryable", True),
                               output=result.get("output"))
-            job = self._store.get(JOBS, keys.job_key(run["job_id"]))
+            job = queries.job(self._store, run["job_id"])
             outcome = masked_outcome(job, outcome)
             future = self._report(finish_update(
                 run, holder, outcome,
