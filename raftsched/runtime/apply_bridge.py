@@ -8,8 +8,9 @@
 
 It also serves the Raft thread's snapshots (pin the state to write one,
 install one received) and records the state digests of check_digest entries,
-hashed on a thread of their own. Everything here but handle_effects and
-digest_at runs on the Raft thread: it never touches asyncio objects directly.
+hashed on a thread of their own. Everything here but digest_at runs on the
+Raft thread: it never touches asyncio objects directly (the effects are
+delivered on the loop, through call_soon_threadsafe).
 """
 
 from __future__ import annotations
