@@ -198,10 +198,12 @@ class Renderer:
     def run(self, run: Mapping[str, Any]) -> None:
         if self.json:
             return self.data(run)
+        # armed_at only for a run fired ahead of its second: it reads running
+        # from then, and is called at scheduled_for.
         self._pairs([(key, run.get(key)) for key in (
-            "run_id", "job_id", "scheduled_for", "state", "attempt", "trigger", "redrives",
-            "execution_id", "node", "started_at", "finished_at", "http_status", "exit_code",
-            "error", "reason")])
+            "run_id", "job_id", "scheduled_for", "armed_at", "state", "attempt", "trigger",
+            "redrives", "execution_id", "node", "started_at", "finished_at", "http_status",
+            "exit_code", "error", "reason") if key != "armed_at" or run.get(key)])
         tasks = run.get("tasks") or []
         if tasks:
             self._print_table(

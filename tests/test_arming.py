@@ -278,3 +278,23 @@ def test_a_due_run_handed_over_by_its_holder_moves_as_the_same_attempt(uncalled_
     after = armed_run(log)
     assert (after["holder"], after["attempt"], after.get("redeliveries", 0)) == \
         ("n2", attempt, attempt - 1)
+
+
+def test_the_api_says_when_a_run_was_armed_and_not_for_one_fired_at_its_second():
+    """An armed run reads running from its fire (its attempt is held from
+    then); armed_at tells it apart from a run whose call has begun."""
+    from raftsched.api.views import run_view
+    from raftsched.core.timeutil import format_ms
+
+    log = setup()
+    run = armed(log)
+    view = run_view(run)
+    assert (view["state"], view["armed_at"]) == ("running", format_ms(ARMED_AT_MS))
+    assert view["scheduled_for"] == format_ms(DUE_MS)
+    at_second = setup("job_b2")
+    shard = keys.shard_of("job_b2", SHARDS)
+    token = at_second.store.get(SHARDS_TABLE, keys.shard_key(shard))["token"]
+    assert at_second.run(commands.fire(shard=shard, token=token, upto_ms=DUE_MS, node=NODE,
+                                       at_ms=DUE_MS, items=[("job_b2", DUE_MS, None, [DUE_MS],
+                                                             False)]))["fired"] == 1
+    assert run_view(armed_run(at_second, "job_b2"))["armed_at"] is None

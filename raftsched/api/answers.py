@@ -126,6 +126,10 @@ class Run(_Answer, kw_only=True):
                          Maybe] = UNSET
     redrives: Union[int, Maybe] = UNSET
     jitter_ms: Union[int, Maybe] = UNSET
+    armed_at: Union[Annotated[When, Meta(description="when the run was fired ahead of its "
+                                                      "second; its call starts at "
+                                                      "scheduled_for plus jitter_ms")],
+                    None, Maybe] = UNSET
     node: Union[str, None, Maybe] = UNSET
     queue: Union[str, None, Maybe] = UNSET
     holder: Union[str, None, Maybe] = UNSET

@@ -95,6 +95,9 @@ def run_view(run: dict, secrets: tuple[str, ...] = ()) -> dict:
         "fencing_token": run.get("token", 0),
         # The delay a job's jitter_s added to this occurrence's fire.
         "jitter_ms": run.get("jitter_ms", 0),
+        # Fired ahead of its second (docs/schedules.md): its call starts at
+        # scheduled_for plus jitter_ms, though it reads running from here.
+        "armed_at": format_ms(run.get("armed_ms")),
         "attempts": [_attempt_view(a, secrets) for a in run.get("attempts", [])],
         "alert": run.get("alert"),
         **_dag_members(run, secrets),

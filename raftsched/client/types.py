@@ -125,6 +125,7 @@ class Run(TypedDict, total=False):
     holder: str | None
     fencing_token: int
     jitter_ms: int
+    armed_at: str | None
     lease_expires_at: str | None
     next_attempt_at: str | None
     created_at: str | None
