@@ -1,4 +1,4 @@
-"""The web UI in headless Chromium against a live cluster: the cluster page, the jobs list's search and status filter, a job created through the form whose run and logs appear, a job page with 10 fire times, pause/resume/edit, DST changes marked, skipped runs with their reasons, a DAG run's graph, the lateness chart, a tenant reader's pages without the cluster's counts, and no JavaScript error on any page."""
+"""The web UI in headless Chromium against a live cluster: the cluster page, the jobs list's search and status filter, a job created through the form whose run and logs appear, a job page with 10 fire times, pause/resume/edit, DST changes marked, skipped runs with their reasons, a DAG run's graph, a run fired ahead (when it was armed, no lateness before its call), the lateness chart, a tenant reader's pages without the cluster's counts, and no JavaScript error on any page."""
 
 from __future__ import annotations
 
@@ -147,6 +147,24 @@ def test_a_job_created_in_the_form_runs_and_its_logs_show(signed_in, cluster, si
     wait_text(signed_in, "#attempts", "200")
     wait_text(signed_in, "#logs", SINK_BODY)
     screenshot(signed_in, "ui-run.png")
+
+
+def test_a_run_fired_ahead_shows_when_it_was_armed_and_no_lateness_before_its_call(
+        signed_in, cluster, sink):
+    created = cluster.api("n1", "POST", "/v1/jobs", {
+        "name": "ui armed", "run_at": iso(dt.datetime.now(dt.timezone.utc)
+                                          + dt.timedelta(seconds=20)),
+        "target": {"type": "http", "url": sink.url + "/armed"}})
+    assert created.status == 201, created
+    job_id = created.body["job_id"]
+    # Fired within the arming window, long before its second.
+    runs = wait_until(lambda: cluster.api("n1", "GET", f"/v1/jobs/{job_id}/runs").body["runs"],
+                      15, "the one-off fired ahead")
+    assert runs[0]["armed_at"] is not None and runs[0]["state"] == "running", runs[0]
+    go(signed_in, cluster, f"/runs/{runs[0]['run_id']}")
+    wait_text(signed_in, "#run-armed", "fired ahead")
+    assert "late by -)" in page_text(signed_in)   # its started_at is its fire, not a call
+    assert sink.by_job().get(job_id, []) == []    # and it was not called early
 
 
 def test_the_jobs_list_searches_by_name_and_filters_by_status(signed_in, cluster):
