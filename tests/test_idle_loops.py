@@ -47,10 +47,11 @@ def _coordinator(owners: dict[int, str]) -> tuple[Coordinator, SimpleNamespace]:
 
     # What the test changes as it goes: the term, who drains, the clock, propose.
     node = SimpleNamespace(store=_Store(owners), proposed=proposed, term=1, draining=False,
-                           peers_draining=set(), monotonic=time.monotonic, propose=propose)
+                           peers_draining=set(), monotonic=time.monotonic, propose=propose,
+                           now_ms=lambda: 0)
     coordinator = Coordinator(
         Replicated(node_id="n1", store=node.store, propose=lambda c: node.propose(c),
-                   now_ms=lambda: 0, is_leader=lambda: True),
+                   now_ms=lambda: node.now_ms(), is_leader=lambda: True),
         shard_count=SHARD_COUNT, spawn=_spawn, term=lambda: node.term,
         peer_liveness=lambda: {"r-n2": 0.0, "r-n3": 0.0},
         clocks=SimpleNamespace(out_of_bound=lambda: set(), draining=lambda: node.peers_draining),
