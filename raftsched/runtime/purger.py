@@ -157,8 +157,8 @@ class Purger:
     def _plan_jobs(self, plan: Plan, bounds: Bounds) -> None:
         # A pending job (active, never run) reads as None, undecoded: it has
         # no history to choose from and is not retired.
-        rows = self._replicated.store.scan_jobs_with_history(start=self._job_cursor,
-                                                       limit=limits.purge_scan_jobs_max)
+        rows = self._replicated.store.scan_jobs_with_history(
+            start=self._job_cursor, limit=limits.purge_scan_jobs_max)
         for key, job in rows:
             if job is None:
                 continue
@@ -241,7 +241,7 @@ class Purger:
             return
         cutoff_ms = bounds.now_ms - bounds.finished_job_retention_ms
         rows = self._replicated.store.scan(BACKFILLS, start=self._backfill_cursor,
-                                     limit=limits.purge_scan_backfills_max)
+                                           limit=limits.purge_scan_backfills_max)
         for key, record in rows:
             if plan.room() == 0:
                 self._backfill_cursor = key
