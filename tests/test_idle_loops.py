@@ -216,6 +216,29 @@ def test_a_log_that_lags_behind_judges_no_node_dead():
     assert coordinator.live_nodes() == ["n1", "n2"]
 
 
+def test_a_renewal_from_before_this_start_is_no_evidence_within_the_grace():
+    """A cluster restarted whole applies its nodes' last renewals from before
+    the stop. The slowest node to start is judged by its renewals since this
+    start, not by those: live for node_lease_s from the start, then dead
+    unless one came."""
+    node = SimpleNamespace(now_ms=lambda: 50_000)
+    coordinator = Coordinator(
+        Replicated(node_id="n1", store=_Store(dict(BALANCED)), propose=None,
+                   now_ms=lambda: node.now_ms(), is_leader=lambda: True),
+        shard_count=SHARD_COUNT, spawn=_spawn, term=lambda: 1,
+        peer_liveness=lambda: {"r-n2": 0.0, "r-n3": 0.0},
+        clocks=SimpleNamespace(out_of_bound=set, draining=set),
+        draining=lambda: False, monotonic=time.monotonic)
+    coordinator.renewed("n3", 10_000)             # before the stop, applied after the start
+    coordinator.renewed("n1", 50_500)
+    coordinator.renewed("n2", 50_500)
+    assert coordinator.live_nodes() == ["n1", "n2", "n3"]
+    coordinator._started -= limits.node_lease_s   # the grace has passed
+    assert coordinator.live_nodes() == ["n1", "n2"]
+    coordinator.renewed("n3", 50_600)
+    assert coordinator.live_nodes() == ["n1", "n2", "n3"]
+
+
 async def test_the_log_latency_is_the_latest_renewals_round_trip_within_a_term():
     coordinator, node = _coordinator(dict(BALANCED))
     now = [100.0]

@@ -70,6 +70,10 @@ class Coordinator:
         self._renewed: dict[str, int] = {}
         self._latest_renewal_ms = 0
         self._started = time.monotonic()
+        # The cluster's time (as this node then had it) when this process
+        # started: a renewal proposed before it, applied here from the log's
+        # tail after a restart, says nothing of whether its node is up now.
+        self._started_ms = replicated.now_ms()
         self._no_candidates_logged = False
         # (Raft term, candidates) of the last pass that found the placement
         # right, and when (time.monotonic()) it read the shards: see maybe_rebalance.
@@ -117,10 +121,16 @@ class Coordinator:
             seen_ms = self._renewed.get(nid)
             if nid in down:
                 continue
-            if seen_ms is not None and self._latest_renewal_ms - seen_ms < bound_ms:
+            if seen_ms is not None and seen_ms >= self._started_ms:
+                if self._latest_renewal_ms - seen_ms < bound_ms:
+                    live.add(nid)
+            elif time.monotonic() - self._started < limits.node_lease_s:
+                # Just started: no renewal heard yet, or only ones from before
+                # this start (a cluster restarted whole applies its nodes' last
+                # renewals from before the stop), is no evidence. Judged so,
+                # the node slowest to start lost its shards a second after the
+                # others, and their runs were taken over as next attempts.
                 live.add(nid)
-            elif seen_ms is None and time.monotonic() - self._started < limits.node_lease_s:
-                live.add(nid)   # just started: no renewal heard yet is no evidence
         return sorted(live)
 
     async def renew_loop(self) -> None:
