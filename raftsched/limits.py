@@ -457,6 +457,17 @@ arm_ahead_s_default = 30.0
 # The flag's bound: an armed run is withdrawn by any edit made before its
 # second, and held in memory until then; a window of minutes only widens both.
 arm_ahead_s_max = 300.0
+# A node keeps in its data folder a time no run it called was due after
+# (runtime/horizon.py): before a call due past it, the file is pushed this far
+# past the call's due time (one fdatasync). Runs it held that were due after
+# the time the file gave at its start, and whose second passed while it was
+# down, were never called, and their jobs' misfire policies judge them. Larger
+# means fewer writes, and runs due just after a stop called late rather than judged.
+call_horizon_step_ms = 5_000
+# How long a node at its start waits for its shard lease (and every node's
+# release to apply the judgement) before the runs it never called are called
+# late instead of judged by their misfire policies; it calls nothing meanwhile.
+uncalled_judge_wait_s = 60.0
 # Items fired ahead of their second in one pass of a node's trigger, proposed
 # only while none of its fires is in flight: arming is a background pipeline of
 # small entries, so followers apply each quickly and keep answering heartbeats

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import datetime as dt
 import time
@@ -108,6 +109,52 @@ def test_acknowledged_jobs_survive_kill_all(fresh_cluster, sink):
     calls = sink.by_job()
     assert all(len(calls[j]) == 1 for j in ids), [j for j in ids if len(calls[j]) != 1]
     cluster.ensure_same()
+
+
+def test_after_an_outage_runs_fired_ahead_and_never_called_follow_the_misfire_policy(
+        fresh_cluster, sink):
+    """Every node killed while a job every 2 s has runs fired ahead, and kept
+    down past several of their seconds. Under fire_once, the occurrences due
+    while nothing could call are not each called late: those past the nodes'
+    call horizons end missed, uncalled (docs/schedules.md, "After an outage").
+    Each is either called once or says why not."""
+    cluster = fresh_cluster
+    created = cluster.api("n1", "POST", "/v1/jobs", {
+        "name": "every-2s", "schedule": {"cron": "*/2 * * * * *"},
+        "target": {"type": "http", "url": sink.url, "timeout_s": 5}})
+    assert created.status == 201, created
+    job_id = created.body["job_id"]
+    wait_until(lambda: len(sink.by_job().get(job_id, [])) >= 2, 15, "two calls")
+
+    def runs() -> list[dict]:
+        answer = cluster.api(cluster.ids[0], "GET", f"/v1/jobs/{job_id}/runs?limit=100")
+        return answer.body["runs"] if answer.status == 200 else []
+
+    down_s = time.time()
+    cluster.kill_all()
+    time.sleep(14)   # past the call horizon's step (5 s) and several seconds of the job
+    up_s = time.time()
+    cluster.start()
+    cluster.wait_ready(timeout_s=30)
+
+    def settled() -> list[dict] | None:
+        outage = [r for r in runs() if down_s + 1 < _epoch_s(r["scheduled_for"]) < up_s - 1]
+        return outage if len(outage) >= 5 and all(
+            r["state"] in ("succeeded", "missed") for r in outage) else None
+
+    outage = wait_until(settled, 30, "the outage's runs to be called or missed")
+    # (A call the kill cut short, before the outage, is made again: not counted here.)
+    called = collections.Counter(round(c.scheduled_s) for c in sink.by_job()[job_id])
+    missed = [r for r in outage if r["state"] == "missed"]
+    assert missed, outage
+    assert all("and not called: node" in r["reason"] for r in missed), missed
+    for r in outage:
+        assert called[round(_epoch_s(r["scheduled_for"]))] == int(r["state"] == "succeeded"), r
+    cluster.ensure_same()
+
+
+def _epoch_s(rfc3339: str) -> float:
+    return dt.datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
 
 
 def test_no_quorum_answers_503_in_bounded_time(fresh_cluster, sink):

@@ -239,6 +239,8 @@ def _one_of_each_tag() -> list:
         c.reassign_runs(items=[("r", "a", "b")], at_ms=1),
         c.take_over_runs(node="n2", shard=3, token=4, run_ids=["r", "s"], at_ms=1),
         c.hand_over_runs(node="n2", holder="n1", shard=3, token=4, run_ids=["r"], at_ms=1),
+        c.miss_uncalled(node="n1", shard=3, token=4, uncalled_after_ms=5, run_ids=["r"],
+                        at_ms=9),
         c.assign_shards(assignments=[(1, "n1")], at_ms=1),
         c.purge(at_ms=1, history_max_runs=5, history_max_age_ms=0, finished_job_retention_ms=0,
                 idempotency_ttl_ms=0, runs=[("r", "j")], jobs=["j"], idem=[("t", "k")]),

@@ -17,6 +17,8 @@ from raftsched.runtime.armed import ArmedRuns
 from raftsched.runtime.context import Replicated
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Calls, Dispatcher
+from raftsched.runtime.horizon import FILE_NAME as HORIZON_FILE
+from raftsched.runtime.horizon import CallHorizon
 from raftsched.runtime.lateness import LatenessHistogram
 from raftsched.runtime.reaper import Reaper
 from raftsched.runtime.reporter import Reporter as BatchingReporter
@@ -84,7 +86,8 @@ class FakeNode:
     """What the dispatcher and the coordinator's lease use of a node, with a
     monotonic clock and a cluster clock the test moves."""
 
-    def __init__(self, cluster: Cluster, node_id: str, calls: collections.Counter) -> None:
+    def __init__(self, cluster: Cluster, node_id: str, calls: collections.Counter,
+                 horizon: CallHorizon | None = None) -> None:
         self.cluster, self.node_id, self.store = cluster, node_id, cluster.store
         self.mono_s = 1000.0
         self.clock_ms = AT_MS
@@ -107,7 +110,7 @@ class FakeNode:
             self.replicated(),
             calls=Calls(http=self.http_executor, command=None, breaker=self.breaker,
                         outputs=self.outputs, storage_past_mark=lambda: None,
-                        lateness=LatenessHistogram()),
+                        lateness=LatenessHistogram(), horizon=horizon),
             lease=self.coordinator, armed=self.armed,
             # A test swaps the reporter for the batching one.
             report=lambda *report: self.reporter.send(*report),
@@ -154,13 +157,13 @@ class FakeNode:
             self.coordinator.renewed(effect.node, effect.at_ms)
 
 
-def make_job(cluster: Cluster, owner: str = "n1") -> None:
+def make_job(cluster: Cluster, owner: str = "n1", misfire: str = "fire_all") -> None:
     cluster.run(commands.assign_shards(assignments=[(SHARD, owner)], at_ms=AT_MS - 10_000))
     spec = {"name": "j", "schedule": EVERY_2S, "target": HTTP, "misfire": None, "alert": {},
             "metadata": {}, "concurrency": {"policy": "allow"},
             "retry": {"max_attempts": 3, "backoff": "exponential", "base_s": 1.0,
                       "max_s": 60.0, "non_retryable_exit_codes": []}}
-    spec["misfire"] = {"policy": "fire_all", "tolerance_ms": 3_600_000, "catchup_max": 1000}
+    spec["misfire"] = {"policy": misfire, "tolerance_ms": 3_600_000, "catchup_max": 1000}
     cluster.run(commands.create_job(job_id=JOB, tenant="default", spec=spec,
                                     idempotency_key=None, shard=SHARD, next_ms=AT_MS,
                                     at_ms=AT_MS - 10_000))
@@ -622,3 +625,78 @@ async def test_a_hand_over_on_its_way_through_the_log_is_still_being_handed_over
     assert n1.dispatcher.handing_over() == 0
     assert [cluster.get_run(r)["holder"] for r in waiting] == ["n2"] * 3
     n1.http_executor.release.set()
+
+
+# --- runs armed before a stop, due while the node was down -------------------------------
+
+def arm_three(cluster: Cluster) -> list[str]:
+    """Three occurrences of the job (every 2 s from AT_MS) fired ahead by n1,
+    as a node does before its stop; its next one, AT_MS + 6 s, not fired."""
+    make_job(cluster, misfire="fire_once")
+    token = cluster.store.get("shards", keys.shard_key(SHARD))["token"]
+    for i in range(3):
+        due = AT_MS + 2000 * i
+        result = cluster.run(commands.fire(shard=SHARD, token=token, upto_ms=AT_MS - 20_000,
+                                           node="n1", at_ms=AT_MS - 20_000,
+                                           items=[(JOB, due, due + 2000, [due], False)]))
+        assert result["fired"] == 1, result
+    return [keys.run_id(JOB, AT_MS + 2000 * i) for i in range(3)]
+
+
+def restarted_n1(cluster: Cluster, calls: collections.Counter, tmp_path,
+                 horizon_ms: int | None) -> FakeNode:
+    """n1 started again at AT_MS + 5 s, its data folder's call horizon at
+    `horizon_ms` (None: no file, as a folder from an earlier release)."""
+    if horizon_ms is not None:
+        (tmp_path / HORIZON_FILE).write_bytes(horizon_ms.to_bytes(8, "big", signed=True))
+    n1 = FakeNode(cluster, "n1", calls, horizon=CallHorizon(str(tmp_path)))
+    n1.clock_ms = AT_MS + 5000
+    return n1
+
+
+async def test_runs_armed_before_a_stop_and_never_called_are_judged_by_their_misfire_policy(
+        cluster, tmp_path):
+    """fire_once: of the three due while n1 was down, the latest is called
+    late, once; the others end missed, uncalled."""
+    run_ids = arm_three(cluster)
+    calls: collections.Counter = collections.Counter()
+    n1 = restarted_n1(cluster, calls, tmp_path, horizon_ms=AT_MS - 1)
+    n1.renew()
+    start(n1)
+    await until(lambda: state(cluster, run_ids[2]) == "succeeded", "the latest to succeed")
+    assert [state(cluster, run_id) for run_id in run_ids] == ["missed", "missed", "succeeded"]
+    assert calls == {("n1", run_ids[2]): 1}
+    assert cluster.tags["miss_uncalled"] == 1 and n1.dispatcher.missed_uncalled_total == 2
+    # The call pushed the horizon past its due time first.
+    assert CallHorizon(str(tmp_path)).previous_ms == AT_MS + 4000 + limits.call_horizon_step_ms
+
+
+async def test_a_run_due_before_the_horizon_may_have_been_called_and_is_called_again(
+        cluster, tmp_path):
+    run_ids = arm_three(cluster)
+    calls: collections.Counter = collections.Counter()
+    n1 = restarted_n1(cluster, calls, tmp_path, horizon_ms=AT_MS + 1000)
+    n1.renew()
+    start(n1)
+    await until(lambda: state(cluster, run_ids[2]) == "succeeded", "the latest to succeed")
+    await until(lambda: state(cluster, run_ids[0]) == "succeeded", "the first to succeed")
+    assert [state(cluster, run_id) for run_id in run_ids] == ["succeeded", "missed", "succeeded"]
+    assert calls == {("n1", run_ids[0]): 1, ("n1", run_ids[2]): 1}
+
+
+@pytest.mark.parametrize("horizon_ms, applies", [(None, commands.APPLY_LEVEL),
+                                                 (AT_MS - 1, 2)])
+async def test_with_no_horizon_or_an_older_node_each_is_called_late(
+        cluster, tmp_path, monkeypatch, horizon_ms, applies):
+    """A folder with no horizon says nothing; a node of an earlier release
+    would stop on miss_uncalled. Either way each run is called, late."""
+    monkeypatch.setattr(limits, "uncalled_judge_wait_s", 0.0)
+    run_ids = arm_three(cluster)
+    calls: collections.Counter = collections.Counter()
+    n1 = restarted_n1(cluster, calls, tmp_path, horizon_ms=horizon_ms)
+    n1.applies = applies
+    n1.renew()
+    start(n1)
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids), "every call")
+    assert calls == {("n1", run_id): 1 for run_id in run_ids}
+    assert cluster.tags["miss_uncalled"] == 0

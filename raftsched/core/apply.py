@@ -30,6 +30,7 @@ from raftsched import limits
 from raftsched.core import (backfill, commands, keys, lifecycle, redrive, retention, runs,
                             tenancy, topics)
 from raftsched.core.firing import DEFAULT_MISFIRE, armable, due_at_ms
+from raftsched.core.timeutil import format_ms
 from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOBS, JOBS_BY_TENANT, LEASES,
                                NODES, READY, RECORD_VERSION, RUNS, RUNS_OPEN, SHARDS,
                                TABLES, TALLY_MISFIRE, TENANTS, TOKENS,
@@ -416,6 +417,77 @@ def _fire_part(tx: Tx, part: commands.Fire | commands.FirePart, node: str, at_ms
     return {"ok": True, "fired": fired, "stale": stale, "node": node}
 
 
+def _miss_uncalled(tx: Tx, cmd: commands.Command) -> dict:
+    """Runs `cmd.node` holds in the shard and never called (core/runs.uncalled_late),
+    judged job by job by the job's misfire policy as occurrences firing
+    late at cmd.at_ms: those it would not run end missed or skipped; the others
+    stay held, and are called late. Refused whole unless the node still owns
+    the shard under the token."""
+    state = _shard_state(tx, cmd.shard)
+    if state["owner"] != cmd.node or state["token"] != cmd.token:
+        return {"ok": False, "error": "stale_token", "ended": 0,
+                "detail": f"shard {cmd.shard} token {cmd.token} from {cmd.node}; current "
+                          f"token {state['token']} owned by {state['owner']}"}
+    by_job: dict[str, list[dict]] = {}
+    for run_id in dict.fromkeys(cmd.run_ids):
+        run = runs.get_run(tx, run_id)
+        if run is not None and run.get("shard") == cmd.shard and runs.uncalled_late(
+                run, cmd.node, cmd.token, cmd.uncalled_after_ms, cmd.at_ms):
+            by_job.setdefault(run["job_id"], []).append(run)
+    ended = 0
+    for job_id, held in sorted(by_job.items()):
+        job = _live_job(tx, job_id)
+        if job is None:
+            continue   # a deleted job's runs are its deletion's to end
+        held.sort(key=lambda run: run["scheduled_ms"])
+        ended += _judge_uncalled(tx, job, held, cmd)
+        tx.put(JOBS, keys.job_key(job_id), job)
+    return {"ok": True, "ended": ended, "judged": sum(map(len, by_job.values()))}
+
+
+def _judge_uncalled(tx: Tx, job: dict, held: list[dict], cmd: commands.Command) -> int:
+    policy = job["spec"].get("misfire", DEFAULT_MISFIRE)
+    at_ms = cmd.at_ms
+    jittered = bool(job["spec"].get("jitter_ms"))
+    due_at = (lambda o, job=job: due_at_ms(job, o)) if jittered else None
+    by_occurrence = {run["scheduled_ms"]: run for run in held}
+    decisions = misfire_decisions(policy, list(by_occurrence), at_ms, due_at)
+    if policy["policy"] == "fire_once" and _later_occurrence_due(tx, job, held, at_ms):
+        # A later occurrence is late too (fired late already, or about to
+        # be): it is the one late run, and these are all missed.
+        decisions = [(o, lifecycle.MISSED, "a later occurrence runs late instead")
+                     for o, _, _ in decisions]
+    why = (f"fired ahead of its second, and not called: node {cmd.node} stopped "
+           f"and called nothing due after {format_ms(cmd.uncalled_after_ms)}")
+    ended = 0
+    for occurrence, run_state, reason in decisions:
+        if run_state == lifecycle.QUEUED:
+            continue   # called late, as the policy says
+        if reason is not None and policy["policy"] == "fire_once" \
+                and reason.startswith("missed while nothing could fire"):
+            reason = (f"the run for {format_ms(decisions[-1][0])} is called late instead "
+                      f"(fire_once policy)")
+        runs.end_uncalled(tx, job, by_occurrence[occurrence], run_state,
+                          f"{why}; {reason}", at_ms)
+        tx.tally(TALLY_MISFIRE, f"{policy['policy']}:{run_state}")
+        ended += 1
+    return ended
+
+
+def _later_occurrence_due(tx: Tx, job: dict, held: list[dict], at_ms: int) -> bool:
+    """Has `job` an occurrence after the latest of `held` that is due by
+    at_ms: its next one, not fired yet, or one fired late whose run is open?"""
+    if job.get("next_ms") is not None and due_at_ms(job, job["next_ms"]) <= at_ms:
+        return True
+    latest, held_ids = held[-1]["scheduled_ms"], {run["id"] for run in held}
+    for run_id in job.get("active", []):
+        other = None if run_id in held_ids else runs.get_run(tx, run_id)
+        if other is not None and other["scheduled_ms"] > latest \
+                and due_at_ms(job, other["scheduled_ms"]) <= at_ms:
+            return True
+    return False
+
+
 def _fire_many(tx: Tx, cmd: commands.Command) -> dict:
     """Each part exactly as a `fire` of its shard, in order; a part under a
     stale token is refused (and counted) alone."""
@@ -491,6 +563,7 @@ HANDLERS: dict[str, Callable[[Tx, dict], dict]] = {
     "expire_leases": runs.handle_expire_leases,
     "reassign_runs": runs.handle_reassign_runs,
     "take_over_runs": runs.handle_take_over_runs,
+    "miss_uncalled": _miss_uncalled,
     "hand_over_runs": runs.handle_hand_over_runs,
     "cancel_run": runs.handle_cancel_run,
     "alert_done": runs.handle_alert_done,

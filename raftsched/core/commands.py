@@ -31,10 +31,10 @@ from raftsched.errors import CommandRefused, UnknownCommand
 
 VERSION = 1
 # The commands this build applies, as a level its clock answers carry (GET
-# /v1/node/clock `applies`): 2 added hand_over_runs. A node proposes a
+# /v1/node/clock `applies`): 2 added hand_over_runs, 3 miss_uncalled. A node proposes a
 # command of a level only once every other node has said it applies it, so
 # that during a rolling upgrade no older node meets a tag it would stop on.
-APPLY_LEVEL = 2
+APPLY_LEVEL = 3
 # The level of a node that does not say (a release before the levels).
 APPLY_LEVEL_UNSAID = 1
 
@@ -704,6 +704,19 @@ class HandOverRuns(Command, tag="hand_over_runs", kw_only=True):
     at_ms: TimeMs
 
 
+class MissUncalled(Command, tag="miss_uncalled", kw_only=True):
+    """Proposed by `node` at its start: of the runs it holds in `shard` under
+    `token`, those fired ahead, due after `uncalled_after_ms` and by `at_ms`
+    were never called (runtime/horizon.py), and their jobs' misfire policies
+    judge them as late occurrences (core/runs.miss_uncalled)."""
+    node: NodeId
+    shard: Shard
+    token: Token
+    uncalled_after_ms: TimeMs
+    run_ids: Annotated[list[RunId], Meta(max_length=limits.take_over_batch_max)]
+    at_ms: TimeMs
+
+
 class CancelRun(_Scoped, tag="cancel_run", kw_only=True):
     run_id: RunId
     reason: CommandText
@@ -869,7 +882,7 @@ SHAPES: dict[str, type[Command]] = {
     cls.__struct_config__.tag: cls for cls in (
         CreateJob, CreateJobs, UpdateJob, DeleteJob, PauseJob, ResumeJob, TriggerJob, RetryRun,
         Fire, FireMany, AssignShards, RunUpdates, RegisterNode, Renew, CheckDigest,
-        ExpireLeases, ReassignRuns, TakeOverRuns, HandOverRuns, CancelRun, AlertDone, Publish,
+        ExpireLeases, ReassignRuns, TakeOverRuns, HandOverRuns, MissUncalled, CancelRun, AlertDone, Publish,
         CommitOffset, Purge, CreateToken, RevokeToken, PutTenant, DeleteTenant, CreateBackfill, BackfillStep,
         CancelBackfill)}
 TAGS = frozenset(SHAPES)
@@ -1270,6 +1283,14 @@ def hand_over_runs(*, node: str, holder: str, shard: int, token: int, run_ids: l
     for the shard's owner `node` to take over as the same attempt."""
     return HandOverRuns(node=node, holder=holder, shard=shard, token=token,
                         run_ids=list(run_ids), at_ms=at_ms)
+
+
+def miss_uncalled(*, node: str, shard: int, token: int, uncalled_after_ms: int,
+                  run_ids: list[str], at_ms: int) -> MissUncalled:
+    """A node's at its start: runs it holds that it never called, for their
+    jobs' misfire policies to judge."""
+    return MissUncalled(node=node, shard=shard, token=token,
+                        uncalled_after_ms=uncalled_after_ms, run_ids=list(run_ids), at_ms=at_ms)
 
 
 def reassign_runs(*, items: list[tuple[str, str, str]], at_ms: int) -> ReassignRuns:

@@ -21,7 +21,10 @@ before starting it.
 A node-executed run is `start`ed in the apply that queues it (the lease is
 taken at fire: its shard's owner holds it, core/runs.py). `take_over` ends
 its attempt when its shard moved to another node, which holds the next
-attempt at once (queued, then started in the same apply).
+attempt at once (queued, then started in the same apply). `miss` and `skip`
+end a run fired ahead of its second that its node never called, having
+stopped before the second and come back after it: its job's misfire policy
+judges it as it would a late occurrence (runtime/horizon.py).
 
 A failed run is terminal, with one way out: `redrive` (POST /v1/runs/{id}:retry)
 gives it a new attempt under the same execution id, queued, or `redrive_wait`
@@ -67,6 +70,8 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (RUNNING, "fail"): FAILED,
     (RUNNING, "retry"): RETRY_WAIT,
     (RUNNING, "cancel"): CANCELLED,
+    (RUNNING, "miss"): MISSED,
+    (RUNNING, "skip"): SKIPPED,
     (RETRY_WAIT, "due"): QUEUED,
     (RETRY_WAIT, "cancel"): CANCELLED,
     (FAILED, "redrive"): QUEUED,

@@ -380,6 +380,36 @@ def not_due(run: dict, at_ms: int) -> bool:
         run["scheduled_ms"] + run.get("jitter_ms", 0) > at_ms + limits.take_over_armed_margin_ms
 
 
+def uncalled_late(run: dict, node: str, token: int, uncalled_after_ms: int,
+                  at_ms: int) -> bool:
+    """Is `run` one `node` holds under `token`, fired ahead of its second
+    (its first attempt, from its schedule), due after `uncalled_after_ms`
+    (so `node` never called it: runtime/horizon.py) and by `at_ms`?"""
+    if run["state"] != RUNNING or run.get("holder") != node or run["token"] != token \
+            or run.get("armed_ms") is None or run["attempt"] != 1 \
+            or run.get("trigger") != "schedule" or run.get("queue") \
+            or "dag_run" in run or dagrun.is_dag_run(run):
+        return False
+    due_ms = run["scheduled_ms"] + run.get("jitter_ms", 0)
+    return uncalled_after_ms < due_ms <= at_ms
+
+
+def end_uncalled(tx: Tx, job: dict, run: dict, state: str, reason: str, at_ms: int) -> None:
+    """End a run its holder never called (uncalled_late) as `state`, missed
+    or skipped, as a fire would have created it: no attempt, the reason
+    given. Its holder drops it (RunCancelled). The caller puts the job."""
+    tx.effects.append(RunCancelled(run_id=run["id"], holder=run["holder"],
+                                   attempt=run["attempt"]))
+    _release(tx, run)
+    _move(run, "miss" if state == lifecycle.MISSED else "skip")
+    run["attempts"] = run["attempts"][:-1]
+    run["started_ms"] = None
+    run["reason"], run["finished_ms"] = reason, at_ms
+    tx.tally(TALLY_RUN_ENDED, run["state"])
+    settle(tx, job, run, at_ms)
+    put_run(tx, run)
+
+
 def reassign(tx: Tx, run: dict, from_node: str, to_node: str, at_ms: int) -> bool:
     """A queued run whose node died before starting it moves to a live node."""
     if run["state"] != QUEUED or run.get("queue") or run["node"] != from_node \

@@ -44,6 +44,7 @@ from raftsched.executors.base import Attempt, Outcome
 from raftsched.executors.breaker import Breaker
 from raftsched.runtime.context import Replicated, Spawn
 from raftsched.runtime.fair import FairQueue
+from raftsched.runtime.horizon import CallHorizon, cover_or_drop
 from raftsched.runtime.lateness import LatenessHistogram
 from raftsched.storage.output_store import OutputStore
 
@@ -51,6 +52,8 @@ log = logging.getLogger("raftsched.dispatch")
 
 # The command level (commands.APPLY_LEVEL) that applies hand_over_runs.
 HAND_OVER_LEVEL = 2
+# The command level that applies miss_uncalled.
+MISS_UNCALLED_LEVEL = 3
 
 
 async def _each(items: list, work: Callable[[Any], Awaitable[None]]) -> None:
@@ -150,6 +153,9 @@ class Calls:
     storage_past_mark: Callable[[], tuple[str, str] | None]
     # First calls of scheduled runs against when they were due.
     lateness: LatenessHistogram
+    # A time no run this node called was due after, kept in its data folder
+    # (runtime/horizon.py); None keeps none, and judges no run uncalled.
+    horizon: CallHorizon | None = None
 
 
 class ShardLease(Protocol):
@@ -216,6 +222,8 @@ class Dispatcher:
         self._running: dict[str, tuple[int, asyncio.Task]] = {}   # run -> (attempt, task)
         self._slots = asyncio.Semaphore(limits.runs_inflight_max)
         self._rescan = True   # resume open runs at start-up
+        self._judged_uncalled = False   # runs held since before this start (judge_uncalled)
+        self.missed_uncalled_total = 0
         self._tasks: set[asyncio.Task] = set()
         self.dropped_notifications = 0
         self.parked_total = 0
@@ -331,6 +339,9 @@ class Dispatcher:
     # --- the loops --------------------------------------------------------------------
 
     async def run(self) -> None:
+        if not self._judged_uncalled:
+            self._judged_uncalled = True
+            await self.judge_uncalled()
         # A restart after a failure (runtime/supervise.py) may have lost the run
         # it had taken from the queue: the open-runs index still names it.
         self._rescan = True
@@ -558,6 +569,62 @@ class Dispatcher:
                          "ahead, or handed over)", result["taken"], shard)
         return bool(result.get("ok")) and result["taken"] > 0
 
+    async def judge_uncalled(self) -> None:
+        """Once, at start, before any run this node holds is called: those it
+        held before this start, fired ahead of a second that passed while it
+        was down, and due after its call horizon's time (so never called:
+        runtime/horizon.py), go to their jobs' misfire policies
+        (miss_uncalled), which end those they would not run. Waits for this
+        node's shard lease (its state caught up with a renewal of this start)
+        up to uncalled_judge_wait_s; without it, or while a node of an
+        earlier release is in the cluster, they are called late, each one."""
+        horizon = self._calls.horizon
+        after_ms = None if horizon is None else horizon.previous_ms
+        if after_ms is None or not self._uncalled(after_ms):
+            return
+        deadline = self._monotonic() + limits.uncalled_judge_wait_s
+        while not (self._lease.shard_lease_valid()
+                   and self._cluster_applies() >= MISS_UNCALLED_LEVEL):
+            left = deadline - self._monotonic()
+            if left <= 0:
+                log.warning("runs held since before this start, due while this node was "
+                            "down, are called late, each one: %s within %.0f s "
+                            "(uncalled_judge_wait_s), so their misfire policies did not judge "
+                            "them", "no shard lease" if not self._lease.shard_lease_valid()
+                            else "a node of an earlier release is in the cluster",
+                            limits.uncalled_judge_wait_s)
+                return
+            await self._lease.wait_lease_extended(min(left, limits.renew_period_s))
+        for shard, (token, run_ids) in sorted(self._uncalled(after_ms).items()):
+            for chunk in self._by_cost(run_ids):
+                try:
+                    result = await self._replicated.propose(commands.miss_uncalled(
+                        node=self._me, shard=shard, token=token, uncalled_after_ms=after_ms,
+                        run_ids=chunk, at_ms=self._now_ms()))
+                except Unavailable as exc:
+                    log.warning("runs of shard %d held since before this start are called "
+                                "late, each one: their misfire judgement was not committed: "
+                                "%s", shard, exc.detail)
+                    break
+                if result.get("ok"):
+                    self.missed_uncalled_total += result["ended"]
+                    log.info("%d runs of shard %d were due while this node was down and never "
+                             "called: %d ended missed or skipped by their misfire policies, "
+                             "the others are called late", result["judged"], shard,
+                             result["ended"])
+
+    def _uncalled(self, after_ms: int) -> dict[int, tuple[int, list[str]]]:
+        """shard -> (token, ids of the runs this node holds there that it never
+        called and that were due by now: core/runs.uncalled_late)."""
+        store, me, now_ms = self._store, self._me, self._now_ms()
+        found: dict[int, tuple[int, list[str]]] = {}
+        for shard, token in queries.owned_shards(store, me).items():
+            ids = [run["id"] for run in queries.open_runs(store, shard, limits.dispatch_queue_max)
+                   if runs.uncalled_late(run, me, token, after_ms, now_ms)]
+            if ids:
+                found[shard] = (token, ids)
+        return found
+
     def _resume_open_runs(self) -> None:
         """Submit the runs this node holds in the shards it owns (at start-up,
         after a restart of this loop or a snapshot install), and mark every
@@ -593,6 +660,9 @@ class Dispatcher:
             self._running[run["id"]] = (run["attempt"], task)
             if waits:
                 job = queries.job(self._store, run["job_id"])
+            # No call past the call horizon (runtime/horizon.py).
+            await cover_or_drop(self._calls.horizon,
+                                run["scheduled_ms"] + run.get("jitter_ms", 0))
             called_ms = self._now_ms()
             try:
                 outcome = await self._call(job, run)

@@ -299,6 +299,12 @@ class NodeCollector(Collector):
                       "as leader", reaper.expired_total)
         yield counter("runs_taken_over", "Open runs of shards this node gained, taken "
                       "over from the shard's former owner", node.dispatcher.taken_over_total)
+        yield counter("runs_missed_uncalled", "Runs this node held from before its start "
+                      "and never called, ended missed or skipped by their misfire policies "
+                      "(runtime/horizon.py)", node.dispatcher.missed_uncalled_total)
+        yield counter("call_horizon_writes", "Pushes of this node's call horizon, each one "
+                      "write and fdatasync (runtime/horizon.py)",
+                      node.call_horizon.writes_total)
         yield counter("runs_not_called", "Runs this node dropped before their call because "
                       "it no longer held them (its shard moved)",
                       node.dispatcher.not_called_total)

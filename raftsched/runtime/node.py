@@ -45,6 +45,7 @@ from raftsched.runtime.context import Replicated
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.dispatcher import Calls, Dispatcher
 from raftsched.runtime.effects import Effects, SnapshotInstalled
+from raftsched.runtime.horizon import CallHorizon
 from raftsched.runtime.lateness import LatenessHistogram
 from raftsched.runtime import gcpolicy, peer
 from raftsched.runtime.metrics import AppliedCounts, exposition, make_registry
@@ -212,13 +213,16 @@ class Node:
                                call=lambda run: self.dispatcher.enqueue(run))
         # First calls of scheduled runs, against when they were due (runtime/dispatcher.py).
         self.trigger_lateness = LatenessHistogram()
+        # A time no run this node called was due after (runtime/horizon.py).
+        self.call_horizon = CallHorizon(config.data_dir)
         self.dispatcher = Dispatcher(
             self.replicated,
             calls=Calls(http=self.http_executor,
                         command=self.command_executor if config.allow_commands else None,
                         breaker=self.breaker, outputs=self.outputs,
                         storage_past_mark=self.storage.past_mark,
-                        lateness=self.trigger_lateness),
+                        lateness=self.trigger_lateness,
+                        horizon=self.call_horizon),
             lease=self.coordinator, armed=self.armed, report=self.reporter.send,
             spawn=self.spawn, quota_of=self.quota_of,
             cluster_applies=self.clock.cluster_applies, monotonic=self.monotonic)
