@@ -135,7 +135,8 @@ def test_skip_skips_those_later_than_its_tolerance_and_calls_the_rest():
     log = armed_three({"policy": "skip", "tolerance_ms": 15_000, "catchup_max": 100})
     assert judge(log, at_ms=DUE_MS + 25_000)["ended"] == 1
     assert states(log) == [lifecycle.SKIPPED, lifecycle.RUNNING, lifecycle.RUNNING]
-    assert "over the misfire tolerance of 15000 ms (skip policy)" in run(log, 0)["reason"]
+    assert "; 25000 ms late, over the misfire tolerance of 15000 ms (skip policy)" \
+        in run(log, 0)["reason"]
 
 
 def test_fire_all_calls_every_one():

@@ -455,18 +455,20 @@ def _judge_uncalled(tx: Tx, job: dict, held: list[dict], cmd: commands.Command) 
     if policy["policy"] == "fire_once" and _later_occurrence_due(tx, job, held, at_ms):
         # A later occurrence is late too (fired late already, or about to
         # be): it is the one late run, and these are all missed.
-        decisions = [(o, lifecycle.MISSED, "a later occurrence runs late instead")
-                     for o, _, _ in decisions]
+        decisions = [(o, lifecycle.MISSED, "a later occurrence runs late instead "
+                                           "(fire_once policy)") for o, _, _ in decisions]
     why = (f"fired ahead of its second, and not called: node {cmd.node} stopped "
            f"and called nothing due after {format_ms(cmd.uncalled_after_ms)}")
     ended = 0
     for occurrence, run_state, reason in decisions:
         if run_state == lifecycle.QUEUED:
             continue   # called late, as the policy says
-        if reason is not None and policy["policy"] == "fire_once" \
+        if policy["policy"] == "fire_once" and reason is not None \
                 and reason.startswith("missed while nothing could fire"):
             reason = (f"the run for {format_ms(decisions[-1][0])} is called late instead "
                       f"(fire_once policy)")
+        elif reason is not None:
+            reason = reason.removeprefix("fired ")   # "25000 ms late, over ..."
         runs.end_uncalled(tx, job, by_occurrence[occurrence], run_state,
                           f"{why}; {reason}", at_ms)
         tx.tally(TALLY_MISFIRE, f"{policy['policy']}:{run_state}")

@@ -652,6 +652,10 @@ class Dispatcher:
         read again if the call has to wait for this node's shard lease."""
         settled_here = True
         try:
+            # No call past the call horizon (runtime/horizon.py): pushed
+            # first, so that the checks below come right before the call.
+            await cover_or_drop(self._calls.horizon,
+                                run["scheduled_ms"] + run.get("jitter_ms", 0))
             waits = not self._lease.shard_lease_valid()
             if not await self._still_held(run):
                 return   # the shard moved: its new owner takes the run over
@@ -660,9 +664,6 @@ class Dispatcher:
             self._running[run["id"]] = (run["attempt"], task)
             if waits:
                 job = queries.job(self._store, run["job_id"])
-            # No call past the call horizon (runtime/horizon.py).
-            await cover_or_drop(self._calls.horizon,
-                                run["scheduled_ms"] + run.get("jitter_ms", 0))
             called_ms = self._now_ms()
             try:
                 outcome = await self._call(job, run)
