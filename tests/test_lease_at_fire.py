@@ -700,3 +700,24 @@ async def test_with_no_horizon_or_an_older_node_each_is_called_late(
     await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids), "every call")
     assert calls == {("n1", run_id): 1 for run_id in run_ids}
     assert cluster.tags["miss_uncalled"] == 0
+
+
+async def test_a_run_its_node_may_have_called_before_a_restart_is_not_handed_over_uncalled(
+        cluster, tmp_path):
+    """Due by the call horizon its node had before the restart, a run may
+    have been called then: when its shard moves before the node calls it
+    again, it is not handed over as the same attempt (the new owner takes it
+    over as its next one after the grace)."""
+    run_ids = arm_three(cluster)
+    calls: collections.Counter = collections.Counter()
+    n1 = restarted_n1(cluster, calls, tmp_path, horizon_ms=AT_MS + 10_000)
+    start(n1)   # no renewal yet: it waits for its shard lease before any call
+    await until(lambda: all(n1.dispatcher.maybe_called_before_start(cluster.get_run(r))
+                            for r in run_ids), "the resumed runs to be marked")
+    n2 = FakeNode(cluster, "n2", calls)
+    n2.renew()
+    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=AT_MS + 5001))
+    await until(lambda: n1.dispatcher.not_called_total == 3, "n1 to drop the runs", 5)
+    await asyncio.sleep(0)   # a hand-over would be proposed on the takeover loop's turn
+    assert cluster.tags["hand_over_runs"] == 0 and not calls
+    assert [cluster.get_run(r)["holder"] for r in run_ids] == ["n1"] * 3

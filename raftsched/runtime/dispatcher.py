@@ -223,6 +223,12 @@ class Dispatcher:
         self._slots = asyncio.Semaphore(limits.runs_inflight_max)
         self._rescan = True   # resume open runs at start-up
         self._judged_uncalled = False   # runs held since before this start (judge_uncalled)
+        # Runs held since before this start that this node's earlier process
+        # may have called (due by its call horizon, or any without one): run
+        # id -> attempt. Never handed over as uncalled (_may_hand_over). Filled
+        # by the first resume, bounded by dispatch_queue_max, emptied as each
+        # attempt ends here.
+        self._maybe_called: dict[str, int] | None = None
         self.missed_uncalled_total = 0
         self._tasks: set[asyncio.Task] = set()
         self.dropped_notifications = 0
@@ -312,7 +318,15 @@ class Dispatcher:
         me = self._me
         return state is not None and state["owner"] not in (None, me) \
             and current is not None and current["state"] == "running" \
-            and current.get("holder") == me and current["attempt"] == run["attempt"]
+            and current.get("holder") == me and current["attempt"] == run["attempt"] \
+            and not self.maybe_called_before_start(run)
+
+    def maybe_called_before_start(self, run: dict) -> bool:
+        """Did this node's process before this start perhaps call this attempt
+        (it held it then, due by the call horizon)? Then it is not handed over
+        as uncalled: its new owner takes it over as its next attempt."""
+        return self._maybe_called is not None \
+            and self._maybe_called.get(run["id"]) == run["attempt"]
 
     def _move_cost(self, run: dict) -> int:
         """What moving `run` to another holder costs apply: a DAG task run's
@@ -631,6 +645,12 @@ class Dispatcher:
         owned shard for the takeover loop (runs held under an older token)."""
         store, me = self._store, self._me
         resumed = 0
+        first = self._maybe_called is None
+        if first:
+            self._maybe_called = {}
+        horizon = self._calls.horizon
+        after_ms = None if horizon is None else horizon.previous_ms
+        now_ms = self._now_ms()
         for shard, token in queries.owned_shards(store, me).items():
             self._to_take_over.setdefault(shard, self._monotonic())
             for run in queries.open_runs(store, shard, limits.dispatch_queue_max - resumed):
@@ -638,6 +658,9 @@ class Dispatcher:
                         or run["state"] != "running" \
                         or run["holder"] != me or run["token"] != token:
                     continue
+                due_ms = run["scheduled_ms"] + run.get("jitter_ms", 0)
+                if first and due_ms <= now_ms and (after_ms is None or due_ms <= after_ms):
+                    self._maybe_called[run["id"]] = run["attempt"]
                 self.submit(run)
                 resumed += 1
         self._take_over_wake.set()
@@ -694,6 +717,8 @@ class Dispatcher:
         """This attempt is settled here (a later one of the run may be active)."""
         if self._active.get(run["id"]) == run["attempt"]:
             del self._active[run["id"]]
+        if self._maybe_called and self._maybe_called.get(run["id"]) == run["attempt"]:
+            del self._maybe_called[run["id"]]
 
     def _report_failure(self, run: dict, error: str) -> None:
         job = queries.job(self._store, run["job_id"])
