@@ -468,6 +468,11 @@ call_horizon_step_ms = 5_000
 # release to apply the judgement) before the runs it never called are called
 # late instead of judged by their misfire policies; it calls nothing meanwhile.
 uncalled_judge_wait_s = 60.0
+# Then, how long it waits to hear that every node's release applies the
+# judgement (clock answers come every clock_probe_period_unmeasured_s until each
+# peer is measured): a node of an earlier release in the cluster, during a
+# rolling upgrade, holds this node's calls back no longer than this.
+uncalled_level_wait_s = 1.5
 # Items fired ahead of their second in one pass of a node's trigger, proposed
 # only while none of its fires is in flight: arming is a background pipeline of
 # small entries, so followers apply each quickly and keep answering heartbeats

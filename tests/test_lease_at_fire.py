@@ -690,7 +690,7 @@ async def test_with_no_horizon_or_an_older_node_each_is_called_late(
         cluster, tmp_path, monkeypatch, horizon_ms, applies):
     """A folder with no horizon says nothing; a node of an earlier release
     would stop on miss_uncalled. Either way each run is called, late."""
-    monkeypatch.setattr(limits, "uncalled_judge_wait_s", 0.0)
+    monkeypatch.setattr(limits, "uncalled_level_wait_s", 0.0)
     run_ids = arm_three(cluster)
     calls: collections.Counter = collections.Counter()
     n1 = restarted_n1(cluster, calls, tmp_path, horizon_ms=horizon_ms)

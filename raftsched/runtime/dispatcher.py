@@ -597,18 +597,26 @@ class Dispatcher:
         if after_ms is None or not self._uncalled(after_ms):
             return
         deadline = self._monotonic() + limits.uncalled_judge_wait_s
-        while not (self._lease.shard_lease_valid()
-                   and self._cluster_applies() >= MISS_UNCALLED_LEVEL):
+        while not self._lease.shard_lease_valid():
             left = deadline - self._monotonic()
             if left <= 0:
                 log.warning("runs held since before this start, due while this node was "
-                            "down, are called late, each one: %s within %.0f s "
+                            "down, are called late, each one: no shard lease within %.0f s "
                             "(uncalled_judge_wait_s), so their misfire policies did not judge "
-                            "them", "no shard lease" if not self._lease.shard_lease_valid()
-                            else "a node of an earlier release is in the cluster",
-                            limits.uncalled_judge_wait_s)
+                            "them", limits.uncalled_judge_wait_s)
                 return
             await self._lease.wait_lease_extended(min(left, limits.renew_period_s))
+        # Every peer's release, from its clock answers (a rolling upgrade
+        # may have an older node in the cluster, which costs the calls no
+        # more than this wait).
+        deadline = self._monotonic() + limits.uncalled_level_wait_s
+        while self._cluster_applies() < MISS_UNCALLED_LEVEL:
+            if self._monotonic() >= deadline:
+                log.warning("runs held since before this start, due while this node was "
+                            "down, are called late, each one: a node of an earlier release "
+                            "is in the cluster, so their misfire policies did not judge them")
+                return
+            await asyncio.sleep(limits.clock_probe_period_unmeasured_s)
         for shard, (token, run_ids) in sorted(self._uncalled(after_ms).items()):
             for chunk in self._by_cost(run_ids):
                 try:
