@@ -36,13 +36,18 @@ def create_many(cluster, bodies: list[dict]) -> list[str]:
         return list(pool.map(create, enumerate(bodies)))
 
 
-def test_cron_and_one_offs_fire_on_time_once(shared_cluster, sink):
-    cluster = shared_cluster
-    cron = cluster.api("n1", "POST", "/v1/jobs", {
+def every_2s(cluster, sink) -> str:
+    """A cron job every 2 s calling the sink: its id."""
+    created = cluster.api("n1", "POST", "/v1/jobs", {
         "name": "every-2s", "schedule": {"cron": "*/2 * * * * *"},
         "target": {"type": "http", "url": sink.url, "timeout_s": 5}})
-    assert cron.status == 201, cron
-    cron_id = cron.body["job_id"]
+    assert created.status == 201, created
+    return created.body["job_id"]
+
+
+def test_cron_and_one_offs_fire_on_time_once(shared_cluster, sink):
+    cluster = shared_cluster
+    cron_id = every_2s(cluster, sink)
     ids = create_many(cluster, [one_off(sink, 3, f"once-{i}") for i in range(50)])
     assert len(set(ids)) == 50
 
@@ -119,11 +124,7 @@ def test_after_an_outage_runs_fired_ahead_and_never_called_follow_the_misfire_po
     call horizons end missed, uncalled (docs/schedules.md, "After an outage").
     Each is either called once or says why not."""
     cluster = fresh_cluster
-    created = cluster.api("n1", "POST", "/v1/jobs", {
-        "name": "every-2s", "schedule": {"cron": "*/2 * * * * *"},
-        "target": {"type": "http", "url": sink.url, "timeout_s": 5}})
-    assert created.status == 201, created
-    job_id = created.body["job_id"]
+    job_id = every_2s(cluster, sink)
     wait_until(lambda: len(sink.by_job().get(job_id, [])) >= 2, 15, "two calls")
 
     def runs() -> list[dict]:
