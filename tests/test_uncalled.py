@@ -141,7 +141,9 @@ def test_skip_skips_those_later_than_its_tolerance_and_calls_the_rest():
 
 def test_fire_all_calls_every_one():
     log = armed_three({"policy": "fire_all", "tolerance_ms": 0, "catchup_max": 100})
+    before = log.job()
     assert judge(log, at_ms=DUE_MS + 25_000) == {"ok": True, "ended": 0, "judged": 3}
+    assert log.job() == before
     assert states(log) == [lifecycle.RUNNING] * 3
     assert not any(isinstance(e, RunCancelled) for e in log.effects)
 

@@ -440,8 +440,10 @@ def _miss_uncalled(tx: Tx, cmd: commands.Command) -> dict:
         if job is None:
             continue   # a deleted job's runs are its deletion's to end
         held.sort(key=lambda run: run["scheduled_ms"])
-        ended += _judge_uncalled(tx, job, held, cmd)
-        tx.put(JOBS, keys.job_key(job_id), job)
+        ended_here = _judge_uncalled(tx, job, held, cmd)
+        if ended_here:   # (a policy that calls them all leaves the job as it was)
+            tx.put(JOBS, keys.job_key(job_id), job)
+        ended += ended_here
     return {"ok": True, "ended": ended, "judged": sum(map(len, by_job.values()))}
 
 
