@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftsched.core import codec
+from raftsched.testing.proptest import examples
 
 _SCALARS = (st.none() | st.booleans()
             | st.integers(min_value=-(2 ** 63), max_value=2 ** 64 - 1)
@@ -31,7 +32,7 @@ def _packb(value):
     return msgpack.packb(value, use_bin_type=True)
 
 
-@settings(max_examples=800)
+@settings(max_examples=examples(800))
 @given(_VALUES)
 def test_pack_writes_the_bytes_msgpack_writes(value):
     assert codec.pack(value) == _packb(value)
@@ -47,7 +48,7 @@ def test_pack_writes_each_width_as_msgpack_does():
         assert codec.pack(value) == _packb(value), repr(value)[:60]
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(_VALUES)
 def test_a_packed_record_reads_back(value):
     def plain(v):   # what msgpack gives back: tuples as lists
