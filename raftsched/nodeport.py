@@ -143,7 +143,8 @@ class NodePort(Protocol):
         """Up to `limit` of the job's runs, the latest scheduled first."""
 
     def runs_page(self, tenant: str, filters: dict, limit: int,
-                  after: tuple[int, str] | None) -> tuple[list[dict], tuple[int, str] | None]:
+                  after: tuple[int, str] | None,
+                  now_ms: int | None = None) -> tuple[list[dict], tuple[int, str] | None]:
         """A page of the tenant's runs, newest first: core.queries.runs_page."""
 
     def occurrences_with_a_run(self, job_id: str, scheduled_ms: list[int]) -> int:

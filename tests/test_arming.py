@@ -281,8 +281,8 @@ def test_a_due_run_handed_over_by_its_holder_moves_as_the_same_attempt(uncalled_
 
 
 def test_the_api_says_when_a_run_was_armed_and_not_for_one_fired_at_its_second():
-    """An armed run reads running from its fire (its attempt is held from
-    then); armed_at tells it apart from a run whose call has begun."""
+    """armed_at tells a run fired ahead from one fired at its second; the
+    stored state stays what apply wrote when no time is given."""
     from raftsched.api.views import run_view
     from raftsched.core.timeutil import format_ms
 
@@ -297,4 +297,60 @@ def test_the_api_says_when_a_run_was_armed_and_not_for_one_fired_at_its_second()
     assert at_second.run(commands.fire(shard=shard, token=token, upto_ms=DUE_MS, node=NODE,
                                        at_ms=DUE_MS, items=[("job_b2", DUE_MS, None, [DUE_MS],
                                                              False)]))["fired"] == 1
-    assert run_view(armed_run(at_second, "job_b2"))["armed_at"] is None
+    fired_at_second = run_view(armed_run(at_second, "job_b2"), now_ms=DUE_MS)
+    assert fired_at_second["armed_at"] is None
+    assert (fired_at_second["state"], fired_at_second["started_at"]) == \
+        ("running", format_ms(DUE_MS))
+
+
+def test_an_armed_run_reads_armed_until_its_second_and_shows_no_start_until_its_call():
+    """Before its second an armed run cannot have been called (no node calls
+    early): the API says `armed`, with no start time, where the record holds
+    `running` and its fire's time. From its second it reads `running`, and its
+    finish gives the time its call began."""
+    from raftsched.api.views import run_view
+    from raftsched.core.timeutil import format_ms
+
+    log = setup()
+    run = armed(log)
+    before = run_view(run, now_ms=DUE_MS - 1)
+    assert before["state"] == lifecycle.ARMED
+    assert before["started_at"] is None and before["attempts"][0]["started_at"] is None
+    assert before["armed_at"] == format_ms(ARMED_AT_MS)
+    due = run_view(run, now_ms=DUE_MS)
+    assert (due["state"], due["started_at"]) == ("running", None)
+    called_ms = DUE_MS + 7
+    finish = commands.RunFinish(run_id=run["id"], holder=NODE, attempt=1, at_ms=DUE_MS + 20,
+                                ok=True, http_status=200, called_ms=called_ms)
+    assert log.run(commands.run_updates(updates=[finish]))["accepted"] == [True]
+    done = run_view(armed_run(log), now_ms=DUE_MS + 30)
+    assert (done["state"], done["started_at"], done["attempts"][0]["started_at"]) == \
+        ("succeeded", format_ms(called_ms), format_ms(called_ms))
+
+
+def test_a_jittered_armed_run_reads_armed_until_its_jittered_time():
+    from raftsched.core import runs
+
+    log = setup()
+    run = dict(armed(log), jitter_ms=400)
+    assert runs.presented_state(run, DUE_MS + 399) == lifecycle.ARMED
+    assert runs.presented_state(run, DUE_MS + 400) == lifecycle.RUNNING
+    # A later attempt (taken over, or retried) is no longer the armed one.
+    assert runs.presented_state(dict(run, attempt=2), DUE_MS) == lifecycle.RUNNING
+    assert runs.presented_state(dict(run, armed_ms=None), DUE_MS) == lifecycle.RUNNING
+
+
+def test_a_state_filter_of_armed_or_running_reads_the_state_an_answer_shows():
+    from raftsched.core import queries
+
+    log = setup()
+    armed(log)
+    run_id = keys.run_id("job_a1", DUE_MS)
+
+    def listed(state: str, now_ms: int | None) -> list[str]:
+        found, _ = queries.runs_page(log.store, "default", {"state": state}, 10, None, now_ms)
+        return [r["id"] for r in found]
+
+    assert listed("armed", DUE_MS - 1) == [run_id] and listed("running", DUE_MS - 1) == []
+    assert listed("armed", DUE_MS) == [] and listed("running", DUE_MS) == [run_id]
+    assert listed("running", None) == [run_id]   # no time: the stored state

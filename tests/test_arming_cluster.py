@@ -40,13 +40,13 @@ def runs_of(cluster: LocalCluster, job_id: str, via: str = "n1") -> list[dict]:
 
 def wait_armed(cluster: LocalCluster, job_ids: list[str], via: str = "n1") -> dict[str, dict]:
     """Every job's run exists before its second, held by its shard's owner
-    (`running`: the lease is taken at fire): it was fired ahead."""
+    (the API says `armed` until its second): it was fired ahead."""
     armed: dict[str, dict] = {}
 
     def all_armed() -> bool:
         for job_id in job_ids:
             runs = runs_of(cluster, job_id, via)
-            if runs and runs[0]["state"] == "running":
+            if runs and runs[0]["state"] == "armed":
                 armed[job_id] = runs[0]
         return len(armed) == len(job_ids)
     wait_until(all_armed, 5, "every one-off fired ahead of its second")

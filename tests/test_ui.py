@@ -160,10 +160,10 @@ def test_a_run_fired_ahead_shows_when_it_was_armed_and_no_lateness_before_its_ca
     # Fired within the arming window, long before its second.
     runs = wait_until(lambda: cluster.api("n1", "GET", f"/v1/jobs/{job_id}/runs").body["runs"],
                       15, "the one-off fired ahead")
-    assert runs[0]["armed_at"] is not None and runs[0]["state"] == "running", runs[0]
+    assert runs[0]["armed_at"] is not None and runs[0]["state"] == "armed", runs[0]
     go(signed_in, cluster, f"/runs/{runs[0]['run_id']}")
     wait_text(signed_in, "#run-armed", "fired ahead")
-    assert "late by -)" in page_text(signed_in)   # its started_at is its fire, not a call
+    assert "late by -)" in page_text(signed_in)   # no start until its call
     assert sink.by_job().get(job_id, []) == []    # and it was not called early
 
 

@@ -426,7 +426,7 @@ async def trigger_job(request: web.Request) -> web.Response:
         overlap=overlap)))
     raise_refusal(result)
     run = result["run"]
-    return json_response(run_view(run, job_secrets(node, run["job_id"])),
+    return json_response(run_view(run, job_secrets(node, run["job_id"]), node.now_ms()),
                          status=201 if result["created"] else 200)
 
 
@@ -440,7 +440,8 @@ async def job_runs(request: web.Request) -> web.Response:
     limit = int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
     runs = node.job_runs(job_id, limit)
     hidden = job_secrets(node, job_id)
-    return json_response({"runs": [run_view(r, hidden) for r in runs]})
+    now = node.now_ms()
+    return json_response({"runs": [run_view(r, hidden, now) for r in runs]})
 
 
 async def get_run(request: web.Request) -> web.Response:
@@ -449,7 +450,7 @@ async def get_run(request: web.Request) -> web.Response:
     run = node.run(request.match_info["run_id"])
     if run is None or run["tenant"] != tenant_of(request):
         raise NotFound(f"run {request.match_info['run_id']} not found", field="run_id")
-    return json_response(run_view(run, job_secrets(node, run["job_id"])))
+    return json_response(run_view(run, job_secrets(node, run["job_id"]), node.now_ms()))
 
 
 async def job_preview(request: web.Request) -> web.Response:

@@ -66,7 +66,8 @@ async def cancel_run(request: web.Request) -> web.Response:
         run_id=request.match_info["run_id"], reason=reason,
         at_ms=node.now_ms()), tenant=tenant_of(request), actor=actor_of(request)))
     raise_refusal(result, field="run_id")
-    return json_response(run_view(result["run"], job_secrets(node, result["run"]["job_id"])))
+    return json_response(run_view(result["run"], job_secrets(node, result["run"]["job_id"]),
+                                  node.now_ms()))
 
 
 async def run_logs(request: web.Request) -> web.Response:

@@ -41,7 +41,9 @@ if TYPE_CHECKING:
 
 # How a run started: its first trigger, or "retry" once re-driven.
 RUN_TRIGGERS = ("schedule", "manual", backfill.TRIGGER, redrive.TRIGGER)
-RUN_STATES = lifecycle.STATES
+# What a run's state reads as in an answer: a lifecycle state, or `armed`
+# (core/runs.py presented_state).
+RUN_STATES = lifecycle.PRESENTED_STATES
 # Job statuses a listing can ask for (deleted jobs are not listed).
 JOB_STATUSES = ("active", "paused", "completed")
 RUN_FILTERS = ("job_id", "state", "trigger", "scheduled_after", "scheduled_before")
@@ -91,7 +93,7 @@ def run_filters(request: web.Request) -> dict:
     if "job_id" in query:
         out["job_id"] = validate_job_id(query["job_id"])
     if "state" in query:
-        out["state"] = _one_of(query["state"], lifecycle.STATES, "state")
+        out["state"] = _one_of(query["state"], RUN_STATES, "state")
     if "trigger" in query:
         out["trigger"] = _one_of(query["trigger"], RUN_TRIGGERS, "trigger")
     for name in ("scheduled_after", "scheduled_before"):
@@ -110,10 +112,12 @@ def _one_of(value: str, choices: tuple[str, ...], field: str) -> str:
 
 
 def list_runs_page(node: "NodePort", tenant: str, filters: dict, limit: int,
-                   token: list | None) -> tuple[list[dict], list | None]:
+                   token: list | None,
+                   now_ms: int | None = None) -> tuple[list[dict], list | None]:
     """(runs, position to go on from or None): up to `limit` runs matching the
     filters, newest first, from the position a page token held
-    (core/queries.py runs_page reads them)."""
+    (core/queries.py runs_page reads them; `now_ms`, the cluster's time, for
+    a state filter of `armed` or `running`)."""
     after = None
     if token is not None:
         # A run's (scheduled_ms, run_id) as encode_token wrote it: anything else
@@ -125,7 +129,7 @@ def list_runs_page(node: "NodePort", tenant: str, filters: dict, limit: int,
             raise InvalidInput("`page_token` is not a token this listing gave out",
                                field="page_token")
         after = (token[0], token[1])
-    found, position = node.runs_page(tenant, filters, limit, after)
+    found, position = node.runs_page(tenant, filters, limit, after, now_ms)
     return found, None if position is None else list(position)
 
 
@@ -136,9 +140,11 @@ async def list_runs(request: web.Request) -> web.Response:
     limit = int_param(request, "limit", limits.list_limit_default, limits.list_limit_max)
     token = decode_token(request.query.get("page_token"), "runs", filters)
     tenant = tenant_of(request)
-    runs, position = list_runs_page(node, tenant, filters, limit, token)
+    now = node.now_ms()
+    runs, position = list_runs_page(node, tenant, filters, limit, token, now)
     secrets: dict[str, tuple[str, ...]] = {}
-    views = [run_view(run, secrets.setdefault(run["job_id"], job_secrets(node, run["job_id"])))
+    views = [run_view(run, secrets.setdefault(run["job_id"], job_secrets(node, run["job_id"])),
+                      now)
              for run in runs]
     return json_response({"runs": views, "next_page_token":
                           None if position is None else encode_token("runs", filters, position)})
@@ -216,7 +222,7 @@ async def retry_run(request: web.Request) -> web.Response:
         overlap=overlap), tenant=tenant_of(request), actor=actor_of(request)))
     raise_refusal(result, field="run_id")
     run = result["run"]
-    return json_response(run_view(run, job_secrets(node, run["job_id"])))
+    return json_response(run_view(run, job_secrets(node, run["job_id"]), node.now_ms()))
 
 
 def add_routes(r: web.UrlDispatcher, run_id_pattern: str) -> None:

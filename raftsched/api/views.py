@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from raftsched.core import runs
 from raftsched.core.redact import redact_spec_dag, redact_spec_target, redact_text
 from raftsched.core.timeutil import format_ms, format_ms_offset
 
@@ -65,16 +66,23 @@ def job_view(job: dict) -> dict:
     }
 
 
-def run_view(run: dict, secrets: tuple[str, ...] = ()) -> dict:
+def run_view(run: dict, secrets: tuple[str, ...] = (), now_ms: int | None = None) -> dict:
     """`secrets`: the job's secret_values, masked in the errors. They were
     masked before the errors were recorded; this masks them again for a name
-    listed in secret_keys since."""
+    listed in secret_keys since. `now_ms`: the cluster's time, by which a run
+    fired ahead of its second reads `armed` until then (runs.presented_state);
+    None shows the state as stored.
+
+    A run fired ahead with its first attempt open (runs.armed_open) shows no
+    `started_at`, nor does that attempt: the record holds its fire's time
+    there (`armed_at`), and its call's start is recorded by its finish."""
+    armed = runs.armed_open(run)
     return {
         "run_id": run["id"],
         "job_id": run["job_id"],
         "scheduled_for": format_ms(run["scheduled_ms"]),
         "attempt": run["attempt"],
-        "state": run["state"],
+        "state": run["state"] if now_ms is None else runs.presented_state(run, now_ms),
         "trigger": run["trigger"],
         # How a re-driven run first started, and how often it was re-driven.
         "first_trigger": run.get("first_trigger", run["trigger"]),
@@ -86,7 +94,7 @@ def run_view(run: dict, secrets: tuple[str, ...] = ()) -> dict:
         "lease_expires_at": format_ms(run.get("lease_ms")),
         "next_attempt_at": format_ms(run.get("retry_due_ms")),
         "created_at": format_ms(run["created_ms"]),
-        "started_at": format_ms(run["started_ms"]),
+        "started_at": None if armed else format_ms(run["started_ms"]),
         "finished_at": format_ms(run["finished_ms"]),
         "http_status": run["http_status"],
         "exit_code": run.get("exit_code"),
@@ -96,9 +104,10 @@ def run_view(run: dict, secrets: tuple[str, ...] = ()) -> dict:
         # The delay a job's jitter_s added to this occurrence's fire.
         "jitter_ms": run.get("jitter_ms", 0),
         # Fired ahead of its second (docs/schedules.md): its call starts at
-        # scheduled_for plus jitter_ms, though it reads running from here.
+        # scheduled_for plus jitter_ms.
         "armed_at": format_ms(run.get("armed_ms")),
-        "attempts": [_attempt_view(a, secrets) for a in run.get("attempts", [])],
+        "attempts": [_attempt_view(a, secrets, armed and a is run["attempts"][-1])
+                     for a in run.get("attempts", [])],
         "alert": run.get("alert"),
         **_dag_members(run, secrets),
     }
@@ -122,9 +131,9 @@ def _masked(error: str | None, secrets: tuple[str, ...]) -> str | None:
     return error if error is None else redact_text(error, secrets)
 
 
-def _attempt_view(attempt: dict, secrets: tuple[str, ...]) -> dict:
+def _attempt_view(attempt: dict, secrets: tuple[str, ...], armed: bool = False) -> dict:
     return {"attempt": attempt["attempt"], "holder": attempt["holder"],
-            "started_at": format_ms(attempt["started_ms"]),
+            "started_at": None if armed else format_ms(attempt["started_ms"]),
             "finished_at": format_ms(attempt["finished_ms"]),
             "http_status": attempt["http_status"], "exit_code": attempt["exit_code"],
             "error": _masked(attempt["error"], secrets),

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Protocol
 
 from raftsched import limits
-from raftsched.core import keys, topics
+from raftsched.core import keys, runs, topics
 from raftsched.core.tx import (ALERTS, AUDIT, BACKFILLS, BACKFILLS_OPEN, DUE, GROUPS, JOBS,
                                JOBS_BY_TENANT, LEASES, NODES, READY, RUNS, RUNS_BY_TENANT,
                                RUNS_OPEN, SHARDS, TENANTS, TOKENS, TOPICS)
@@ -118,13 +118,16 @@ class _JobRuns:
 
 
 def runs_page(reader: Reader, tenant: str, filters: dict, limit: int,
-              after: tuple[int, str] | None) -> tuple[list[dict], tuple[int, str] | None]:
+              after: tuple[int, str] | None,
+              now_ms: int | None = None) -> tuple[list[dict], tuple[int, str] | None]:
     """(runs, position to go on from or None): up to `limit` of the tenant's
     runs matching `filters` (any of job_id, state, trigger, and
     scheduled_after / scheduled_before in ms, the latter exclusive), newest
     first, older than `after` (the (scheduled_ms, run_id) a previous page
     ended with). A page reads at most list_scan_rows_max index rows, so it
-    may come back short with a position to go on from."""
+    may come back short with a position to go on from. With `now_ms` (the
+    cluster's time), a `state` filter judges the state an answer shows
+    (runs.presented_state: `armed`, or `running` for an armed run once due)."""
     job_id = filters.get("job_id")
     if job_id:
         owner = job(reader, job_id)
@@ -136,9 +139,12 @@ def runs_page(reader: Reader, tenant: str, filters: dict, limit: int,
     if after is not None:
         source.resume_after(*after)
 
+    state = filters.get("state")
+
     def matches(record: dict) -> bool:
         return (record["tenant"] == tenant
-                and filters.get("state", record["state"]) == record["state"]
+                and (state is None or state == (record["state"] if now_ms is None else
+                                                runs.presented_state(record, now_ms)))
                 and filters.get("trigger", record["trigger"]) == record["trigger"])
 
     found, last = _read_runs(reader, source, limit, matches)

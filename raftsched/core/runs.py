@@ -380,6 +380,23 @@ def not_due(run: dict, at_ms: int) -> bool:
         run["scheduled_ms"] + run.get("jitter_ms", 0) > at_ms + limits.take_over_armed_margin_ms
 
 
+def armed_open(run: dict) -> bool:
+    """Is `run` fired ahead of its second (armed) with its first attempt
+    open? Its record then says when it was fired, not when its call began:
+    the finish records that (update_run's `called_ms`)."""
+    return run.get("armed_ms") is not None and run["attempt"] == 1 \
+        and run["state"] in (QUEUED, RUNNING)
+
+
+def presented_state(run: dict, now_ms: int) -> str:
+    """The state an answer shows for `run` at `now_ms` (the cluster's time):
+    ARMED while it is fired ahead and not due, since no node calls a run
+    before its second (docs/operations.md, "Clocks"); else its state."""
+    if armed_open(run) and run["scheduled_ms"] + run.get("jitter_ms", 0) > now_ms:
+        return lifecycle.ARMED
+    return run["state"]
+
+
 def uncalled_late(run: dict, node: str, token: int, uncalled_after_ms: int,
                   at_ms: int) -> bool:
     """Is `run` one `node` holds under `token`, fired ahead of its second

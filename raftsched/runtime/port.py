@@ -49,8 +49,9 @@ class StoreQueries:
         return queries.job_runs(self._reader(), job_id, limit)
 
     def runs_page(self, tenant: str, filters: dict, limit: int,
-                  after: tuple[int, str] | None) -> tuple[list[dict], tuple[int, str] | None]:
-        return queries.runs_page(self._reader(), tenant, filters, limit, after)
+                  after: tuple[int, str] | None,
+                  now_ms: int | None = None) -> tuple[list[dict], tuple[int, str] | None]:
+        return queries.runs_page(self._reader(), tenant, filters, limit, after, now_ms)
 
     def occurrences_with_a_run(self, job_id: str, scheduled_ms: list[int]) -> int:
         return queries.occurrences_with_a_run(self._reader(), job_id, scheduled_ms)

@@ -11,7 +11,7 @@ const GAP_Y = 22;
 const PAD = 16;
 
 export const STATE_COLOURS = {
-  pending: "#d9d9d9", scheduled: "#d9d9d9", queued: "#9ecbff", running: "#3b82f6",
+  pending: "#d9d9d9", scheduled: "#d9d9d9", armed: "#dbeafe", queued: "#9ecbff", running: "#3b82f6",
   retry_wait: "#f5b041", succeeded: "#4caf50", failed: "#e53935", skipped: "#b39ddb",
   missed: "#b39ddb", upstream_failed: "#ef9a9a", cancelled: "#8d8d8d",
 };

@@ -19,7 +19,8 @@ function facts(run) {
     run.reason ? [h("dt", {}, "reason"), h("dd", {id: "run-reason"}, run.reason)] : null,
     h("dt", {}, "scheduled for"), h("dd", {}, utc(run.scheduled_for)),
     run.armed_at ? [h("dt", {}, "armed"), h("dd", {id: "run-armed"},
-      `${utc(run.armed_at)} (fired ahead; called at its scheduled time)`)] : null,
+      `${utc(run.armed_at)} (fired ahead; called at its scheduled time` +
+      (run.state === "armed" ? ", not yet)" : ")"))] : null,
     h("dt", {}, "started"), h("dd", {}, `${utc(run.started_at)} (late by ` +
       `${duration(startLateMs(run))})`),
     h("dt", {}, "finished"), h("dd", {}, utc(run.finished_at)),

@@ -10,9 +10,6 @@ const NOT_LATE_TRIGGERS = new Set(["backfill", "retry"]);
 // (null: not started, or not meant to start on time).
 export function startLateMs(run) {
   if (!run.started_at || NOT_LATE_TRIGGERS.has(run.trigger)) return null;
-  // Fired ahead and not ended: started_at is its fire, before its second,
-  // not its call (docs/api.md, armed_at).
-  if (run.armed_at && run.state === "running") return null;
   return ms(run.started_at) - ms(run.scheduled_for) - (run.jitter_ms || 0);
 }
 
