@@ -216,26 +216,50 @@ def test_a_log_that_lags_behind_judges_no_node_dead():
     assert coordinator.live_nodes() == ["n1", "n2"]
 
 
-def test_a_renewal_from_before_this_start_is_no_evidence_within_the_grace():
-    """A cluster restarted whole applies its nodes' last renewals from before
-    the stop. The slowest node to start is judged by its renewals since this
-    start, not by those: live for node_lease_s from the start, then dead
-    unless one came."""
-    node = SimpleNamespace(now_ms=lambda: 50_000)
-    coordinator = Coordinator(
+def _restarted_coordinator(started_ms: int) -> Coordinator:
+    """A coordinator of n1 started at `started_ms` on the cluster's time, with
+    every peer's Raft link up (the leader's view)."""
+    return Coordinator(
         Replicated(node_id="n1", store=_Store(dict(BALANCED)), propose=None,
-                   now_ms=lambda: node.now_ms(), is_leader=lambda: True),
+                   now_ms=lambda: started_ms, is_leader=lambda: True),
         shard_count=SHARD_COUNT, spawn=_spawn, term=lambda: 1,
         peer_liveness=lambda: {"r-n2": 0.0, "r-n3": 0.0},
         clocks=SimpleNamespace(out_of_bound=set, draining=set),
         draining=lambda: False, monotonic=time.monotonic)
+
+
+def test_a_renewal_from_before_this_start_is_no_evidence():
+    """A cluster restarted whole applies its nodes' last renewals from before
+    the stop. The slowest node to start is judged by its renewals since this
+    start, not by those: live until renewals a lease and its margin past this
+    start are applied here, then dead unless one of its own came."""
+    lease_ms = int((limits.node_lease_s + limits.shard_lease_margin_s) * 1000)
+    coordinator = _restarted_coordinator(50_000)
     coordinator.renewed("n3", 10_000)             # before the stop, applied after the start
     coordinator.renewed("n1", 50_500)
     coordinator.renewed("n2", 50_500)
     assert coordinator.live_nodes() == ["n1", "n2", "n3"]
-    coordinator._started -= limits.node_lease_s   # the grace has passed
+    coordinator.renewed("n1", 50_000 + lease_ms - 1)
+    assert coordinator.live_nodes() == ["n1", "n2", "n3"]
+    coordinator.renewed("n1", 50_000 + lease_ms)
+    coordinator.renewed("n2", 50_000 + lease_ms)
     assert coordinator.live_nodes() == ["n1", "n2"]
-    coordinator.renewed("n3", 50_600)
+    coordinator.renewed("n3", 50_000 + lease_ms + 100)
+    assert coordinator.live_nodes() == ["n1", "n2", "n3"]
+
+
+def test_no_renewal_applied_since_a_restart_judges_no_node_dead_however_long_it_takes(
+        monkeypatch):
+    """Restarted, then an election: no renewal is committed for seconds. By
+    this node's clock its peers have not renewed since its start; by the log,
+    no one has, so no one lapses (a live holder judged dead has its runs
+    taken over at once and called again, as next attempts)."""
+    coordinator = _restarted_coordinator(50_000)
+    for node_id in ("n1", "n2", "n3"):
+        coordinator.renewed(node_id, 49_500)      # the renewals of before the stop
+    assert coordinator.live_nodes() == ["n1", "n2", "n3"]
+    later = time.monotonic() + 60
+    monkeypatch.setattr(time, "monotonic", lambda: later)   # a minute on, nothing new
     assert coordinator.live_nodes() == ["n1", "n2", "n3"]
 
 

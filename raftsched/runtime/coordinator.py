@@ -69,7 +69,6 @@ class Coordinator:
         # progress (live_nodes), so a log that lags under load judges no one.
         self._renewed: dict[str, int] = {}
         self._latest_renewal_ms = 0
-        self._started = time.monotonic()
         # The cluster's time (as this node then had it) when this process
         # started: a renewal proposed before it, applied here from the log's
         # tail after a restart, says nothing of whether its node is up now.
@@ -109,7 +108,14 @@ class Coordinator:
         frozen, cut off) falls behind the others' renewals and lapses. A node
         whose renewal is applied so late still holds its shards by its own
         monotonic clock only until node_lease_s after it proposed it, less
-        the margin (shard_lease_valid), which is before it can lapse here."""
+        the margin (shard_lease_valid), which is before it can lapse here.
+
+        A node with no renewal applied here since this process started (a
+        renewal from before it, replayed from the log's tail, is no evidence)
+        is judged from this start on the same terms: live until renewals
+        proposed a lease and its margin after this start are applied here.
+        So a restart followed by an election, in which no renewal is
+        committed for seconds, judges no node dead by this node's clock."""
         registered = queries.registered_nodes(self._store)
         by_raft = {rec["raft"]: rec["id"] for rec in registered}
         down = {by_raft.get(addr) for addr, age_s in self._peer_liveness().items()
@@ -118,18 +124,17 @@ class Coordinator:
         live = {self._node_id}
         for rec in registered:
             nid = rec["id"]
-            seen_ms = self._renewed.get(nid)
             if nid in down:
                 continue
-            if seen_ms is not None and seen_ms >= self._started_ms:
-                if self._latest_renewal_ms - seen_ms < bound_ms:
-                    live.add(nid)
-            elif time.monotonic() - self._started < limits.node_lease_s:
-                # Just started: no renewal heard yet, or only ones from before
-                # this start (a cluster restarted whole applies its nodes' last
-                # renewals from before the stop), is no evidence. Judged so,
-                # the node slowest to start lost its shards a second after the
-                # others, and their runs were taken over as next attempts.
+            # No renewal since this start counts from the start: judged by its
+            # renewals from before it (a cluster restarted whole applies its
+            # nodes' last renewals from before the stop), the node slowest to
+            # start lost its shards a second after the others, and their runs
+            # were taken over as next attempts; judged by this node's clock
+            # from its start, a live holder whose renewals an election held
+            # back had its runs taken over at once, called again.
+            since_ms = max(self._renewed.get(nid, self._started_ms), self._started_ms)
+            if self._latest_renewal_ms - since_ms < bound_ms:
                 live.add(nid)
         return sorted(live)
 

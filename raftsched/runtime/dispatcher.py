@@ -555,7 +555,7 @@ class Dispatcher:
         state = queries.shard(store, shard)
         if state is None or state["owner"] != me:
             return False
-        run_ids, total = [], 0
+        run_ids, total, holders = [], 0, set()
         for run in queries.open_runs(store, shard, limits.take_over_batch_max):
             if run.get("holder") == me and run["token"] == state["token"]:
                 continue
@@ -567,6 +567,7 @@ class Dispatcher:
                 break
             total += item_cost
             run_ids.append(run["id"])
+            holders.add(str(run.get("holder")))
         if not run_ids:
             return False
         result = await self._replicated.propose(commands.take_over_runs(
@@ -575,9 +576,13 @@ class Dispatcher:
             self.taken_over_total += result["taken"]
             again = result.get("next_attempts", 0)
             if again:
-                log.warning("took over %d open runs of shard %d (their holder lost the "
-                            "shard); %d of them may have been called and are called here "
-                            "again, as their next attempts", result["taken"], shard, again)
+                log.warning("took over %d open runs of shard %d from %s (their holder lost "
+                            "the shard; %s); %d of them may have been called and are called "
+                            "here again, as their next attempts", result["taken"], shard,
+                            ",".join(sorted(holders)),
+                            f"live here: {','.join(sorted(live))}" if early
+                            else f"after take_over_grace_s, {limits.take_over_grace_s:g} s",
+                            again)
             elif result["taken"]:
                 log.info("took over %d open runs of shard %d, none called yet (fired "
                          "ahead, or handed over)", result["taken"], shard)
