@@ -15,7 +15,7 @@ from raftsched.executors.base import Outcome
 from raftsched.executors.breaker import Breaker
 from raftsched.runtime.armed import ArmedRuns
 from raftsched.runtime.context import Replicated
-from raftsched.runtime.coordinator import Coordinator
+from raftsched.runtime.coordinator import RECORDED_RENEWAL_LEVEL, Coordinator
 from raftsched.runtime.dispatcher import Calls, Dispatcher
 from raftsched.runtime.horizon import FILE_NAME as HORIZON_FILE
 from raftsched.runtime.horizon import CallHorizon
@@ -140,7 +140,8 @@ class FakeNode:
 
     def renew(self) -> None:
         """A renewal proposed now and applied (as the coordinator's renew loop)."""
-        self.cluster.run(commands.renew(node=self.node_id, at_ms=self.clock_ms))
+        self.cluster.run(commands.renew(node=self.node_id, at_ms=self.clock_ms,
+                                        record=self.applies >= RECORDED_RENEWAL_LEVEL))
         self.coordinator.extend_lease(self.mono_s)
 
     def handle(self, effect) -> None:
@@ -723,3 +724,64 @@ async def test_a_run_its_node_may_have_called_before_a_restart_is_not_handed_ove
     await asyncio.sleep(0)   # a hand-over would be proposed on the takeover loop's turn
     assert cluster.tags["hand_over_runs"] == 0 and not calls
     assert [cluster.get_run(r)["holder"] for r in run_ids] == ["n1"] * 3
+
+
+@pytest.mark.parametrize("level", [RECORDED_RENEWAL_LEVEL, RECORDED_RENEWAL_LEVEL - 1])
+async def test_runs_a_dead_holder_armed_past_its_lease_are_judged_by_their_misfire_policy(
+        cluster, level):
+    """n1 armed three occurrences and stopped renewing long before they were
+    due, so its shard lease ended before any of them: it called none. Its
+    shard's new owner, once they are all late, judges them as n1 would have
+    at a restart (fire_once: the latest called, as its first attempt, the
+    others missed). Before every node records renewals (level 3), each is
+    called again as its next attempt, as it may have been called."""
+    calls: collections.Counter = collections.Counter()
+    n1 = FakeNode(cluster, "n1", calls)
+    n1.applies = level
+    run_ids = arm_three(cluster)
+    n1.clock_ms = AT_MS - 20_000
+    n1.renew()   # its last: its lease ended 1.5 s later, 18.5 s before the first was due
+    n2 = FakeNode(cluster, "n2", calls)
+    n2.applies = level
+    n2.clock_ms = AT_MS + 5000
+    n2.renew()
+    assert n2.coordinator.live_nodes() == ["n2"]
+    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=n2.clock_ms))
+    start(n2)
+    await n2.dispatcher.take_over_pending()   # n1 is judged dead: at once
+    if level >= RECORDED_RENEWAL_LEVEL:
+        await until(lambda: state(cluster, run_ids[2]) == "succeeded", "the latest to succeed")
+        assert [state(cluster, r) for r in run_ids] == ["missed", "missed", "succeeded"]
+        assert calls == {("n2", run_ids[2]): 1}
+        assert cluster.get_run(run_ids[2])["attempt"] == 1
+        assert "node n1 held no shard lease after" in cluster.get_run(run_ids[0])["reason"]
+        assert n2.dispatcher.missed_uncalled_total == 2
+    else:
+        await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
+                    "every run to succeed")
+        assert calls == {("n2", r): 1 for r in run_ids}
+        assert [cluster.get_run(r)["attempt"] for r in run_ids] == [2, 2, 2]
+
+
+async def test_runs_due_before_a_dead_holders_lease_ended_are_called_again_as_next_attempts(
+        cluster):
+    """n1's lease covered the first occurrence's second (it renewed 1 s
+    before): it may have called it, so the new owner calls it again as its
+    next attempt; the two due after the lease ended were never called and
+    are judged (fire_once: the later called as its first attempt)."""
+    calls: collections.Counter = collections.Counter()
+    n1 = FakeNode(cluster, "n1", calls)
+    run_ids = arm_three(cluster)
+    n1.clock_ms = AT_MS - 1000
+    n1.renew()   # its lease ends at AT_MS + 500: after the first second, before the others
+    n2 = FakeNode(cluster, "n2", calls)
+    n2.clock_ms = AT_MS + 5000
+    n2.renew()
+    cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=n2.clock_ms))
+    start(n2)
+    await n2.dispatcher.take_over_pending()
+    await until(lambda: state(cluster, run_ids[0]) == "succeeded"
+                and state(cluster, run_ids[2]) == "succeeded", "two calls")
+    assert [state(cluster, r) for r in run_ids] == ["succeeded", "missed", "succeeded"]
+    assert [cluster.get_run(r)["attempt"] for r in run_ids] == [2, 1, 1]
+    assert calls == {("n2", run_ids[0]): 1, ("n2", run_ids[2]): 1}

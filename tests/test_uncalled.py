@@ -12,6 +12,7 @@ import pytest
 
 from raftsched import limits
 from raftsched.core import commands, keys, lifecycle
+from raftsched.core.timeutil import format_ms
 from raftsched.core.apply import SHARDS as SHARDS_TABLE
 from raftsched.core.apply import RunCancelled
 from raftsched.core.apply import RUNS_OPEN
@@ -239,3 +240,89 @@ async def test_a_horizon_neither_written_nor_removed_stops_the_call(tmp_path):
     horizon = CallHorizon(str(tmp_path))
     with pytest.raises(HorizonUnwritable):
         await cover_or_drop(horizon, 1_000)
+
+
+# --- judged at a take-over, by the holder's recorded lease -------------------------------
+
+LEASE_MS = round(limits.node_lease_s * 1000)
+
+
+def registered(log: Replica, node: str = NODE) -> None:
+    log.run(commands.register_node(node=node, http=f"http://{node}", raft=f"raft-{node}",
+                                   at_ms=2_000))
+
+
+def node_record(log: Replica, node: str = NODE) -> dict | None:
+    return log.store.get("nodes", node.encode())
+
+
+def test_a_recorded_renewal_keeps_the_latest_time_of_a_registered_node_only():
+    log = Replica()
+    registered(log)
+    log.run(commands.renew(node=NODE, at_ms=5_000))
+    assert "renewed_ms" not in node_record(log)   # level 3's renewal writes nothing
+    log.run(commands.renew(node=NODE, at_ms=6_000, record=True))
+    log.run(commands.renew(node=NODE, at_ms=5_500, record=True))   # applied out of order
+    assert node_record(log)["renewed_ms"] == 6_000
+    log.run(commands.renew(node="n9", at_ms=7_000, record=True))
+    assert node_record(log, "n9") is None
+
+
+def taken_by_n2(log: Replica, at_ms: int, judge: bool = True) -> dict:
+    moved = log.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=at_ms - 1))
+    assert moved["ok"], moved
+    ids = [keys.run_id(JOB, DUE_MS + i * EVERY_MS) for i in range(3)]
+    return log.run(commands.take_over_runs(node="n2", shard=SHARD, token=token(log),
+                                           run_ids=ids, at_ms=at_ms, judge_uncalled=judge))
+
+
+def test_a_take_over_judges_the_late_runs_a_holder_armed_past_the_end_of_its_lease():
+    log = armed_three()
+    registered(log)
+    log.run(commands.renew(node=NODE, at_ms=DUE_MS - LEAD_MS, record=True))
+    result = taken_by_n2(log, at_ms=DUE_MS + 25_000)
+    assert result == {"ok": True, "taken": 1, "stale": 0, "ended": 2}
+    assert states(log) == [lifecycle.MISSED, lifecycle.MISSED, lifecycle.RUNNING]
+    latest = run(log, 2)
+    assert (latest["holder"], latest["attempt"], latest.get("redeliveries", 0)) == ("n2", 1, 0)
+    bound = format_ms(DUE_MS - LEAD_MS + LEASE_MS)
+    assert run(log, 0)["reason"].startswith(
+        f"fired ahead of its second, and not called: node n1 held no shard lease after {bound}")
+    assert open_ids(log) == {latest["id"]}
+    assert log.job()["active"] == [latest["id"]]
+
+
+def test_a_take_over_judges_nothing_without_the_flag_or_a_recorded_renewal():
+    """Level 3 (no judge_uncalled), or no renewal recorded: each due run may
+    have been called, and is taken over as its next attempt."""
+    for judge, record in ((False, True), (True, False)):
+        log = armed_three()
+        registered(log)
+        log.run(commands.renew(node=NODE, at_ms=DUE_MS - LEAD_MS, record=record))
+        result = taken_by_n2(log, at_ms=DUE_MS + 25_000, judge=judge)
+        assert result == {"ok": True, "taken": 3, "stale": 0, "next_attempts": 3}, (judge, record)
+        assert [run(log, i)["attempt"] for i in range(3)] == [2, 2, 2]
+
+
+def test_a_run_due_within_the_holders_lease_is_taken_over_as_its_next_attempt():
+    log = armed_three()
+    registered(log)
+    # Renewed just before the first second: its lease covered it, not the others.
+    log.run(commands.renew(node=NODE, at_ms=DUE_MS - 1_000, record=True))
+    result = taken_by_n2(log, at_ms=DUE_MS + 25_000)
+    assert result == {"ok": True, "taken": 2, "stale": 0, "next_attempts": 1, "ended": 1}
+    assert states(log) == [lifecycle.RUNNING, lifecycle.MISSED, lifecycle.RUNNING]
+    assert [run(log, i)["attempt"] for i in (0, 2)] == [2, 1]
+
+
+def test_a_take_over_judging_uncalled_runs_is_refused_whole_under_a_stale_token():
+    log = armed_three()
+    registered(log)
+    log.run(commands.renew(node=NODE, at_ms=DUE_MS - LEAD_MS, record=True))
+    log.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=DUE_MS))
+    ids = [keys.run_id(JOB, DUE_MS + i * EVERY_MS) for i in range(3)]
+    result = log.run(commands.take_over_runs(node="n2", shard=SHARD, token=token(log) - 1,
+                                             run_ids=ids, at_ms=DUE_MS + 25_000,
+                                             judge_uncalled=True))
+    assert (result["ok"], result["error"]) == (False, "stale_token")
+    assert states(log) == [lifecycle.RUNNING] * 3

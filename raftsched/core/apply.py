@@ -440,16 +440,20 @@ def _miss_uncalled(tx: Tx, cmd: commands.Command) -> dict:
         if job is None:
             continue   # a deleted job's runs are its deletion's to end
         held.sort(key=lambda run: run["scheduled_ms"])
-        ended_here = _judge_uncalled(tx, job, held, cmd)
+        why = (f"fired ahead of its second, and not called: node {cmd.node} stopped "
+               f"and called nothing due after {format_ms(cmd.uncalled_after_ms)}")
+        ended_here = len(_judge_uncalled(tx, job, held, cmd.at_ms, why))
         if ended_here:   # (a policy that calls them all leaves the job as it was)
             tx.put(JOBS, keys.job_key(job_id), job)
         ended += ended_here
     return {"ok": True, "ended": ended, "judged": sum(map(len, by_job.values()))}
 
 
-def _judge_uncalled(tx: Tx, job: dict, held: list[dict], cmd: commands.Command) -> int:
+def _judge_uncalled(tx: Tx, job: dict, held: list[dict], at_ms: int, why: str) -> list[str]:
+    """End those of `held` (runs of `job` fired ahead and never called, late
+    by at_ms) its misfire policy would not run, each with `why` and the
+    policy's reason; the ids of those ended."""
     policy = job["spec"].get("misfire", DEFAULT_MISFIRE)
-    at_ms = cmd.at_ms
     jittered = bool(job["spec"].get("jitter_ms"))
     due_at = (lambda o, job=job: due_at_ms(job, o)) if jittered else None
     by_occurrence = {run["scheduled_ms"]: run for run in held}
@@ -459,9 +463,7 @@ def _judge_uncalled(tx: Tx, job: dict, held: list[dict], cmd: commands.Command) 
         # be): it is the one late run, and these are all missed.
         decisions = [(o, lifecycle.MISSED, "a later occurrence runs late instead "
                                            "(fire_once policy)") for o, _, _ in decisions]
-    why = (f"fired ahead of its second, and not called: node {cmd.node} stopped "
-           f"and called nothing due after {format_ms(cmd.uncalled_after_ms)}")
-    ended = 0
+    ended: list[str] = []
     for occurrence, run_state, reason in decisions:
         if run_state == lifecycle.QUEUED:
             continue   # called late, as the policy says
@@ -474,7 +476,7 @@ def _judge_uncalled(tx: Tx, job: dict, held: list[dict], cmd: commands.Command) 
         runs.end_uncalled(tx, job, by_occurrence[occurrence], run_state,
                           f"{why}; {reason}", at_ms)
         tx.tally(TALLY_MISFIRE, f"{policy['policy']}:{run_state}")
-        ended += 1
+        ended.append(by_occurrence[occurrence]["id"])
     return ended
 
 
@@ -530,6 +532,57 @@ def _trigger_job(tx: Tx, cmd: commands.Command) -> dict:
     return {"ok": True, "run": run, "created": created}
 
 
+def _take_over_runs(tx: Tx, cmd: commands.Command) -> dict:
+    """A shard's new owner takes over the shard's open runs (runs.take_over).
+    With `judge_uncalled`: a run fired ahead whose holder's shard lease ended
+    before its second (runs.lease_bound_ms) was never called; those late by
+    now are judged job by job by the job's misfire policy, as the holder
+    would have judged them at its restart (miss_uncalled), and those it
+    would not run end missed or skipped. The others, and those it runs,
+    move as the same attempt."""
+    if not cmd.judge_uncalled:
+        return runs.handle_take_over_runs(tx, cmd)
+    state = _shard_state(tx, cmd.shard)
+    if state["owner"] != cmd.node or state["token"] != cmd.token:
+        return {"ok": False, "error": "stale_token", "taken": 0,
+                "detail": f"shard {cmd.shard} token {cmd.token} from {cmd.node}; current "
+                          f"owner {state['owner']}"}
+    bounds: dict[str, int | None] = {}
+    late: dict[str, list[dict]] = {}
+    for run_id in dict.fromkeys(cmd.run_ids):
+        run = runs.get_run(tx, run_id)
+        holder = None if run is None else run.get("holder")
+        if run is None or run.get("shard") != cmd.shard or holder is None \
+                or run["token"] >= cmd.token:
+            continue
+        if holder not in bounds:
+            bounds[holder] = runs.lease_bound_ms(tx, holder)
+        bound = bounds[holder]
+        if bound is not None and runs.uncalled_late(run, holder, run["token"], bound - 1,
+                                                    cmd.at_ms):
+            late.setdefault(run["job_id"], []).append(run)
+    ended: set[str] = set()
+    for job_id, held in sorted(late.items()):
+        job = _live_job(tx, job_id)
+        if job is None:
+            continue   # a deleted job's runs are its deletion's to end
+        held.sort(key=lambda run: run["scheduled_ms"])
+        holders = sorted({run["holder"] for run in held})
+        why = (f"fired ahead of its second, and not called: node {', '.join(holders)} held "
+               f"no shard lease after "
+               f"{format_ms(min(b for h, b in bounds.items() if h in holders))}")
+        ended_here = _judge_uncalled(tx, job, held, cmd.at_ms, why)
+        if ended_here:
+            tx.put(JOBS, keys.job_key(job_id), job)
+            ended.update(ended_here)
+    result = runs.take_over_runs(tx, cmd, [r for r in cmd.run_ids if r not in ended],
+                                 lease_bounds=bounds)
+    if ended:
+        result["ended"] = len(ended)
+        result["stale"] -= len(ended)
+    return result
+
+
 def _register_node(tx: Tx, cmd: commands.Command) -> dict:
     record = {"v": 1, "id": cmd.node, "http": cmd.http, "raft": cmd.raft,
               "registered_ms": cmd.at_ms}
@@ -540,9 +593,16 @@ def _register_node(tx: Tx, cmd: commands.Command) -> dict:
 
 
 def _renew(tx: Tx, cmd: commands.Command) -> dict:
-    # No replicated write: liveness is judged by each replica from when it
-    # applied the renewal, which is not state every replica must agree on.
+    # Liveness is judged by each replica from when it applied the renewal,
+    # which is not state every replica must agree on. With `record`, the
+    # renewal's own time is (the node's shard lease ends node_lease_s after
+    # it: runs.lease_bound_ms), in the record of a registered node.
     tx.effects.append(NodeRenewed(node=cmd.node, at_ms=cmd.at_ms))
+    if cmd.record:
+        key = cmd.node.encode()
+        current = tx.get(NODES, key)
+        if current is not None and cmd.at_ms > current.get("renewed_ms", -1):
+            tx.put(NODES, key, {**current, "renewed_ms": cmd.at_ms})
     return {"ok": True}
 
 
@@ -566,7 +626,7 @@ HANDLERS: dict[str, Callable[[Tx, dict], dict]] = {
     "run_updates": runs.handle_run_updates,
     "expire_leases": runs.handle_expire_leases,
     "reassign_runs": runs.handle_reassign_runs,
-    "take_over_runs": runs.handle_take_over_runs,
+    "take_over_runs": _take_over_runs,
     "miss_uncalled": _miss_uncalled,
     "hand_over_runs": runs.handle_hand_over_runs,
     "cancel_run": runs.handle_cancel_run,

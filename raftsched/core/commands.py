@@ -31,10 +31,12 @@ from raftsched.errors import CommandRefused, UnknownCommand
 
 VERSION = 1
 # The commands this build applies, as a level its clock answers carry (GET
-# /v1/node/clock `applies`): 2 added hand_over_runs, 3 miss_uncalled. A node proposes a
+# /v1/node/clock `applies`): 2 added hand_over_runs, 3 miss_uncalled, 4 a
+# renewal's `record` and a take-over's `judge_uncalled`. A node proposes a
 # command of a level only once every other node has said it applies it, so
-# that during a rolling upgrade no older node meets a tag it would stop on.
-APPLY_LEVEL = 3
+# that during a rolling upgrade no older node meets a tag it would stop on,
+# nor a member it would skip (and so apply otherwise than the others).
+APPLY_LEVEL = 4
 # The level of a node that does not say (a release before the levels).
 APPLY_LEVEL_UNSAID = 1
 
@@ -645,10 +647,14 @@ class RegisterNode(Command, tag="register_node", kw_only=True):
 
 
 class Renew(Command, tag="renew", kw_only=True):
-    """A node's liveness renewal: writes nothing; every replica notes when it
-    applied the latest renewal of each node (see runtime/coordinator.py)."""
+    """A node's liveness renewal: every replica notes when it applied the
+    latest renewal of each node (see runtime/coordinator.py). With `record`
+    (level 4) its time is kept in the node's record too (`renewed_ms`): the
+    node's shard lease ends node_lease_s after its latest renewal, so no run
+    it held and fired ahead of a later second was called by it."""
     node: NodeId
     at_ms: TimeMs
+    record: bool = False
 
 
 class CheckDigest(Command, tag="check_digest", kw_only=True):
@@ -682,12 +688,17 @@ class ReassignRuns(Command, tag="reassign_runs", kw_only=True):
 
 class TakeOverRuns(Command, tag="take_over_runs", kw_only=True):
     """A shard's new owner takes over the shard's open node-executed runs
-    (core/runs.take_over), under the shard's current token."""
+    (core/runs.take_over), under the shard's current token. With
+    `judge_uncalled` (level 4), those fired ahead whose holder's shard lease
+    ended before their second, so it never called them, move as the same
+    attempt, and the late ones among them go to their jobs' misfire policies
+    first (core/apply.py _take_over_runs)."""
     node: NodeId
     shard: Shard
     token: Token
     run_ids: Annotated[list[RunId], Meta(max_length=limits.take_over_batch_max)]
     at_ms: TimeMs
+    judge_uncalled: bool = False
 
 
 class HandOverRuns(Command, tag="hand_over_runs", kw_only=True):
@@ -1272,9 +1283,10 @@ def expire_leases(*, items: list[tuple[str, int, int]], at_ms: int) -> ExpireLea
 
 
 def take_over_runs(*, node: str, shard: int, token: int, run_ids: list[str],
-                   at_ms: int) -> TakeOverRuns:
+                   at_ms: int, judge_uncalled: bool = False) -> TakeOverRuns:
     """A shard's new owner's: the shard's open runs it takes over."""
-    return TakeOverRuns(node=node, shard=shard, token=token, run_ids=list(run_ids), at_ms=at_ms)
+    return TakeOverRuns(node=node, shard=shard, token=token, run_ids=list(run_ids), at_ms=at_ms,
+                        judge_uncalled=judge_uncalled)
 
 
 def hand_over_runs(*, node: str, holder: str, shard: int, token: int, run_ids: list[str],

@@ -33,7 +33,7 @@ from __future__ import annotations
 from raftsched import limits
 from raftsched.core import commands, dag, dagrun, keys, lifecycle, retry
 from raftsched.core.lifecycle import ACTIVE, QUEUED, RETRY_WAIT, RUNNING, SCHEDULED, SKIPPED
-from raftsched.core.tx import (ALERTS, DUE, JOBS, LEASES, READY, RECORD_VERSION, RUNS,
+from raftsched.core.tx import (ALERTS, DUE, JOBS, LEASES, NODES, READY, RECORD_VERSION, RUNS,
                                RUNS_BY_TENANT, RUNS_OPEN, SHARDS, TALLY_DEAD_LETTER,
                                TALLY_REDELIVERED, TALLY_RETRY, TALLY_RUN_ENDED, AlertPending, DueArmed, RunCancelled,
                                RunQueued, Tx)
@@ -327,7 +327,7 @@ def retry_due(tx: Tx, run: dict, node: str, token: int, at_ms: int) -> bool:
 
 
 def take_over(tx: Tx, run: dict, node: str, token: int, at_ms: int,
-              uncalled_by: str | None = None) -> bool:
+              uncalled_by: str | None = None, lease_bound: int | None = None) -> bool:
     """The run's shard is `node`'s under `token` now: an open node-executed run
     held under an older token gets its next attempt (same run and execution
     id), held by `node` and counted as a redelivery; one nobody held (fired
@@ -335,7 +335,9 @@ def take_over(tx: Tx, run: dict, node: str, token: int, at_ms: int,
     is told to stop; its late finish is refused (it holds no attempt).
     The same attempt moves instead when no node can have called it: fired
     ahead and not due yet, or handed over by its holder (`uncalled_by`),
-    which lost the shard before its call and drops it uncalled."""
+    which lost the shard before its call and drops it uncalled, or fired
+    ahead of a second no earlier than `lease_bound`, the end of its holder's
+    shard lease (lease_bound_ms)."""
     if run.get("queue") or dagrun.is_dag_run(run) \
             or tx.get(RUNS_OPEN, keys.open_run_key(run["shard"], run["id"])) is None:
         return False
@@ -343,7 +345,9 @@ def take_over(tx: Tx, run: dict, node: str, token: int, at_ms: int,
         _hold(tx, run, node, token, at_ms)
     elif run["state"] == RUNNING and run["token"] < token \
             and (not_due(run, at_ms)
-                 or (uncalled_by is not None and run.get("holder") == uncalled_by)):
+                 or (uncalled_by is not None and run.get("holder") == uncalled_by)
+                 or (lease_bound is not None and armed_open(run)
+                     and run["scheduled_ms"] + run.get("jitter_ms", 0) >= lease_bound)):
         # Fired ahead and not due by the taker's clock (with a margin for the
         # nodes' clocks): its holder, which calls nothing early, cannot have
         # called it; or its holder says it did not and will not. The same
@@ -371,6 +375,19 @@ def take_over(tx: Tx, run: dict, node: str, token: int, at_ms: int,
     if "dag_run" in run:
         dagrun.task_moved(tx, run)
     return True
+
+
+def lease_bound_ms(tx: Tx, node: str) -> int | None:
+    """When `node`'s shard lease ended at the latest, by its latest renewal
+    recorded (apply's renew with `record`): node_lease_s after it. The node
+    calls only while its lease holds (runtime/coordinator.py, less a margin)
+    and never before a run's second, so it called no run due at or after
+    this. None when no renewal of it is recorded."""
+    record = tx.get(NODES, node.encode())
+    renewed_ms = None if record is None else record.get("renewed_ms")
+    if type(renewed_ms) is not int:
+        return None
+    return renewed_ms + round(limits.node_lease_s * 1000)
 
 
 def not_due(run: dict, at_ms: int) -> bool:
@@ -598,12 +615,22 @@ def _take_over_runs(tx: Tx, cmd: commands.Command, uncalled_by: str | None) -> d
         return {"ok": False, "error": "stale_token", "taken": 0,
                 "detail": f"shard {cmd.shard} token {cmd.token} from {cmd.node}; current "
                           f"owner {shard and shard['owner']}"}
+    return take_over_runs(tx, cmd, cmd.run_ids, uncalled_by=uncalled_by)
+
+
+def take_over_runs(tx: Tx, cmd: commands.Command, run_ids: list[str], *,
+                   uncalled_by: str | None = None,
+                   lease_bounds: dict[str, int | None] | None = None) -> dict:
+    """take_over each of `run_ids` in cmd's shard, whose owner the caller
+    checked cmd.node is under cmd.token. `lease_bounds`: lease_bound_ms by
+    holder, for the runs their holders cannot have called."""
     taken = next_attempts = 0
-    for run_id in cmd.run_ids:
+    for run_id in run_ids:
         run = get_run(tx, run_id)
         if run is not None and run.get("shard") == cmd.shard:
             attempt = run["attempt"]
-            if take_over(tx, run, cmd.node, cmd.token, cmd.at_ms, uncalled_by):
+            bound = None if lease_bounds is None else lease_bounds.get(run.get("holder"))
+            if take_over(tx, run, cmd.node, cmd.token, cmd.at_ms, uncalled_by, bound):
                 taken += 1
                 next_attempts += int(run["attempt"] > attempt)
     result = {"ok": True, "taken": taken, "stale": len(cmd.run_ids) - taken}

@@ -32,6 +32,9 @@ from raftsched.runtime.context import Replicated, Spawn
 
 log = logging.getLogger("raftsched.coordinator")
 
+# The command level (commands.APPLY_LEVEL) that records a renewal's time.
+RECORDED_RENEWAL_LEVEL = 4
+
 
 class Clocks(Protocol):
     """What the nodes' clock answers say (runtime/clock.py ClusterClock)."""
@@ -48,11 +51,14 @@ class Coordinator:
                  term: Callable[[], int],
                  peer_liveness: Callable[[], dict[str, float | None]],
                  clocks: Clocks, draining: Callable[[], bool],
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 cluster_applies: Callable[[], int] = lambda: commands.APPLY_LEVEL_UNSAID
+                 ) -> None:
         """`term` and `peer_liveness`: this node's Raft term and, as leader,
         its peers' links (Replicator); `draining`: whether this node is
         stopping (Node.drain); `monotonic`: the clock its shard lease is
-        kept on."""
+        kept on; `cluster_applies`: the command level every node applies
+        (runtime/clock.py), from which its renewals are recorded."""
         self._replicated = replicated
         self._store = replicated.store
         self._node_id = replicated.node_id
@@ -63,6 +69,7 @@ class Coordinator:
         self._clocks = clocks
         self._self_draining = draining
         self._monotonic = monotonic
+        self._cluster_applies = cluster_applies
         self.rebalances_total = 0
         # node id -> the cluster time (at_ms) of its latest renewal applied here,
         # and the latest of all: liveness is judged against the log's own
@@ -157,7 +164,9 @@ class Coordinator:
             # loop's turn) can take longer than the period, and renewals that
             # waited for each other would reach the leader too far apart.
             if len(inflight) < limits.renewals_inflight_max:
-                command = commands.renew(node=self._node_id, at_ms=replicated.now_ms())
+                command = commands.renew(
+                    node=self._node_id, at_ms=replicated.now_ms(),
+                    record=self._cluster_applies() >= RECORDED_RENEWAL_LEVEL)
                 sent = self._monotonic()
                 self._renewals_sent[command.at_ms] = sent
                 task = self._spawn("renew.propose", self._renew(command, sent))

@@ -54,6 +54,8 @@ log = logging.getLogger("raftsched.dispatch")
 HAND_OVER_LEVEL = 2
 # The command level that applies miss_uncalled.
 MISS_UNCALLED_LEVEL = 3
+# The command level that applies take_over_runs' judge_uncalled.
+JUDGE_UNCALLED_LEVEL = 4
 
 
 async def _each(items: list, work: Callable[[Any], Awaitable[None]]) -> None:
@@ -571,9 +573,15 @@ class Dispatcher:
         if not run_ids:
             return False
         result = await self._replicated.propose(commands.take_over_runs(
-            node=me, shard=shard, token=state["token"], run_ids=run_ids, at_ms=at_ms))
+            node=me, shard=shard, token=state["token"], run_ids=run_ids, at_ms=at_ms,
+            judge_uncalled=self._cluster_applies() >= JUDGE_UNCALLED_LEVEL))
         if result.get("ok"):
             self.taken_over_total += result["taken"]
+            if result.get("ended"):
+                self.missed_uncalled_total += result["ended"]
+                log.info("ended %d runs of shard %d that their holder %s never called (its "
+                         "shard lease ended before their second), as their jobs' misfire "
+                         "policies say", result["ended"], shard, ",".join(sorted(holders)))
             again = result.get("next_attempts", 0)
             if again:
                 log.warning("took over %d open runs of shard %d from %s (their holder lost "
@@ -586,7 +594,7 @@ class Dispatcher:
             elif result["taken"]:
                 log.info("took over %d open runs of shard %d, none called yet (fired "
                          "ahead, or handed over)", result["taken"], shard)
-        return bool(result.get("ok")) and result["taken"] > 0
+        return bool(result.get("ok")) and result["taken"] + result.get("ended", 0) > 0
 
     async def judge_uncalled(self) -> None:
         """Once, at start, before any run this node holds is called: those it

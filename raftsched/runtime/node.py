@@ -206,7 +206,8 @@ class Node:
             self.replicated, shard_count=config.shard_count, spawn=self.spawn,
             term=lambda: self.replicator.term(),
             peer_liveness=lambda: self.replicator.peer_liveness(), clocks=self.clock,
-            draining=lambda: self.draining, monotonic=self.monotonic)
+            draining=lambda: self.draining, monotonic=self.monotonic,
+            cluster_applies=self.clock.cluster_applies)
         # Runs fired ahead, held until their second (runtime/armed.py).
         self.armed = ArmedRuns(node_id=config.node_id, now_ms=self.now_ms,
                                synced=self.clock.synced,
