@@ -7,6 +7,7 @@ import math
 import re
 import time
 
+import aiohttp
 from hypothesis import given, settings, strategies as st
 
 from raftsched import limits
@@ -224,3 +225,31 @@ async def test_the_cluster_applies_the_lowest_level_its_nodes_said(tmp_path):
     answers["n2"]["draining"] = False
     await clock.measure_round(Client(), peers)
     assert clock.cluster_applies() == commands.APPLY_LEVEL and clock.draining() == set()
+
+
+async def test_a_peer_not_heard_from_counts_as_what_the_state_shows_of_it(tmp_path):
+    """A dead holder answers no clock probe: the level its record shows (a
+    recorded renewal: runtime/dispatcher.py recorded_level) stands in for its
+    answer, where the caller gives one; an answer heard always wins."""
+    import json
+
+    from raftsched.core import commands
+
+    clock = make_clock(tmp_path)
+
+    class Client:
+        async def get(self, url: str, timeout_s: float, params=None):
+            node_id = url.split("//")[1].split("/")[0]
+            if node_id == "n3":
+                raise aiohttp.ClientConnectionError("n3 is down")
+            return 200, json.dumps({"node": node_id, "wall_us": clock.wall_us(),
+                                    "applies": commands.APPLY_LEVEL}).encode()
+
+    await clock.measure_round(Client(), {"n2": "http://n2", "n3": "http://n3"})
+    assert clock.cluster_applies() == commands.APPLY_LEVEL_UNSAID
+    assert clock.cluster_applies(unheard=lambda peer: 4) == min(4, commands.APPLY_LEVEL)
+    assert clock.cluster_applies(unheard=lambda peer: commands.APPLY_LEVEL_UNSAID) == \
+        commands.APPLY_LEVEL_UNSAID
+    # n2 was heard: its answer counts, not what the caller would say of it.
+    assert clock.cluster_applies(unheard=lambda peer: 1 if peer == "n2" else 4) == \
+        min(4, commands.APPLY_LEVEL)

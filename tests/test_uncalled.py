@@ -11,7 +11,7 @@ import struct
 import pytest
 
 from raftsched import limits
-from raftsched.core import commands, keys, lifecycle
+from raftsched.core import commands, keys, lifecycle, runs
 from raftsched.core.timeutil import format_ms
 from raftsched.core.apply import SHARDS as SHARDS_TABLE
 from raftsched.core.apply import RunCancelled
@@ -244,7 +244,7 @@ async def test_a_horizon_neither_written_nor_removed_stops_the_call(tmp_path):
 
 # --- judged at a take-over, by the holder's recorded lease -------------------------------
 
-LEASE_MS = round(limits.node_lease_s * 1000)
+LEASE_MS = runs.LEASE_BOUND_MS
 
 
 def registered(log: Replica, node: str = NODE) -> None:
@@ -326,3 +326,22 @@ def test_a_take_over_judging_uncalled_runs_is_refused_whole_under_a_stale_token(
                                              judge_uncalled=True))
     assert (result["ok"], result["error"]) == (False, "stale_token")
     assert states(log) == [lifecycle.RUNNING] * 3
+
+
+def test_once_recorded_every_renewal_keeps_the_latest_and_a_new_address_keeps_it():
+    """Recorded once, every replica applies level 4: a renewal proposed
+    without `record` (its node did not hear every peer) still moves the time
+    on, so the lease's end is never read from a renewal older than its
+    latest. A registration with new addresses keeps it."""
+    from raftsched.runtime.dispatcher import JUDGE_UNCALLED_LEVEL, recorded_level
+
+    log = Replica()
+    registered(log)
+    assert recorded_level(log.store, NODE) == commands.APPLY_LEVEL_UNSAID
+    log.run(commands.renew(node=NODE, at_ms=6_000, record=True))
+    log.run(commands.renew(node=NODE, at_ms=7_000))
+    assert node_record(log)["renewed_ms"] == 7_000
+    assert recorded_level(log.store, NODE) == JUDGE_UNCALLED_LEVEL
+    log.run(commands.register_node(node=NODE, http="http://moved", raft="raft-moved",
+                                   at_ms=8_000))
+    assert (node_record(log)["http"], node_record(log)["renewed_ms"]) == ("http://moved", 7_000)

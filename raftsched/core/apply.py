@@ -588,6 +588,8 @@ def _register_node(tx: Tx, cmd: commands.Command) -> dict:
               "registered_ms": cmd.at_ms}
     current = tx.get(NODES, cmd.node.encode())
     if current is None or (current["http"], current["raft"]) != (cmd.http, cmd.raft):
+        if current is not None and "renewed_ms" in current:
+            record["renewed_ms"] = current["renewed_ms"]   # its lease's end still holds
         tx.put(NODES, cmd.node.encode(), record)
     return {"ok": True}
 
@@ -596,13 +598,16 @@ def _renew(tx: Tx, cmd: commands.Command) -> dict:
     # Liveness is judged by each replica from when it applied the renewal,
     # which is not state every replica must agree on. With `record`, the
     # renewal's own time is (the node's shard lease ends node_lease_s after
-    # it: runs.lease_bound_ms), in the record of a registered node.
+    # it: runs.lease_bound_ms), in the record of a registered node; and once
+    # a node's record holds one, every replica applies level 4 (a node
+    # proposes `record` only then), so each renewal of it after that keeps
+    # the latest, recorded or not (one proposed while a peer was not heard).
     tx.effects.append(NodeRenewed(node=cmd.node, at_ms=cmd.at_ms))
-    if cmd.record:
-        key = cmd.node.encode()
-        current = tx.get(NODES, key)
-        if current is not None and cmd.at_ms > current.get("renewed_ms", -1):
-            tx.put(NODES, key, {**current, "renewed_ms": cmd.at_ms})
+    key = cmd.node.encode()
+    current = tx.get(NODES, key)
+    if current is not None and (cmd.record or "renewed_ms" in current) \
+            and cmd.at_ms > current.get("renewed_ms", -1):
+        tx.put(NODES, key, {**current, "renewed_ms": cmd.at_ms})
     return {"ok": True}
 
 

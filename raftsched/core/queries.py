@@ -261,6 +261,12 @@ def registered_nodes(reader: Reader) -> list[dict]:
     return [record for _, record in reader.scan(NODES)]
 
 
+def node_record(reader: Reader, node_id: str) -> dict | None:
+    """A registered node's record (its addresses, and its latest recorded
+    renewal: apply's renew), or None."""
+    return reader.get(NODES, node_id.encode())
+
+
 def shards(reader: Reader) -> list[tuple[int, dict]]:
     """(shard, its owner, fencing token, checkpoint and stale fires) of every
     shard assigned so far, in shard order."""

@@ -377,17 +377,25 @@ def take_over(tx: Tx, run: dict, node: str, token: int, at_ms: int,
     return True
 
 
+# How long after a node's latest recorded renewal its shard lease has ended
+# for sure: node_lease_s, and a renewal period more for a renewal of it applied
+# out of order just before its first recorded one. Every replica must agree on
+# it: changing either limit is a change of what apply does.
+LEASE_BOUND_MS = round((limits.node_lease_s + limits.renew_period_s) * 1000)
+
+
 def lease_bound_ms(tx: Tx, node: str) -> int | None:
     """When `node`'s shard lease ended at the latest, by its latest renewal
-    recorded (apply's renew with `record`): node_lease_s after it. The node
-    calls only while its lease holds (runtime/coordinator.py, less a margin)
-    and never before a run's second, so it called no run due at or after
-    this. None when no renewal of it is recorded."""
+    recorded (apply's renew): LEASE_BOUND_MS after it. The node calls only
+    while its lease holds (node_lease_s after its latest renewal, less a
+    margin: runtime/coordinator.py) and never before a run's second, so it
+    called no run due at or after this. None when no renewal of it is
+    recorded."""
     record = tx.get(NODES, node.encode())
     renewed_ms = None if record is None else record.get("renewed_ms")
     if type(renewed_ms) is not int:
         return None
-    return renewed_ms + round(limits.node_lease_s * 1000)
+    return renewed_ms + LEASE_BOUND_MS
 
 
 def not_due(run: dict, at_ms: int) -> bool:

@@ -205,13 +205,14 @@ class ClusterClock:
         """The peers whose latest clock answer said they are draining."""
         return set(self._draining)
 
-    def cluster_applies(self) -> int:
+    def cluster_applies(self, unheard: Callable[[str], int] | None = None) -> int:
         """The lowest command level of the cluster: this build's, and each
         peer's as it last said; a peer not heard from yet counts as one that
-        does not say."""
+        does not say, or as `unheard(peer)` says (what the state shows of it)."""
         if len(self._peers) < self._cluster_size - 1:
             return APPLY_LEVEL_UNSAID
-        return min([APPLY_LEVEL, *(self._applies.get(p, APPLY_LEVEL_UNSAID)
+        return min([APPLY_LEVEL, *(self._applies[p] if p in self._applies else
+                                   unheard(p) if unheard is not None else APPLY_LEVEL_UNSAID
                                    for p in self._peers)])
 
     def out_of_bound(self) -> set[str]:

@@ -58,6 +58,16 @@ MISS_UNCALLED_LEVEL = 3
 JUDGE_UNCALLED_LEVEL = 4
 
 
+def recorded_level(store: Any, node_id: str) -> int:
+    """What the state shows of a node's command level: one whose renewals are
+    recorded (a renewal's time in its record) runs a build that applies
+    JUDGE_UNCALLED_LEVEL, since only such a build proposes them; of any other
+    nothing is known."""
+    record = queries.node_record(store, node_id)
+    return JUDGE_UNCALLED_LEVEL if record is not None and "renewed_ms" in record \
+        else commands.APPLY_LEVEL_UNSAID
+
+
 async def _each(items: list, work: Callable[[Any], Awaitable[None]]) -> None:
     """`work(item)` for every item, take_over_shards_at_once at a time, until
     all have ended; then the first exception any raised, if one did."""
@@ -193,10 +203,14 @@ class Dispatcher:
                  armed: Armed, report: SendReport, spawn: Spawn,
                  quota_of: Callable[[str], dict[str, int]],
                  cluster_applies: Callable[[], int],
-                 monotonic: Callable[[], float]) -> None:
+                 monotonic: Callable[[], float],
+                 take_over_applies: Callable[[], int] | None = None) -> None:
         """`quota_of`: a tenant's quotas in force (weight, runs_concurrent_max);
         `cluster_applies`: the command level every node applies
-        (runtime/clock.py), which decides how runs are handed over."""
+        (runtime/clock.py), which decides how runs are handed over;
+        `take_over_applies`: the same, counting a node not heard from (a dead
+        holder, say) by what its record shows (recorded_level), which decides
+        how runs are taken over (default: cluster_applies)."""
         self._replicated = replicated
         self._store = replicated.store
         self._me = replicated.node_id
@@ -207,6 +221,7 @@ class Dispatcher:
         self._send_report = report
         self._spawn = spawn
         self._cluster_applies = cluster_applies
+        self._take_over_applies = take_over_applies or cluster_applies
         self._monotonic = monotonic
         # Runs waiting for a slot: fair between tenants by weight, priority
         # within one, each tenant held to its runs_concurrent_max (runtime/fair.py).
@@ -574,7 +589,7 @@ class Dispatcher:
             return False
         result = await self._replicated.propose(commands.take_over_runs(
             node=me, shard=shard, token=state["token"], run_ids=run_ids, at_ms=at_ms,
-            judge_uncalled=self._cluster_applies() >= JUDGE_UNCALLED_LEVEL))
+            judge_uncalled=self._take_over_applies() >= JUDGE_UNCALLED_LEVEL))
         if result.get("ok"):
             self.taken_over_total += result["taken"]
             if result.get("ended"):

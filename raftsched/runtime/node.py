@@ -43,7 +43,7 @@ from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.clock import ClusterClock
 from raftsched.runtime.context import Replicated
 from raftsched.runtime.coordinator import Coordinator
-from raftsched.runtime.dispatcher import Calls, Dispatcher
+from raftsched.runtime.dispatcher import Calls, Dispatcher, recorded_level
 from raftsched.runtime.effects import Effects, SnapshotInstalled
 from raftsched.runtime.horizon import CallHorizon
 from raftsched.runtime.lateness import LatenessHistogram
@@ -226,7 +226,9 @@ class Node:
                         horizon=self.call_horizon),
             lease=self.coordinator, armed=self.armed, report=self.reporter.send,
             spawn=self.spawn, quota_of=self.quota_of,
-            cluster_applies=self.clock.cluster_applies, monotonic=self.monotonic)
+            cluster_applies=self.clock.cluster_applies, monotonic=self.monotonic,
+            take_over_applies=lambda: self.clock.cluster_applies(
+                unheard=lambda peer: recorded_level(self.store, peer)))
         self.workers = WorkerService(
             self.replicated, report=self.reporter.send, outputs=self.outputs,
             wait_caught_up=self.wait_caught_up, run_lease_ms=config.run_lease_ms,
