@@ -386,6 +386,15 @@ take_over_shards_at_once = 32
 stop_drain_max_s = 10.0
 # How often a draining node looks whether it is done (seconds).
 stop_drain_poll_s = 0.05
+# A draining node is done only once a renewal of its own proposed this long
+# (seconds) after it began draining has been applied: by then the leader has
+# read `draining` in its clock answer (it asks every clock_probe_period_stable_s,
+# waiting at most clock_probe_timeout_s) and placed shards once more without
+# it, and any shards it gave the node before that are in the node's state.
+# Without it, a node stopped just after shards were given back to it took
+# itself for drained before it applied them, and their runs, handed to it
+# uncalled, were called again as next attempts once it was gone.
+drain_settle_s = 1.75
 # How long a node waits before it sends again the finish of a run it holds
 # that was not applied (dropped at run_update_pending_max, or its batch
 # refused), in seconds: a node-executed run has no lease that would expire

@@ -364,3 +364,16 @@ async def test_a_node_whose_state_changes_size_is_measured_every_second(tmp_path
     guard._measure = lambda: (1 << 20, 1 << 20, 1 << 50)   # writes since
     assert await _checked(guard, peers) == limits.storage_check_period_s
     assert await _checked(guard, peers) == limits.storage_check_period_max_s   # it stopped
+
+
+def test_a_draining_node_settles_on_a_renewal_of_its_own_proposed_after_the_settle_time():
+    """Node.drain is done only once a renewal of its own proposed
+    drain_settle_s after it began draining is applied here: renewals of
+    other nodes, or its own from before, do not count."""
+    coordinator = _restarted_coordinator(50_000)
+    settled_ms = 50_000 + round(limits.drain_settle_s * 1000)
+    coordinator.renewed("n1", settled_ms - 1)
+    coordinator.renewed("n2", settled_ms + 500)
+    assert not coordinator.renewed_since(settled_ms)
+    coordinator.renewed("n1", settled_ms)
+    assert coordinator.renewed_since(settled_ms)

@@ -98,6 +98,11 @@ class Coordinator:
         # proposes (log_latency_s).
         self._renewal_latency_s = 0.0
 
+    def renewed_since(self, at_ms: int) -> bool:
+        """Has a renewal of this node proposed at or after `at_ms` (the
+        cluster's time) been applied here?"""
+        return self._renewed.get(self._node_id, -1) >= at_ms
+
     def renewed(self, node_id: str, at_ms: int) -> None:
         """Loop thread, from apply's NodeRenewed effect."""
         if at_ms > self._renewed.get(node_id, -1):

@@ -555,13 +555,18 @@ class Node:
         others = self._drain_to()
         self.draining = bool(others)
         deadline = self.monotonic() + timeout_s
+        settled_ms = self.now_ms() + round(limits.drain_settle_s * 1000)
         log.info("node %s draining%s, for at most %.0f s (stop_drain_max_s; a second SIGTERM "
                  "stops it at once)", self.node_id,
                  f": its shards go to {','.join(others)}" if others else
                  " (no other live node to take its shards)", timeout_s)
         while True:
             self.reporter.release_held()
-            left = self._drain_left(bool(self._drain_to()))
+            moving = bool(self._drain_to())
+            left = self._drain_left(moving)
+            if moving and not self.coordinator.renewed_since(settled_ms):
+                left.append("no renewal of this node proposed drain_settle_s after it began "
+                            "draining applied yet (the leader may still give it shards)")
             if not left:
                 log.info("node %s drained", self.node_id)
                 return True
