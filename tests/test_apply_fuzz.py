@@ -135,6 +135,17 @@ def _run_command(store: MemoryStore, kind: str, k: int, t: int, flag: bool) -> d
     if kind == "expire":
         return run and commands.expire_leases(items=[(run["id"], run["attempt"], 50)],
                                               at_ms=(run["lease_ms"] or t) + 1)
+    if kind == "take_over":
+        # Its shard given to n2 first, then its runs taken over, judged (flag)
+        # by their holder's recorded lease or not.
+        run = _pick(running, k)
+        if run is None:
+            return None
+        state = store.get(SHARDS, keys.shard_key(run["shard"]))
+        if state is None or state["owner"] != "n2":
+            return commands.assign_shards(assignments=[(run["shard"], "n2")], at_ms=t)
+        return commands.take_over_runs(node="n2", shard=run["shard"], token=state["token"],
+                                       run_ids=[run["id"]], at_ms=t, judge_uncalled=flag)
     if kind == "reassign":
         run = _pick(_runs(store, "queued"), k)
         return run and commands.reassign_runs(items=[(run["id"], run["node"] or "n1", "n2")],
@@ -188,8 +199,8 @@ def _other_command(kind: str, k: int, t: int) -> dict:
     if kind == "register":
         return commands.register_node(node=f"n{k % 3}", http="http://127.0.0.1:1",
                                       raft="127.0.0.1:2", at_ms=t)
-    if kind == "renew":
-        return commands.renew(node="n1", at_ms=t)
+    if kind in ("renew", "renew_recorded"):
+        return commands.renew(node=f"n{k % 3}", at_ms=t, record=kind == "renew_recorded")
     assert kind == "check_digest", kind
     return commands.check_digest(node="n1", at_ms=t)
 
@@ -229,8 +240,9 @@ def _backfill_command(store: MemoryStore, kind: str, k: int, t: int, variant: in
 
 JOB_KINDS = ("create", "update", "pause", "resume", "delete", "trigger")
 RUN_KINDS = ("start", "heartbeat", "finish", "expire", "reassign", "cancel", "alert_done",
-             "retry")
-OTHER_KINDS = ("publish", "commit_offset", "register", "renew", "check_digest")
+             "retry", "take_over")
+OTHER_KINDS = ("publish", "commit_offset", "register", "renew", "renew_recorded",
+               "check_digest")
 BACKFILL_KINDS = ("backfill", "backfill_step", "backfill_step", "cancel_backfill", "purge")
 
 _VALID = {

@@ -208,6 +208,11 @@ def start(node: FakeNode) -> None:
     node.supervisor.start("dispatcher.takeover", node.dispatcher.takeover_loop)
 
 
+def take_overs(cluster: Cluster) -> int:
+    """Take-over entries applied: take_over_runs, or take_over_judged (level 4)."""
+    return cluster.tags["take_over_runs"] + cluster.tags["take_over_judged"]
+
+
 def state(cluster: Cluster, run_id: str) -> str:
     return cluster.get_run(run_id)["state"]
 
@@ -401,7 +406,7 @@ async def test_a_dead_holders_runs_are_taken_over_at_once_without_the_grace(clus
     assert n2.coordinator.live_nodes() == ["n2"]
     cluster.run(commands.assign_shards(assignments=[(SHARD, "n2")], at_ms=n2.clock_ms))
     await n2.dispatcher.take_over_pending()   # no time has passed: within the grace
-    assert cluster.tags["take_over_runs"] == 1
+    assert take_overs(cluster) == 1
     await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
                 "n2 to call every run")
     for run_id in run_ids:
@@ -414,12 +419,12 @@ async def test_a_holder_that_dies_after_its_shard_moved_is_taken_over_within_the
     lapses, not take_over_grace_s after the move."""
     calls, n1, n2, run_ids = await moved_while_calling(cluster, waiting=0)
     await n2.dispatcher.take_over_pending()
-    assert cluster.tags["take_over_runs"] == 0   # n1 renewed as recently as n2
+    assert take_overs(cluster) == 0   # n1 renewed as recently as n2
     n2.clock_ms += int((limits.node_lease_s + limits.shard_lease_margin_s) * 1000)
     n2.renew()   # n2 renews on; n1 does not
     assert n2.coordinator.live_nodes() == ["n2"]
     await n2.dispatcher.take_over_pending()   # no monotonic time passed: in the grace
-    assert cluster.tags["take_over_runs"] == 1
+    assert take_overs(cluster) == 1
     await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
                 "n2 to call every run")
     assert all(cluster.get_run(r)["attempt"] == 2 for r in run_ids)
@@ -441,7 +446,7 @@ async def test_a_live_holders_runs_are_taken_over_after_the_grace_and_its_late_f
     # Not before the grace: n1 renewed as recently as n2, so its finishes may
     # be on their way.
     await n2.dispatcher.take_over_pending()
-    assert cluster.tags["take_over_runs"] == 0
+    assert take_overs(cluster) == 0
     n2.mono_s += limits.take_over_grace_s
     n2.renew()   # n2 renewed all along
     await n2.dispatcher.take_over_pending()
@@ -449,7 +454,7 @@ async def test_a_live_holders_runs_are_taken_over_after_the_grace_and_its_late_f
                 "n2 to call every run")
     # Each run taken over once: its next attempt, called once by n2; the three
     # n1 had not called yet it never calls.
-    assert cluster.tags["take_over_runs"] == 1
+    assert take_overs(cluster) == 1
     for run_id in run_ids:
         run = cluster.get_run(run_id)
         assert (run["attempt"], run["redeliveries"]) == (2, 1)
@@ -575,7 +580,7 @@ async def test_while_an_older_node_is_in_the_cluster_a_hand_over_is_a_take_over(
     n1.http_executor.release.set()
     await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
                 "every run to succeed within n2's grace")
-    assert cluster.tags["hand_over_runs"] == 0 and cluster.tags["take_over_runs"] >= 1
+    assert cluster.tags["hand_over_runs"] == 0 and take_overs(cluster) >= 1
     assert sorted(cluster.get_run(r)["attempt"] for r in run_ids) == \
         [1] * limits.runs_inflight_max + [2] * 3
 

@@ -532,16 +532,13 @@ def _trigger_job(tx: Tx, cmd: commands.Command) -> dict:
     return {"ok": True, "run": run, "created": created}
 
 
-def _take_over_runs(tx: Tx, cmd: commands.Command) -> dict:
-    """A shard's new owner takes over the shard's open runs (runs.take_over).
-    With `judge_uncalled`: a run fired ahead whose holder's shard lease ended
-    before its second (runs.lease_bound_ms) was never called; those late by
-    now are judged job by job by the job's misfire policy, as the holder
-    would have judged them at its restart (miss_uncalled), and those it
-    would not run end missed or skipped. The others, and those it runs,
-    move as the same attempt."""
-    if not cmd.judge_uncalled:
-        return runs.handle_take_over_runs(tx, cmd)
+def _take_over_judged(tx: Tx, cmd: commands.Command) -> dict:
+    """A shard's new owner takes over the shard's open runs (runs.take_over),
+    and a run fired ahead whose holder's shard lease ended before its second
+    (runs.lease_bound_ms) was never called: those late by now are judged job
+    by job by the job's misfire policy, as the holder would have judged them
+    at its restart (miss_uncalled), and those it would not run end missed or
+    skipped. The others, and those it runs, move as the same attempt."""
     state = _shard_state(tx, cmd.shard)
     if state["owner"] != cmd.node or state["token"] != cmd.token:
         return {"ok": False, "error": "stale_token", "taken": 0,
@@ -596,16 +593,17 @@ def _register_node(tx: Tx, cmd: commands.Command) -> dict:
 
 def _renew(tx: Tx, cmd: commands.Command) -> dict:
     # Liveness is judged by each replica from when it applied the renewal,
-    # which is not state every replica must agree on. With `record`, the
-    # renewal's own time is (the node's shard lease ends node_lease_s after
-    # it: runs.lease_bound_ms), in the record of a registered node; and once
-    # a node's record holds one, every replica applies level 4 (a node
-    # proposes `record` only then), so each renewal of it after that keeps
-    # the latest, recorded or not (one proposed while a peer was not heard).
+    # which is not state every replica must agree on. A renew_recorded keeps
+    # the renewal's own time (the node's shard lease ends node_lease_s after
+    # it: runs.lease_bound_ms) in the record of a registered node; once a
+    # node's record holds one, every replica applies level 4 (a node proposes
+    # renew_recorded only then), so each renewal of it after that keeps the
+    # latest, recorded or not (a renew, proposed while a peer was not heard).
     tx.effects.append(NodeRenewed(node=cmd.node, at_ms=cmd.at_ms))
     key = cmd.node.encode()
     current = tx.get(NODES, key)
-    if current is not None and (cmd.record or "renewed_ms" in current) \
+    if current is not None \
+            and (isinstance(cmd, commands.RenewRecorded) or "renewed_ms" in current) \
             and cmd.at_ms > current.get("renewed_ms", -1):
         tx.put(NODES, key, {**current, "renewed_ms": cmd.at_ms})
     return {"ok": True}
@@ -631,7 +629,8 @@ HANDLERS: dict[str, Callable[[Tx, dict], dict]] = {
     "run_updates": runs.handle_run_updates,
     "expire_leases": runs.handle_expire_leases,
     "reassign_runs": runs.handle_reassign_runs,
-    "take_over_runs": _take_over_runs,
+    "take_over_runs": runs.handle_take_over_runs,
+    "take_over_judged": _take_over_judged,
     "miss_uncalled": _miss_uncalled,
     "hand_over_runs": runs.handle_hand_over_runs,
     "cancel_run": runs.handle_cancel_run,
@@ -641,6 +640,7 @@ HANDLERS: dict[str, Callable[[Tx, dict], dict]] = {
     "purge": retention.handle_purge,
     "register_node": _register_node,
     "renew": _renew,
+    "renew_recorded": _renew,
     "check_digest": _check_digest,
     "create_token": tenancy.handle_create_token,
     "revoke_token": tenancy.handle_revoke_token,

@@ -31,11 +31,12 @@ from raftsched.errors import CommandRefused, UnknownCommand
 
 VERSION = 1
 # The commands this build applies, as a level its clock answers carry (GET
-# /v1/node/clock `applies`): 2 added hand_over_runs, 3 miss_uncalled, 4 a
-# renewal's `record` and a take-over's `judge_uncalled`. A node proposes a
-# command of a level only once every other node has said it applies it, so
-# that during a rolling upgrade no older node meets a tag it would stop on,
-# nor a member it would skip (and so apply otherwise than the others).
+# /v1/node/clock `applies`): 2 added hand_over_runs, 3 miss_uncalled, 4
+# renew_recorded and take_over_judged. A node proposes a command of a level
+# only once every other node has said it applies it, so that during a rolling
+# upgrade no older node meets a tag it would stop on. A change of what apply
+# does gets a tag of its own rather than a member, which an older node would
+# skip and so apply otherwise than the others.
 APPLY_LEVEL = 4
 # The level of a node that does not say (a release before the levels).
 APPLY_LEVEL_UNSAID = 1
@@ -648,13 +649,18 @@ class RegisterNode(Command, tag="register_node", kw_only=True):
 
 class Renew(Command, tag="renew", kw_only=True):
     """A node's liveness renewal: every replica notes when it applied the
-    latest renewal of each node (see runtime/coordinator.py). With `record`
-    (level 4) its time is kept in the node's record too (`renewed_ms`): the
-    node's shard lease ends node_lease_s after its latest renewal, so no run
-    it held and fired ahead of a later second was called by it."""
+    latest renewal of each node (see runtime/coordinator.py)."""
     node: NodeId
     at_ms: TimeMs
-    record: bool = False
+
+
+class RenewRecorded(Command, tag="renew_recorded", kw_only=True):
+    """A renewal (level 4) whose time is kept in the node's record too
+    (`renewed_ms`): the node's shard lease ends node_lease_s after its
+    latest renewal, so no run it held and fired ahead of a later second was
+    called by it (core/runs.lease_bound_ms)."""
+    node: NodeId
+    at_ms: TimeMs
 
 
 class CheckDigest(Command, tag="check_digest", kw_only=True):
@@ -688,17 +694,24 @@ class ReassignRuns(Command, tag="reassign_runs", kw_only=True):
 
 class TakeOverRuns(Command, tag="take_over_runs", kw_only=True):
     """A shard's new owner takes over the shard's open node-executed runs
-    (core/runs.take_over), under the shard's current token. With
-    `judge_uncalled` (level 4), those fired ahead whose holder's shard lease
-    ended before their second, so it never called them, move as the same
-    attempt, and the late ones among them go to their jobs' misfire policies
-    first (core/apply.py _take_over_runs)."""
+    (core/runs.take_over), under the shard's current token."""
     node: NodeId
     shard: Shard
     token: Token
     run_ids: Annotated[list[RunId], Meta(max_length=limits.take_over_batch_max)]
     at_ms: TimeMs
-    judge_uncalled: bool = False
+
+
+class TakeOverJudged(Command, tag="take_over_judged", kw_only=True):
+    """take_over_runs, and (level 4) those fired ahead whose holder's shard
+    lease ended before their second, so it never called them, move as the
+    same attempt, and the late ones among them go to their jobs' misfire
+    policies first (core/apply.py _take_over_judged)."""
+    node: NodeId
+    shard: Shard
+    token: Token
+    run_ids: Annotated[list[RunId], Meta(max_length=limits.take_over_batch_max)]
+    at_ms: TimeMs
 
 
 class HandOverRuns(Command, tag="hand_over_runs", kw_only=True):
@@ -892,8 +905,9 @@ class CancelBackfill(_Scoped, tag="cancel_backfill", kw_only=True):
 SHAPES: dict[str, type[Command]] = {
     cls.__struct_config__.tag: cls for cls in (
         CreateJob, CreateJobs, UpdateJob, DeleteJob, PauseJob, ResumeJob, TriggerJob, RetryRun,
-        Fire, FireMany, AssignShards, RunUpdates, RegisterNode, Renew, CheckDigest,
-        ExpireLeases, ReassignRuns, TakeOverRuns, HandOverRuns, MissUncalled, CancelRun, AlertDone, Publish,
+        Fire, FireMany, AssignShards, RunUpdates, RegisterNode, Renew, RenewRecorded,
+        CheckDigest, ExpireLeases, ReassignRuns, TakeOverRuns, TakeOverJudged, HandOverRuns,
+        MissUncalled, CancelRun, AlertDone, Publish,
         CommitOffset, Purge, CreateToken, RevokeToken, PutTenant, DeleteTenant, CreateBackfill, BackfillStep,
         CancelBackfill)}
 TAGS = frozenset(SHAPES)
@@ -1282,11 +1296,17 @@ def expire_leases(*, items: list[tuple[str, int, int]], at_ms: int) -> ExpireLea
     return ExpireLeases(items=[ExpiredLease(*i) for i in items], at_ms=at_ms)
 
 
+def renew(*, node: str, at_ms: int, record: bool = False) -> Renew | RenewRecorded:
+    """A node's renewal; with `record` (every node at level 4), as renew_recorded."""
+    return (RenewRecorded if record else Renew)(node=node, at_ms=at_ms)
+
+
 def take_over_runs(*, node: str, shard: int, token: int, run_ids: list[str],
-                   at_ms: int, judge_uncalled: bool = False) -> TakeOverRuns:
-    """A shard's new owner's: the shard's open runs it takes over."""
-    return TakeOverRuns(node=node, shard=shard, token=token, run_ids=list(run_ids), at_ms=at_ms,
-                        judge_uncalled=judge_uncalled)
+                   at_ms: int, judge_uncalled: bool = False) -> TakeOverRuns | TakeOverJudged:
+    """A shard's new owner's: the shard's open runs it takes over; with
+    `judge_uncalled` (every node at level 4), as take_over_judged."""
+    shape = TakeOverJudged if judge_uncalled else TakeOverRuns
+    return shape(node=node, shard=shard, token=token, run_ids=list(run_ids), at_ms=at_ms)
 
 
 def hand_over_runs(*, node: str, holder: str, shard: int, token: int, run_ids: list[str],
@@ -1364,7 +1384,6 @@ alert_done = AlertDone
 publish = Publish
 commit_offset = CommitOffset
 register_node = RegisterNode
-renew = Renew
 check_digest = CheckDigest
 create_token = CreateToken
 revoke_token = RevokeToken

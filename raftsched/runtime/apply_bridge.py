@@ -101,7 +101,7 @@ class ApplyBridge:
             if tag in ("fire", "fire_many") and transition.result.get("node") == self._node_id:
                 self._note_arming_lead(transition.effects)
             self._log_refusal(index, tag or "malformed", transition.result)
-            if tag == "renew" and transition.effects:
+            if tag in ("renew", "renew_recorded") and transition.effects:
                 # This node's shard lease counts from here, not from when the
                 # loop gets to the effect (runtime/coordinator.py).
                 self._renewal_applied(transition.effects)

@@ -54,7 +54,7 @@ log = logging.getLogger("raftsched.dispatch")
 HAND_OVER_LEVEL = 2
 # The command level that applies miss_uncalled.
 MISS_UNCALLED_LEVEL = 3
-# The command level that applies take_over_runs' judge_uncalled.
+# The command level that applies take_over_judged.
 JUDGE_UNCALLED_LEVEL = 4
 
 
