@@ -584,7 +584,8 @@ class Dispatcher:
                 break
             total += item_cost
             run_ids.append(run["id"])
-            holders.add(str(run.get("holder")))
+            if run.get("holder"):
+                holders.add(run["holder"])
         if not run_ids:
             return False
         result = await self._replicated.propose(commands.take_over_runs(
@@ -602,7 +603,7 @@ class Dispatcher:
                 log.warning("took over %d open runs of shard %d from %s (their holder lost "
                             "the shard; %s); %d of them may have been called and are called "
                             "here again, as their next attempts", result["taken"], shard,
-                            ",".join(sorted(holders)),
+                            ",".join(sorted(holders)) or "no node",
                             f"live here: {','.join(sorted(live))}" if early
                             else f"after take_over_grace_s, {limits.take_over_grace_s:g} s",
                             again)
