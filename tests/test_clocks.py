@@ -133,26 +133,29 @@ def test_a_node_alone_is_synced_at_once_and_reads_its_wall_clock(tmp_path):
 def test_a_node_ahead_keeps_the_cluster_time_and_judges_itself_out(tmp_path, caplog):
     clock = make_clock(tmp_path, shift_ms=5000)
     assert not clock.synced()   # its trigger fires nothing yet
-    assert clock.now_ms() - time.time() * 1000 > 4900   # its own clock until then
+    # (Margins of 250 ms against a 5 s step: a test process may be descheduled
+    # between two reads while the fast tier runs in parallel.)
+    assert clock.now_ms() - time.time() * 1000 > 4750   # its own clock until then
     measure(clock, "n2", 0)
     measure(clock, "n3", 1)
     with caplog.at_level(logging.ERROR, logger="raftsched.clock"):
         clock.evaluate()
     assert clock.synced()
-    assert abs(clock.now_ms() - time.time() * 1000) < 50   # the others' time, not its own
+    assert abs(clock.now_ms() - time.time() * 1000) < 250   # the others' time, not its own
     assert clock.out_of_bound() == {"n1"}
-    assert 4950 <= clock.offsets_ms()["n1"] <= 5050
-    assert re.search(r"this node's wall clock is (4999|5000) ms ahead of the cluster's time",
+    assert 4750 <= clock.offsets_ms()["n1"] <= 5250
+    assert re.search(r"this node's wall clock is (4[7-9]\d\d|5[0-2]\d\d) ms ahead of the "
+                     r"cluster's time",
                      caplog.text), caplog.text
     # Back in bound: in again, and a step of its own wall clock moves nothing.
     set_shift(clock, tmp_path, 0)
     clock.evaluate()
     assert clock.out_of_bound() == set()
     set_shift(clock, tmp_path, -5000)
-    assert abs(clock.now_ms() - time.time() * 1000) < 50
+    assert abs(clock.now_ms() - time.time() * 1000) < 250
     clock.evaluate()
     assert clock.out_of_bound() == {"n1"}
-    assert abs(clock.now_ms() - time.time() * 1000) < 50
+    assert abs(clock.now_ms() - time.time() * 1000) < 250
 
 
 def test_a_peer_behind_is_out_and_the_cluster_time_is_not_moved_by_it(tmp_path):
