@@ -434,19 +434,28 @@ def _miss_uncalled(tx: Tx, cmd: commands.Command) -> dict:
         if run is not None and run.get("shard") == cmd.shard and runs.uncalled_late(
                 run, cmd.node, cmd.token, cmd.uncalled_after_ms, cmd.at_ms):
             by_job.setdefault(run["job_id"], []).append(run)
-    ended = 0
+    why = (f"fired ahead of its second, and not called: node {cmd.node} stopped "
+           f"and called nothing due after {format_ms(cmd.uncalled_after_ms)}")
+    ended = _judge_jobs_uncalled(tx, by_job, cmd.at_ms, lambda held: why)
+    return {"ok": True, "ended": len(ended), "judged": sum(map(len, by_job.values()))}
+
+
+def _judge_jobs_uncalled(tx: Tx, by_job: dict[str, list[dict]], at_ms: int,
+                         why_of: Callable[[list[dict]], str]) -> list[str]:
+    """_judge_uncalled each job's runs never called (`by_job`), in job id
+    order, the reason starting with why_of(those runs); write back each job
+    with a run ended. The ids of the runs ended."""
+    ended: list[str] = []
     for job_id, held in sorted(by_job.items()):
         job = _live_job(tx, job_id)
         if job is None:
             continue   # a deleted job's runs are its deletion's to end
         held.sort(key=lambda run: run["scheduled_ms"])
-        why = (f"fired ahead of its second, and not called: node {cmd.node} stopped "
-               f"and called nothing due after {format_ms(cmd.uncalled_after_ms)}")
-        ended_here = len(_judge_uncalled(tx, job, held, cmd.at_ms, why))
+        ended_here = _judge_uncalled(tx, job, held, at_ms, why_of(held))
         if ended_here:   # (a policy that calls them all leaves the job as it was)
             tx.put(JOBS, keys.job_key(job_id), job)
-        ended += ended_here
-    return {"ok": True, "ended": ended, "judged": sum(map(len, by_job.values()))}
+            ended += ended_here
+    return ended
 
 
 def _judge_uncalled(tx: Tx, job: dict, held: list[dict], at_ms: int, why: str) -> list[str]:
@@ -539,11 +548,9 @@ def _take_over_judged(tx: Tx, cmd: commands.Command) -> dict:
     by job by the job's misfire policy, as the holder would have judged them
     at its restart (miss_uncalled), and those it would not run end missed or
     skipped. The others, and those it runs, move as the same attempt."""
-    state = _shard_state(tx, cmd.shard)
-    if state["owner"] != cmd.node or state["token"] != cmd.token:
-        return {"ok": False, "error": "stale_token", "taken": 0,
-                "detail": f"shard {cmd.shard} token {cmd.token} from {cmd.node}; current "
-                          f"owner {state['owner']}"}
+    refusal = runs.take_over_refusal(tx, cmd)
+    if refusal is not None:
+        return refusal
     bounds: dict[str, int | None] = {}
     late: dict[str, list[dict]] = {}
     for run_id in dict.fromkeys(cmd.run_ids):
@@ -558,20 +565,13 @@ def _take_over_judged(tx: Tx, cmd: commands.Command) -> dict:
         if bound is not None and runs.uncalled_late(run, holder, run["token"], bound - 1,
                                                     cmd.at_ms):
             late.setdefault(run["job_id"], []).append(run)
-    ended: set[str] = set()
-    for job_id, held in sorted(late.items()):
-        job = _live_job(tx, job_id)
-        if job is None:
-            continue   # a deleted job's runs are its deletion's to end
-        held.sort(key=lambda run: run["scheduled_ms"])
+
+    def why_of(held: list[dict]) -> str:
         holders = sorted({run["holder"] for run in held})
-        why = (f"fired ahead of its second, and not called: node {', '.join(holders)} held "
-               f"no shard lease after "
-               f"{format_ms(min(b for h, b in bounds.items() if h in holders))}")
-        ended_here = _judge_uncalled(tx, job, held, cmd.at_ms, why)
-        if ended_here:
-            tx.put(JOBS, keys.job_key(job_id), job)
-            ended.update(ended_here)
+        ends = [bound for holder, bound in bounds.items() if holder in holders and bound]
+        return (f"fired ahead of its second, and not called: node {', '.join(holders)} "
+                f"held no shard lease after {format_ms(min(ends))}")
+    ended = set(_judge_jobs_uncalled(tx, late, cmd.at_ms, why_of))
     result = runs.take_over_runs(tx, cmd, [r for r in cmd.run_ids if r not in ended],
                                  lease_bounds=bounds)
     if ended:

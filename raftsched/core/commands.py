@@ -654,13 +654,11 @@ class Renew(Command, tag="renew", kw_only=True):
     at_ms: TimeMs
 
 
-class RenewRecorded(Command, tag="renew_recorded", kw_only=True):
+class RenewRecorded(Renew, tag="renew_recorded", kw_only=True):
     """A renewal (level 4) whose time is kept in the node's record too
     (`renewed_ms`): the node's shard lease ends node_lease_s after its
     latest renewal, so no run it held and fired ahead of a later second was
     called by it (core/runs.lease_bound_ms)."""
-    node: NodeId
-    at_ms: TimeMs
 
 
 class CheckDigest(Command, tag="check_digest", kw_only=True):
@@ -702,16 +700,11 @@ class TakeOverRuns(Command, tag="take_over_runs", kw_only=True):
     at_ms: TimeMs
 
 
-class TakeOverJudged(Command, tag="take_over_judged", kw_only=True):
+class TakeOverJudged(TakeOverRuns, tag="take_over_judged", kw_only=True):
     """take_over_runs, and (level 4) those fired ahead whose holder's shard
     lease ended before their second, so it never called them, move as the
     same attempt, and the late ones among them go to their jobs' misfire
     policies first (core/apply.py _take_over_judged)."""
-    node: NodeId
-    shard: Shard
-    token: Token
-    run_ids: Annotated[list[RunId], Meta(max_length=limits.take_over_batch_max)]
-    at_ms: TimeMs
 
 
 class HandOverRuns(Command, tag="hand_over_runs", kw_only=True):
@@ -1296,13 +1289,13 @@ def expire_leases(*, items: list[tuple[str, int, int]], at_ms: int) -> ExpireLea
     return ExpireLeases(items=[ExpiredLease(*i) for i in items], at_ms=at_ms)
 
 
-def renew(*, node: str, at_ms: int, record: bool = False) -> Renew | RenewRecorded:
+def renew(*, node: str, at_ms: int, record: bool = False) -> Renew:
     """A node's renewal; with `record` (every node at level 4), as renew_recorded."""
     return (RenewRecorded if record else Renew)(node=node, at_ms=at_ms)
 
 
 def take_over_runs(*, node: str, shard: int, token: int, run_ids: list[str],
-                   at_ms: int, judge_uncalled: bool = False) -> TakeOverRuns | TakeOverJudged:
+                   at_ms: int, judge_uncalled: bool = False) -> TakeOverRuns:
     """A shard's new owner's: the shard's open runs it takes over; with
     `judge_uncalled` (every node at level 4), as take_over_judged."""
     shape = TakeOverJudged if judge_uncalled else TakeOverRuns

@@ -617,13 +617,20 @@ def handle_hand_over_runs(tx: Tx, cmd: commands.Command) -> dict:
     return _take_over_runs(tx, cmd, cmd.holder)
 
 
-def _take_over_runs(tx: Tx, cmd: commands.Command, uncalled_by: str | None) -> dict:
+def take_over_refusal(tx: Tx, cmd: commands.Command) -> dict | None:
+    """The answer refusing a take-over (or hand-over) whole, unless cmd.node
+    owns cmd.shard under cmd.token."""
     shard = tx.get(SHARDS, keys.shard_key(cmd.shard))
     if shard is None or shard["owner"] != cmd.node or shard["token"] != cmd.token:
         return {"ok": False, "error": "stale_token", "taken": 0,
                 "detail": f"shard {cmd.shard} token {cmd.token} from {cmd.node}; current "
                           f"owner {shard and shard['owner']}"}
-    return take_over_runs(tx, cmd, cmd.run_ids, uncalled_by=uncalled_by)
+    return None
+
+
+def _take_over_runs(tx: Tx, cmd: commands.Command, uncalled_by: str | None) -> dict:
+    return take_over_refusal(tx, cmd) or take_over_runs(tx, cmd, cmd.run_ids,
+                                                        uncalled_by=uncalled_by)
 
 
 def take_over_runs(tx: Tx, cmd: commands.Command, run_ids: list[str], *,

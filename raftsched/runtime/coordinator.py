@@ -179,8 +179,7 @@ class Coordinator:
                 task.add_done_callback(inflight.discard)
             await asyncio.sleep((period_ms - replicated.now_ms() % period_ms) / 1000)
 
-    async def _renew(self, command: commands.Renew | commands.RenewRecorded,
-                     sent: float) -> None:
+    async def _renew(self, command: commands.Renew, sent: float) -> None:
         term = self._term()
         try:
             await self._replicated.propose(command)
