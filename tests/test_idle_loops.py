@@ -377,3 +377,36 @@ def test_a_draining_node_settles_on_a_renewal_of_its_own_proposed_after_the_sett
     assert not coordinator.renewed_since(settled_ms)
     coordinator.renewed("n1", settled_ms)
     assert coordinator.renewed_since(settled_ms)
+
+
+async def test_a_drain_with_nothing_left_waits_for_its_settling_renewal(monkeypatch):
+    """Node.drain: with no shard, run or report left, the node is drained
+    only once a renewal of its own proposed drain_settle_s after the drain
+    began is applied (the leader may still give it shards until then); with
+    none, it stops at stop_drain_max_s and says so."""
+    from raftsched.runtime.node import Node
+
+    monkeypatch.setattr(limits, "stop_drain_poll_s", 0.001)
+    coordinator = _restarted_coordinator(50_000)
+    clock = {"ms": 50_000, "s": 0.0}
+
+    def tick() -> float:
+        clock["s"] += 0.01
+        return clock["s"]
+
+    node = SimpleNamespace(node_id="n1", draining=False, coordinator=coordinator,
+                           now_ms=lambda: clock["ms"], monotonic=tick,
+                           reporter=SimpleNamespace(release_held=lambda: None),
+                           _drain_to=lambda: ["n2", "n3"], _drain_left=lambda moving: [])
+    drained = asyncio.get_running_loop().create_task(Node.drain(node, timeout_s=10))
+    await asyncio.sleep(0.05)
+    assert not drained.done() and node.draining   # nothing left, but not settled
+    coordinator.renewed("n1", 50_000 + round(limits.drain_settle_s * 1000) - 1)
+    await asyncio.sleep(0.05)
+    assert not drained.done()
+    coordinator.renewed("n1", 50_000 + round(limits.drain_settle_s * 1000))
+    assert await asyncio.wait_for(drained, 5) is True
+    # No settling renewal ever: the drain ends at its bound, not drained.
+    late = _restarted_coordinator(50_000)
+    node.coordinator = late
+    assert await asyncio.wait_for(Node.drain(node, timeout_s=0.5), 5) is False
