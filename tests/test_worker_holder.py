@@ -117,6 +117,26 @@ async def test_only_the_holder_of_the_attempt_completes_and_stores_output(servic
     assert len(node.outputs.stored) == 1
 
 
+async def test_the_output_is_kept_before_the_finish_is_proposed():
+    # A client that reads the run finished and then asks for its logs finds them.
+    log = Replica()
+    node = _Node(log)
+    stored_at_report = []
+
+    def report(update: commands.RunFinish, *args, **kwargs) -> asyncio.Future:
+        stored_at_report.append((type(update).__name__, [r for r, _, _ in node.outputs.stored]))
+        return node.reporter.send(update, *args, **kwargs)
+
+    workers = WorkerService(log.replicated(now_ms=node.now_ms), report=report,
+                            outputs=node.outputs, wait_caught_up=node.wait_caught_up,
+                            run_lease_ms=5000, run_heartbeat_ms=1000)
+    run_id = _queued_run(log)
+    await workers.claim("w-a", keys.scoped("t", "q"), 1, 0)
+    stored_at_report.clear()
+    assert await workers.complete("w-a", [_result(run_id)], "t") == [True]
+    assert stored_at_report == [("RunFinish", [run_id])]
+
+
 async def test_a_worker_whose_lease_expired_stores_nothing(service):
     workers, node, log = service
     run_id = _queued_run(log)

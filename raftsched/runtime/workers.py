@@ -193,9 +193,10 @@ class WorkerService:
         attempt is the one reported). One that it does not hold refuses the
         whole request with Conflict naming it, and nothing is stored or
         reported: a stale worker (its lease expired, the run moved on) or a
-        foreign one cannot put output under a run it does not hold. A run's
-        output is stored once apply accepted its finish, so a lease lost
-        between the check and the commit stores nothing either."""
+        foreign one cannot put output under a run it does not hold. A held
+        run's output is stored before its finish is proposed, so whoever reads
+        the run finished finds its logs; a lease lost between the check and
+        the commit leaves the output of the attempt the worker did run."""
         now_ms = self._replicated.now_ms
         holder = holder_of(worker_id)
         runs = [self._held_run(result, holder, tenant) for result in results]
@@ -212,21 +213,20 @@ class WorkerService:
                               output=result.get("output"))
             job = queries.job(self._store, run["job_id"])
             outcome = masked_outcome(job, outcome)
+            if outcome.output:
+                # Kept before the finish is proposed: once the run reads finished,
+                # its logs are there. The worker holds this attempt (checked above);
+                # a finish refused after all leaves the output of an attempt that ran.
+                self._outputs.put(run["id"], run["attempt"],
+                                  dict(outcome.output, holder=holder, exit_code=outcome.exit_code),
+                                  now_ms=now_ms(), tenant=run["tenant"])
             future = self._report(finish_update(
                 run, holder, outcome,
                 dag.retry_policy(job["spec"] if job else None, run.get("task_id")),
                 at_ms=now_ms(), output_node=self._replicated.node_id),
                 cost=report_cost(job, run))
-            reports.append((run, outcome, future))
-        accepted = []
-        for run, outcome, future in reports:
-            ok = bool(await future)
-            if ok and outcome.output:
-                self._outputs.put(run["id"], run["attempt"],
-                                  dict(outcome.output, holder=holder, exit_code=outcome.exit_code),
-                                  now_ms=now_ms(), tenant=run["tenant"])
-            accepted.append(ok)
-        return accepted
+            reports.append(future)
+        return [bool(await future) for future in reports]
 
     def _held_run(self, result: dict, holder: str, tenant: str | None) -> dict | None:
         """The run `result` reports on, if `holder` holds its reported attempt."""
