@@ -281,6 +281,11 @@ def test_fire_once_runs_the_latest_missed_occurrence_and_records_the_rest():
     dispatched = [e.run["scheduled_ms"] for e in log.effects if isinstance(e, RunQueued)]
     assert dispatched == [16_000]
     assert log.store.get(JOBS, b"job_a1")["next_ms"] == 18_000
+    # An answer names the late run's time as it names every time.
+    from raftsched.api.views import run_view
+    assert run_view(runs[10_000])["reason"] == \
+        "missed while nothing could fire; one late run for 1970-01-01T00:00:16Z instead " \
+        "(fire_once policy)"
 
 
 def test_misfire_policies_decide_per_occurrence():

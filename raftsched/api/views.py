@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from raftsched.core import runs
 from raftsched.core.redact import redact_spec_dag, redact_spec_target, redact_text
 from raftsched.core.timeutil import format_ms, format_ms_offset
@@ -99,7 +101,7 @@ def run_view(run: dict, secrets: tuple[str, ...] = (), now_ms: int | None = None
         "http_status": run["http_status"],
         "exit_code": run.get("exit_code"),
         "error": _masked(run["error"], secrets),
-        "reason": run.get("reason"),
+        "reason": presented_reason(run.get("reason")),
         "fencing_token": run.get("token", 0),
         # The delay a job's jitter_s added to this occurrence's fire.
         "jitter_ms": run.get("jitter_ms", 0),
@@ -159,3 +161,16 @@ def _misfire_view(misfire: dict | None) -> dict:
     if "catchup_window_ms" in misfire:
         view["catchup_window_s"] = misfire["catchup_window_ms"] / 1000
     return view
+
+
+# A fire_once decision stored its one late run's occurrence as epoch ms
+# (core/apply._policy_decisions); every replica keeps that text as it is, so
+# an answer names the time as every other time is named.
+_LATE_RUN_MS = re.compile(r"(one late run for )(\d{1,16})( instead)")
+
+
+def presented_reason(reason: str | None) -> str | None:
+    """A run's reason as an answer gives it: a time stored as epoch ms, in RFC 3339."""
+    if reason is None or "one late run for " not in reason:
+        return reason
+    return _LATE_RUN_MS.sub(lambda m: f"{m[1]}{format_ms(int(m[2]))}{m[3]}", reason)
