@@ -169,8 +169,14 @@ def _job_command(kind: str, job_id: str, t: int, variant: int) -> dict:
         if variant % 3 == 0:   # a jittered job with a catch-up window and labels
             spec.update(jitter_ms=700, labels={"team": "fuzz"},
                         misfire=dict(spec["misfire"], catchup_window_ms=3000))
+        idem = f"idem-{variant % 3}" if variant % 5 else None
+        if variant % 2:   # as a node at level 5 proposes a group of creates
+            return commands.create_jobs(tenant="default", at_ms=t, compact=True, items=[
+                commands.create_job_item(job_id=job_id, spec=spec, idempotency_key=idem,
+                                         shard=keys.shard_of(job_id, SHARD_COUNT),
+                                         next_ms=10_000 + t)])
         return commands.create_job(job_id=job_id, tenant="default", spec=spec,
-                                   idempotency_key=f"idem-{variant % 3}" if variant % 5 else None,
+                                   idempotency_key=idem,
                                    shard=keys.shard_of(job_id, SHARD_COUNT), next_ms=10_000 + t,
                                    at_ms=t)
     if kind == "update":

@@ -228,6 +228,7 @@ def _one_of_each_tag() -> list:
         create(idempotency_key=None, next_ms=None, quota={"jobs_max": 5, "creates_per_s": 2},
                actor="tok"),
         c.create_jobs(tenant="t", at_ms=1, items=[item]),
+        c.create_jobs(tenant="t", at_ms=1, items=[item], compact=True),
         c.fire(shard=3, token=2, upto_ms=5000, node="n1", at_ms=5000,
                items=[("job_a1", 2000, 6000, [2000, 4000], True)], retries=[("run_x", 4500)]),
         c.fire(shard=3, token=2, upto_ms=5000, node="n1", at_ms=5000, items=[]),

@@ -27,8 +27,8 @@ import traceback
 from typing import Callable
 
 from raftsched import limits
-from raftsched.core import (backfill, commands, keys, lifecycle, redrive, retention, runs,
-                            tenancy, topics)
+from raftsched.core import (backfill, commands, compact, keys, lifecycle, redrive, retention,
+                            runs, tenancy, topics)
 from raftsched.core.firing import DEFAULT_MISFIRE, armable, due_at_ms
 from raftsched.core.timeutil import format_ms
 from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOBS, JOBS_BY_TENANT, LEASES,
@@ -163,6 +163,15 @@ def _create_jobs(tx: Tx, cmd: commands.CreateJobs) -> dict:
     if created:
         tenancy.audit(tx, cmd, "job.create", cmd.tenant, created[0], jobs=created)
     return {"ok": True, "results": results}
+
+
+def _create_jobs_compact(tx: Tx, cmd: commands.CreateJobsCompact) -> dict:
+    """A create_jobs whose specs left out the members equal to their defaults:
+    each spec restored first (fresh from the decoder, so in place), so that
+    it stores and answers what the create_jobs of the whole specs would."""
+    for item in cmd.items:
+        compact.expand_spec(item.spec)
+    return _create_jobs(tx, cmd)
 
 
 def _scoped_job(tx: Tx, cmd: commands.Command) -> dict | None:
@@ -618,6 +627,7 @@ def _check_digest(tx: Tx, cmd: commands.Command) -> dict:
 HANDLERS: dict[str, Callable[[Tx, dict], dict]] = {
     "create_job": _create_job,
     "create_jobs": _create_jobs,
+    "create_jobs_compact": _create_jobs_compact,
     "update_job": _update_job,
     "delete_job": _delete_job,
     "pause_job": _pause_job,

@@ -24,6 +24,7 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from raftsched import limits
 from raftsched.core import codec, dag
+from raftsched.core import compact as _compact
 from raftsched.core.shape import ShapeError, json_value
 from raftsched.core.spec import (BackfillOverlap, Backoff, ConcurrencyPolicy, MisfirePolicy,
                                  Priority, Role, TriggerRule)
@@ -32,12 +33,12 @@ from raftsched.errors import CommandRefused, UnknownCommand
 VERSION = 1
 # The commands this build applies, as a level its clock answers carry (GET
 # /v1/node/clock `applies`): 2 added hand_over_runs, 3 miss_uncalled, 4
-# renew_recorded and take_over_judged. A node proposes a command of a level
+# renew_recorded and take_over_judged, 5 create_jobs_compact. A node proposes a command of a level
 # only once every other node has said it applies it, so that during a rolling
 # upgrade no older node meets a tag it would stop on. A change of what apply
 # does gets a tag of its own rather than a member, which an older node would
 # skip and so apply otherwise than the others.
-APPLY_LEVEL = 4
+APPLY_LEVEL = 5
 # The level of a node that does not say (a release before the levels).
 APPLY_LEVEL_UNSAID = 1
 
@@ -366,15 +367,17 @@ def _check_json(member: str, value: Any) -> None:
     raise _refuse(member, "must be a JSON value")   # (a str subclass, say)
 
 
-def _check_spec(spec: dict) -> None:
-    """Check a proposed spec map against JobSpec, in C, and what msgspec cannot:
-    the DAG's graph and the free-form JSON members (finite numbers, depth)."""
+def _check_spec(spec: dict, shape: type[JobSpec] = JobSpec) -> None:
+    """Check a proposed spec map against `shape` (JobSpec, or CompactJobSpec),
+    in C, and what msgspec cannot: the DAG's graph and the free-form JSON
+    members (finite numbers, depth)."""
     try:
-        typed = msgspec.convert(spec, JobSpec)
+        typed = msgspec.convert(spec, shape)
     except msgspec.ValidationError as exc:
         why, path = _split(str(exc))
         raise ValueError(f"{_MEMBER}{path}{_MEMBER}{why}") from None
-    _check_json("metadata", spec["metadata"])
+    if "metadata" in spec:   # (a compact spec leaves out metadata {})
+        _check_json("metadata", spec["metadata"])
     # The spec is stored as sent, members no shape declares too (a newer
     # proposer's): those must at least be JSON values the store can hold.
     _check_undeclared("", spec, typed)
@@ -452,9 +455,9 @@ class CreateJob(Command, tag="create_job", kw_only=True):
         _check_member_spec(self.spec)
 
 
-def _check_member_spec(spec: dict) -> None:
+def _check_member_spec(spec: dict, shape: type[JobSpec] = JobSpec) -> None:
     try:
-        _check_spec(spec)
+        _check_spec(spec, shape)
     except ValueError as exc:
         why, member = _member_of(str(exc))
         raise _refuse(_join("spec", member), why) from None
@@ -478,6 +481,34 @@ class CreateJobs(Command, tag="create_jobs", kw_only=True):
     quota: Union[CreateQuota, UnsetType] = UNSET
     actor: Actor = None   # left out or None alike: none
     items: Annotated[list[CreateJobItem],
+                     Meta(min_length=1, max_length=limits.batch_entry_jobs_max)]
+
+
+# A create_jobs whose specs are as the stores keep them (core/compact.py): each
+# member equal to its default left out, about 60% of a validated spec's bytes.
+# Their shapes are JobSpec's with those members optional; apply restores them
+# (compact.expand_spec) before it reads the spec, so the jobs stored and the
+# results are those of the create_jobs of the whole specs.
+
+class CompactHttpTarget(HttpTarget, tag="http", tag_field="type", kw_only=True):
+    method: Union[Tag16, UnsetType] = UNSET
+    timeout_s: Union[TimeoutS, UnsetType] = UNSET
+
+
+class CompactJobSpec(JobSpec, kw_only=True):
+    target: Union[CompactHttpTarget, CommandTarget, PublishTarget, UnsetType] = UNSET
+    retry: Union[Retry, None, UnsetType] = UNSET
+    concurrency: Union[Concurrency, None, UnsetType] = UNSET
+    metadata: Any = UNSET
+
+
+class CompactCreateJobItem(CreateJobItem, kw_only=True):
+    def check_rules(self) -> None:
+        _check_member_spec(self.spec, CompactJobSpec)
+
+
+class CreateJobsCompact(CreateJobs, tag="create_jobs_compact", kw_only=True):
+    items: Annotated[list[CompactCreateJobItem],
                      Meta(min_length=1, max_length=limits.batch_entry_jobs_max)]
 
 
@@ -897,7 +928,7 @@ class CancelBackfill(_Scoped, tag="cancel_backfill", kw_only=True):
 
 SHAPES: dict[str, type[Command]] = {
     cls.__struct_config__.tag: cls for cls in (
-        CreateJob, CreateJobs, UpdateJob, DeleteJob, PauseJob, ResumeJob, TriggerJob, RetryRun,
+        CreateJob, CreateJobs, CreateJobsCompact, UpdateJob, DeleteJob, PauseJob, ResumeJob, TriggerJob, RetryRun,
         Fire, FireMany, AssignShards, RunUpdates, RegisterNode, Renew, RenewRecorded,
         CheckDigest, ExpireLeases, ReassignRuns, TakeOverRuns, TakeOverJudged, HandOverRuns,
         MissUncalled, CancelRun, AlertDone, Publish,
@@ -1159,13 +1190,21 @@ def _create_quota(quota: dict | CreateQuota | None) -> CreateQuota | UnsetType:
 
 
 def create_jobs(*, tenant: str, at_ms: int, items: list[CreateJobItem], quota: dict | None = None,
-                actor: str | None = None) -> CreateJobs:
+                actor: str | None = None, compact: bool = False) -> CreateJobs:
     """Many creates in one entry (POST /v1/jobs:batchCreate proposes a batch as
     entries of at most batch_entry_jobs_max). items, in order (see
     create_job_item). Each is applied as a create_job of `tenant` at `at_ms`,
-    after the ones before it, so a key used twice creates one job."""
-    return CreateJobs(tenant=tenant, at_ms=at_ms, quota=_create_quota(quota), actor=actor,
-                      items=list(items))
+    after the ones before it, so a key used twice creates one job.
+
+    `compact` (every node at level 5): a create_jobs_compact, each item's spec
+    without the members equal to their defaults (compact.compact_spec), as
+    apply stores it; the same jobs, in fewer bytes to carry and decode."""
+    if compact:
+        items = [CompactCreateJobItem(job_id=i.job_id, spec=_compact.compact_spec(i.spec),
+                                      idempotency_key=i.idempotency_key, shard=i.shard,
+                                      next_ms=i.next_ms) for i in items]
+    return (CreateJobsCompact if compact else CreateJobs)(
+        tenant=tenant, at_ms=at_ms, quota=_create_quota(quota), actor=actor, items=list(items))
 
 
 

@@ -47,6 +47,9 @@ from raftsched import limits
 from raftsched.core import commands
 from raftsched.errors import Busy
 
+# The command level (commands.APPLY_LEVEL) that applies create_jobs_compact.
+COMPACT_CREATE_LEVEL = 5
+
 log = logging.getLogger("raftsched.admission")
 
 Propose = Callable[[commands.Command], Awaitable[dict]]
@@ -163,9 +166,13 @@ class CreateGroups:
     """Group commit of single creates (see the module docstring)."""
 
     def __init__(self, propose: Propose, *,
-                 inflight_max: int = limits.create_groups_inflight_max) -> None:
+                 inflight_max: int = limits.create_groups_inflight_max,
+                 compact_creates: Callable[[], bool] = lambda: False) -> None:
+        """`compact_creates`: whether every node applies create_jobs_compact
+        (COMPACT_CREATE_LEVEL), in which a group's specs go without their defaults."""
         self._propose = propose
         self._inflight_max = inflight_max
+        self._compact_creates = compact_creates
         self._pending: dict[tuple, list[_Waiting]] = {}
         self._inflight = 0
         self._flush_scheduled = False
@@ -234,7 +241,7 @@ class CreateGroups:
         entry = commands.create_jobs(
             tenant=first.tenant, at_ms=max(w.command.at_ms for w in group),
             items=[_item_of(w.command) for w in group], quota=commands.given(first.quota),
-            actor=first.actor)
+            actor=first.actor, compact=self._compact_creates())
         answer = await self._propose(entry)
         if not answer.get("ok"):   # refused whole (a bug, logged by every replica)
             return [answer] * len(group)
@@ -279,10 +286,15 @@ class ClientProposals:
     propose_create, propose_batch): admitted, and single creates grouped."""
 
     def __init__(self, propose: Propose, *, admission: Admission | None = None,
-                 groups: CreateGroups | None = None) -> None:
+                 groups: CreateGroups | None = None,
+                 compact_creates: Callable[[], bool] = lambda: False) -> None:
+        """`compact_creates`: whether every node applies create_jobs_compact
+        (COMPACT_CREATE_LEVEL); then creates go as that, their specs without
+        their defaults."""
         self._propose = propose
+        self._compact_creates = compact_creates
         self.admission = admission or Admission()
-        self.groups = groups or CreateGroups(propose)
+        self.groups = groups or CreateGroups(propose, compact_creates=compact_creates)
 
     def status(self) -> dict:
         admission, groups = self.admission, self.groups
@@ -307,5 +319,16 @@ class ClientProposals:
         """Within admit(jobs): each entry's result (or the exception it raised),
         in order. Proposed together: pysyncobj keeps their order, so a job sees
         those before it."""
+        if self._compact_creates():
+            entries = [_compacted(entry) for entry in entries]
         return await asyncio.gather(*(self._propose(entry) for entry in entries),
                                     return_exceptions=True)
+
+
+def _compacted(entry: commands.CreateJobs) -> commands.CreateJobs:
+    """`entry` as a create_jobs_compact (the same jobs)."""
+    if isinstance(entry, commands.CreateJobsCompact):
+        return entry
+    return commands.create_jobs(tenant=entry.tenant, at_ms=entry.at_ms, items=entry.items,
+                                quota=commands.given(entry.quota), actor=entry.actor,
+                                compact=True)
