@@ -96,6 +96,9 @@ def _entry(spec: dict) -> bytes:
     (lambda s: s["target"].update(method=7), "items[0].spec.target.method"),
     (lambda s: s["target"].pop("url"), "items[0].spec.target.url"),
     (lambda s: s.update(later=float("inf")), "items[0].spec.later"),
+    (lambda s: s["target"].update(body=[float("nan")]), "items[0].spec.target.body[0]"),
+    (lambda s: s["schedule"].update(later={"x": float("-inf")}),
+     "items[0].spec.schedule.later.x"),
 ])
 def test_a_compact_spec_is_refused_as_a_whole_one_is(change, field):
     spec = jobspec.validate_create(BODIES[0])["spec"]

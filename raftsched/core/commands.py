@@ -376,13 +376,19 @@ def _check_spec(spec: dict, shape: type[JobSpec] = JobSpec) -> None:
     except msgspec.ValidationError as exc:
         why, path = _split(str(exc))
         raise ValueError(f"{_MEMBER}{path}{_MEMBER}{why}") from None
-    if "metadata" in spec:   # (a compact spec leaves out metadata {})
-        _check_json("metadata", spec["metadata"])
+    metadata = spec.get("metadata")   # (a compact spec leaves out metadata {})
+    if metadata:   # (None, {}, 0, "": JSON already)
+        _check_json("metadata", metadata)
     # The spec is stored as sent, members no shape declares too (a newer
     # proposer's): those must at least be JSON values the store can hold.
-    _check_undeclared("", spec, typed)
-    _check_undeclared("schedule", spec["schedule"], typed.schedule)
-    for name in ("retry", "concurrency", "misfire", "alert"):
+    # (Each map is tested here first: nearly always, every member is declared.)
+    declared = _DECLARED
+    if not declared[shape].issuperset(spec):
+        _check_undeclared("", spec, typed)
+    schedule = spec["schedule"]
+    if not declared[typed.schedule.__class__].issuperset(schedule):
+        _check_undeclared("schedule", schedule, typed.schedule)
+    for name in _SPEC_MAPS:
         member = spec.get(name)
         if member.__class__ is dict:
             _check_undeclared(name, member, getattr(typed, name))
@@ -402,11 +408,16 @@ def _check_spec(spec: dict, shape: type[JobSpec] = JobSpec) -> None:
         _check_target("target", spec["target"], typed.target)
 
 
+_SPEC_MAPS = ("retry", "concurrency", "misfire", "alert")
+
+
 def _check_target(path: str, target: dict, shape: _Shape) -> None:
-    _check_undeclared(path, target, shape)
+    if not _DECLARED[shape.__class__].issuperset(target):
+        _check_undeclared(path, target, shape)
     for member in ("body", "message", "env"):
-        if member in target:
-            _check_json(_join(path, member), target[member])
+        value = target.get(member)
+        if value is not None:
+            _check_json(_join(path, member), value)
 
 
 def _check_undeclared(path: str, value: dict, shape: _Shape) -> None:
