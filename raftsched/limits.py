@@ -687,6 +687,8 @@ breaker_cooloff_s = 30.0
 # past it the least recently called is forgotten, so hosts named by jobs cannot
 # grow a node's memory.
 breaker_tenant_hosts_max = 10_000
+# Open breakers GET /v1/node lists by name (it counts them all).
+breakers_listed_max = 20
 # A worker's claim waits at most this long for a run (long poll), and claims
 # at most this many runs at once.
 worker_claim_wait_s_max = 30.0

@@ -111,3 +111,91 @@ async def test_the_dispatcher_holds_back_only_the_tenant_whose_breaker_is_open()
     assert dispatcher._maybe_park(run_a, job_of(run_a))
     assert not dispatcher._maybe_park(run_b, job_of(run_b))
     assert dispatcher.parked_total == 1
+
+
+def test_record_says_what_it_changed_and_status_lists_the_open_pairs():
+    from raftsched.executors.breaker import CLOSED, OPENED, REOPENED
+    clock = Clock()
+    b = breaker(clock)
+    changes = [b.record("t", "h", False) for _ in range(20)]
+    assert changes == [None] * 19 + [OPENED]
+    assert b.failures("t", "h") == (20, 20)
+    # Calls that began before it opened: their failures neither open it again
+    # nor hold it longer; the probe after the cool-off decides.
+    clock.now += 10
+    assert b.record("t", "h", False) is None
+    assert b.retry_at("t", "h") == 130.0
+    for i in range(3):
+        for _ in range(20):
+            b.record("u", f"h{i}", False)
+    assert b.status(listed_max=2) == {"open": 4, "hosts": [
+        {"tenant": "t", "host": "h", "calls_resume_in_s": 20.0},
+        {"tenant": "u", "host": "h0", "calls_resume_in_s": 30.0}]}
+    clock.now += 20
+    assert b.allow("t", "h")
+    assert b.record("t", "h", False) == REOPENED
+    clock.now += 30
+    assert b.allow("t", "h")
+    assert b.record("t", "h", True) == CLOSED
+    assert b.status() == {"open": 0, "hosts": []}   # the others' cool-offs ended too
+    assert b.opened_total == 5
+
+
+async def test_the_dispatcher_logs_when_a_breaker_opens_stays_open_and_closes(caplog):
+    import logging
+
+    from raftsched.core import commands, jobspec, keys
+    from raftsched.executors.base import Outcome
+    from raftsched.runtime.dispatcher import Calls, Dispatcher
+    from raftsched.runtime.lateness import LatenessHistogram
+    from raftsched.testing.replica import Replica
+
+    log = Replica()
+    spec = jobspec.validate_create({"run_at": "2030-01-01T00:00:00Z", "target": {
+        "type": "http", "url": "https://shared.example/hook"}})["spec"]
+    assert log.run(commands.create_job(job_id="job_a1", tenant="a", spec=spec,
+                                       idempotency_key=None, shard=keys.shard_of("job_a1", 16),
+                                       next_ms=None, at_ms=1_000))["ok"]
+    run = log.run(commands.trigger_job(job_id="job_a1", scheduled_ms=2_000, node="n1",
+                                       at_ms=2_000))["run"]
+    job = log.store.get("jobs", b"job_a1")
+
+    class Http:
+        outcome = Outcome(ok=False, error="ClientConnectorError: connection refused")
+
+        async def run(self, attempt, target, deadline_ms):
+            return self.outcome
+
+    clock, http = Clock(), Http()
+    breaker = Breaker(window=20, failure_ratio=0.9, cooloff_s=30.0, clock=clock)
+    dispatcher = Dispatcher(
+        log.replicated(),
+        calls=Calls(http=http, command=None, breaker=breaker, outputs=None,
+                    storage_past_mark=lambda: None, lateness=LatenessHistogram()),
+        lease=None, armed=None, report=None, spawn=None,
+        quota_of=lambda tenant: {"weight": 1, "runs_concurrent_max": 10},
+        cluster_applies=lambda: 0, monotonic=clock)
+    caplog.set_level(logging.INFO, "raftsched.dispatch")
+
+    def lines() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "circuit breaker" in r.getMessage()]
+    for _ in range(25):   # 5 of them in flight when it opened
+        await dispatcher._call(job, run)
+    assert lines() == [
+        "circuit breaker open for tenant a's calls to shared.example: 20 of its last 20 calls "
+        "failed, the latest with ClientConnectorError: connection refused; this node holds its "
+        "runs for that host (running, not called, spending no attempt) for 30 s "
+        "(breaker_cooloff_s), then lets one call through"]
+    clock.now += 30
+    assert breaker.allow("a", "shared.example")
+    http.outcome = Outcome(ok=False, http_status=503)
+    await dispatcher._call(job, run)
+    assert lines()[1] == ("circuit breaker for tenant a's calls to shared.example stays open "
+                          "another 30 s (breaker_cooloff_s): the call let through after the "
+                          "cool-off failed with HTTP 503")
+    clock.now += 30
+    assert breaker.allow("a", "shared.example")
+    http.outcome = Outcome(ok=True, http_status=200)
+    await dispatcher._call(job, run)
+    assert lines()[2].startswith("circuit breaker closed for tenant a's calls to shared.example")
+    assert len(lines()) == 3

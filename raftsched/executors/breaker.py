@@ -2,8 +2,8 @@
 
 When at least `failure_ratio` of the last `window` calls of one tenant to one
 host failed (by default 18 of 20), that pair is open: the tenant's dispatch to
-the host pauses for `cooloff_s`, and its runs waiting for it stay queued, so a
-target that is down does not burn their attempts. After the cool-off one call
+the host pauses for `cooloff_s`, and its runs waiting for it stay held by the
+node, not called, so a target that is down does not burn their attempts. After the cool-off one call
 goes through (half-open): success closes the breaker, failure opens it for
 another cool-off.
 
@@ -23,6 +23,10 @@ import dataclasses
 from typing import Callable
 
 from raftsched import limits
+
+
+# What record() changed.
+OPENED, REOPENED, CLOSED = "opened", "reopened", "closed"
 
 
 @dataclasses.dataclass
@@ -71,7 +75,10 @@ class Breaker:
         state = self._host(tenant, host)
         return state.open_until if state.open_until is not None else self._clock()
 
-    def record(self, tenant: str, host: str, ok: bool) -> None:
+    def record(self, tenant: str, host: str, ok: bool) -> str | None:
+        """Count a call's outcome; what it changed, for the caller to log:
+        OPENED (the window's failures reached the ratio), REOPENED (the probe
+        after a cool-off failed), CLOSED (the probe succeeded), or None."""
         state = self._host(tenant, host)
         if state.open_until is not None and state.probing:
             state.probing = False
@@ -79,7 +86,9 @@ class Breaker:
             state.open_until = None if ok else self._clock() + self._cooloff_s
             if not ok:
                 self.opened_total += 1
-            return
+            return REOPENED if not ok else CLOSED
+        if state.open_until is not None:
+            return None   # a call that began before it opened: the probe decides
         state.outcomes.append(ok)
         if len(state.outcomes) > self._window:
             state.outcomes.popleft()
@@ -87,6 +96,24 @@ class Breaker:
         if len(state.outcomes) == self._window and failures >= self._ratio * self._window:
             state.open_until = self._clock() + self._cooloff_s
             self.opened_total += 1
+            return OPENED
+        return None
+
+    def failures(self, tenant: str, host: str) -> tuple[int, int]:
+        """(failed, counted) of the calls in the pair's window."""
+        state = self._host(tenant, host)
+        return state.outcomes.count(False), len(state.outcomes)
+
+    def status(self, listed_max: int = limits.breakers_listed_max) -> dict:
+        """The open pairs, for GET /v1/node: how many, and up to listed_max of
+        them, soonest to resume first, with the seconds until one call may go."""
+        now = self._clock()
+        held = sorted((max(0.0, s.open_until - now), tenant, host)
+                      for (tenant, host), s in self._hosts.items()
+                      if s.open_until is not None and (now < s.open_until or s.probing))
+        return {"open": len(held),
+                "hosts": [{"tenant": tenant, "host": host, "calls_resume_in_s": round(wait, 1)}
+                          for wait, tenant, host in held[:listed_max]]}
 
     def open_hosts(self) -> list[tuple[str, str]]:
         """The (tenant, host) pairs whose calls are held back now."""

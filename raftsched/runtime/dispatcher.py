@@ -41,6 +41,7 @@ from raftsched.core import commands, cost, dag, keys, queries, retry, runs, tena
 from raftsched.core.redact import redact_output, redact_text, secret_values
 from raftsched.errors import Unavailable
 from raftsched.executors.base import Attempt, Outcome
+from raftsched.executors import breaker as breaker_states
 from raftsched.executors.breaker import Breaker
 from raftsched.runtime.context import Replicated, Spawn
 from raftsched.runtime.fair import FairQueue
@@ -131,6 +132,32 @@ def may_hold(job: dict | None, run: dict, outcome: Outcome) -> bool:
     return outcome.ok and job is not None and run.get("trigger") == "schedule" \
         and "dag_run" not in run \
         and job["spec"].get("concurrency", {}).get("policy", "allow") == "allow"
+
+
+def _log_breaker(breaker: Breaker, changed: str, tenant: str, host: str,
+                 outcome: Outcome) -> None:
+    """The line an operator reads when a tenant's breaker for a host opens,
+    stays open after its probe, or closes (executors/breaker.py)."""
+    cooloff = f"{limits.breaker_cooloff_s:g} s (breaker_cooloff_s)"
+    if changed == breaker_states.OPENED:
+        failed, counted = breaker.failures(tenant, host)
+        log.warning("circuit breaker open for tenant %s's calls to %s: %d of its last %d "
+                    "calls failed, the latest with %s; this node holds its runs for that host "
+                    "(running, not called, spending no attempt) for %s, then lets one call "
+                    "through", tenant, host, failed, counted, _failure(outcome), cooloff)
+    elif changed == breaker_states.REOPENED:
+        log.warning("circuit breaker for tenant %s's calls to %s stays open another %s: the "
+                    "call let through after the cool-off failed with %s", tenant, host,
+                    cooloff, _failure(outcome))
+    else:
+        log.info("circuit breaker closed for tenant %s's calls to %s: the call let through "
+                 "after the cool-off succeeded; its held runs are called", tenant, host)
+
+
+def _failure(outcome: Outcome) -> str:
+    if outcome.http_status is not None:
+        return f"HTTP {outcome.http_status}"
+    return (outcome.error or "an error")[:200]
 
 
 def breaker_ok(outcome: Outcome) -> bool:
@@ -808,8 +835,10 @@ class Dispatcher:
             calls.lateness.record(self._now_ms() - run["scheduled_ms"] - run.get("jitter_ms", 0))
         if target["type"] == "http":
             outcome = await calls.http.run(attempt, target, deadline_ms)
-            calls.breaker.record(run["tenant"], urlsplit(target["url"]).netloc,
-                                 breaker_ok(outcome))
+            host = urlsplit(target["url"]).netloc
+            changed = calls.breaker.record(run["tenant"], host, breaker_ok(outcome))
+            if changed is not None:
+                _log_breaker(calls.breaker, changed, run["tenant"], host, outcome)
             return outcome
         if target["type"] == "command":
             withdrawn = tenancy.command_run_refusal(

@@ -189,6 +189,9 @@ class NodeAdapter(StoreQueries):
                 # (runtime/reporter.py, finish_hold_max_s): now, and since start.
                 "finishes_held": node.reporter.held(),
                 "finishes_held_total": node.reporter.held_total,
+                # Tenants' circuit breakers open on this node: their runs for
+                # the host are held here, not called (executors/breaker.py).
+                "breakers": node.breaker.status(),
                 # The most CPU one Raft entry's apply took on this node since
                 # start, and that entry's tag (runtime/apply_bridge.py).
                 "apply_entry_ms_max": round(node.bridge.apply_entry_s_max * 1000, 1),
