@@ -3,7 +3,14 @@ lets one probe through, and closes or re-opens on its result."""
 
 from __future__ import annotations
 
-from raftsched.executors.breaker import Breaker
+import logging
+
+from raftsched.core import commands, jobspec, keys
+from raftsched.executors.base import Outcome
+from raftsched.executors.breaker import CLOSED, OPENED, REOPENED, Breaker
+from raftsched.runtime.dispatcher import Calls, Dispatcher
+from raftsched.runtime.lateness import LatenessHistogram
+from raftsched.testing.replica import Replica
 
 
 class Clock:
@@ -78,29 +85,11 @@ def test_one_tenants_timeouts_open_its_breaker_only():
 
 
 async def test_the_dispatcher_holds_back_only_the_tenant_whose_breaker_is_open():
-    from raftsched.core import commands, jobspec, keys
-    from raftsched.runtime.dispatcher import Calls, Dispatcher
-    from raftsched.runtime.lateness import LatenessHistogram
-    from raftsched.testing.replica import Replica
-
-    log = Replica()
-    for tenant in ("a", "b"):
-        spec = jobspec.validate_create({"run_at": "2030-01-01T00:00:00Z", "target": {
-            "type": "http", "url": "https://shared.example/hook"}})["spec"]
-        assert log.run(commands.create_job(job_id=f"job_{tenant}1", tenant=tenant, spec=spec,
-                                           idempotency_key=None,
-                                           shard=keys.shard_of(f"job_{tenant}1", 16),
-                                           next_ms=None, at_ms=1_000))["ok"]
+    log = _jobs_at_shared_host("a", "b")
     clock = Clock()
     breaker = Breaker(window=20, failure_ratio=0.9, cooloff_s=30.0, clock=clock)
     # Parking reads the breaker and the clock; nothing here calls, reports or holds.
-    dispatcher = Dispatcher(
-        log.replicated(),
-        calls=Calls(http=None, command=None, breaker=breaker, outputs=None,
-                    storage_past_mark=lambda: None, lateness=LatenessHistogram()),
-        lease=None, armed=None, report=None, spawn=None,
-        quota_of=lambda tenant: {"weight": 1, "runs_concurrent_max": 10},
-        cluster_applies=lambda: 0, monotonic=clock)
+    dispatcher = _dispatcher(log, breaker, clock)
     for _ in range(20):
         breaker.record("a", "shared.example", False)
     run_a = {"id": "run_a", "job_id": "job_a1", "tenant": "a"}
@@ -114,7 +103,6 @@ async def test_the_dispatcher_holds_back_only_the_tenant_whose_breaker_is_open()
 
 
 def test_record_says_what_it_changed_and_status_lists_the_open_pairs():
-    from raftsched.executors.breaker import CLOSED, OPENED, REOPENED
     clock = Clock()
     b = breaker(clock)
     changes = [b.record("t", "h", False) for _ in range(20)]
@@ -142,20 +130,7 @@ def test_record_says_what_it_changed_and_status_lists_the_open_pairs():
 
 
 async def test_the_dispatcher_logs_when_a_breaker_opens_stays_open_and_closes(caplog):
-    import logging
-
-    from raftsched.core import commands, jobspec, keys
-    from raftsched.executors.base import Outcome
-    from raftsched.runtime.dispatcher import Calls, Dispatcher
-    from raftsched.runtime.lateness import LatenessHistogram
-    from raftsched.testing.replica import Replica
-
-    log = Replica()
-    spec = jobspec.validate_create({"run_at": "2030-01-01T00:00:00Z", "target": {
-        "type": "http", "url": "https://shared.example/hook"}})["spec"]
-    assert log.run(commands.create_job(job_id="job_a1", tenant="a", spec=spec,
-                                       idempotency_key=None, shard=keys.shard_of("job_a1", 16),
-                                       next_ms=None, at_ms=1_000))["ok"]
+    log = _jobs_at_shared_host("a")
     run = log.run(commands.trigger_job(job_id="job_a1", scheduled_ms=2_000, node="n1",
                                        at_ms=2_000))["run"]
     job = log.store.get("jobs", b"job_a1")
@@ -168,13 +143,7 @@ async def test_the_dispatcher_logs_when_a_breaker_opens_stays_open_and_closes(ca
 
     clock, http = Clock(), Http()
     breaker = Breaker(window=20, failure_ratio=0.9, cooloff_s=30.0, clock=clock)
-    dispatcher = Dispatcher(
-        log.replicated(),
-        calls=Calls(http=http, command=None, breaker=breaker, outputs=None,
-                    storage_past_mark=lambda: None, lateness=LatenessHistogram()),
-        lease=None, armed=None, report=None, spawn=None,
-        quota_of=lambda tenant: {"weight": 1, "runs_concurrent_max": 10},
-        cluster_applies=lambda: 0, monotonic=clock)
+    dispatcher = _dispatcher(log, breaker, clock, http)
     caplog.set_level(logging.INFO, "raftsched.dispatch")
 
     def lines() -> list[str]:
@@ -199,3 +168,30 @@ async def test_the_dispatcher_logs_when_a_breaker_opens_stays_open_and_closes(ca
     await dispatcher._call(job, run)
     assert lines()[2].startswith("circuit breaker closed for tenant a's calls to shared.example")
     assert len(lines()) == 3
+
+
+def _jobs_at_shared_host(*tenants: str) -> Replica:
+    """A replica with one one-off job per tenant, job_<tenant>1, calling
+    https://shared.example/hook."""
+    log = Replica()
+    spec = jobspec.validate_create({"run_at": "2030-01-01T00:00:00Z", "target": {
+        "type": "http", "url": "https://shared.example/hook"}})["spec"]
+    for tenant in tenants:
+        job_id = f"job_{tenant}1"
+        assert log.run(commands.create_job(job_id=job_id, tenant=tenant, spec=spec,
+                                           idempotency_key=None, shard=keys.shard_of(job_id, 16),
+                                           next_ms=None, at_ms=1_000))["ok"]
+    return log
+
+
+def _dispatcher(log: Replica, breaker: Breaker, clock: Clock, http=None) -> Dispatcher:
+    """A dispatcher whose calls go to `http` through `breaker`; nothing it
+    does here reports, holds or spawns."""
+    return Dispatcher(
+        log.replicated(),
+        calls=Calls(http=http, command=None, breaker=breaker, outputs=None,
+                    storage_past_mark=lambda: None, lateness=LatenessHistogram()),
+        lease=None, armed=None, report=None, spawn=None,
+        quota_of=lambda tenant: {"weight": 1, "runs_concurrent_max": 10},
+        cluster_applies=lambda: 0, monotonic=clock)
+
