@@ -152,3 +152,15 @@ def test_cost_counts_every_phase_of_every_run():
     assert total["lmdb_writes"] == round(sum(rows[p]["lmdb_writes"]
                                              for p in ("fire", "finish")), 1)
     assert "fire to finish" in bench.render(figures)
+
+
+def test_cost_repeated_reports_the_least_and_the_median_of_each_phase():
+    figures = bench.runcost.measure_repeated(100, 3)
+    assert figures["repeat"] == 3
+    for row in figures["phases"]:
+        runs = row["cpu_us_runs"]
+        assert len(runs) == 3
+        assert row["cpu_us"] == min(runs) and row["cpu_us_median"] == sorted(runs)[1]
+    text = bench.render(figures)
+    assert "3 times: cpu us the least, then the median" in text
+    assert text.splitlines()[1].split()[-2:] == ["us", "median"]

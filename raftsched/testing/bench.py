@@ -4,7 +4,7 @@
     raftsched bench creates 64 [--seconds 10]
     raftsched bench footprint 100000,1000000 [--runs 2000]
     raftsched bench rejoin 1000000 [--snapshot-entries 2000]
-    raftsched bench cost 20000
+    raftsched bench cost 20000 [--repeat 5]
     raftsched bench idle 60 [--settle-s 15]
     raftsched bench failover 3000 [--kill-before-s 1]
 
@@ -49,7 +49,9 @@ paused and measured again: the bytes their runs added, a run at a time).
 Scenario `cost N`: what one run costs every replica from fire to finish, and
 a job its create, in one process with no network and no Raft
 (testing/runcost.py): Raft entries, LMDB writes, msgpack encodes and decodes,
-bytes encoded and CPU microseconds per job or run, phase by phase.
+bytes encoded and CPU microseconds per job or run, phase by phase. With
+--repeat K it measures K times in one process and prints each phase's least
+CPU and the median: what compares builds on a machine whose speed wanders.
 
 Scenario `idle S`: a cluster with no jobs, left --settle-s seconds to settle
 (elections, shard assignment, the clock's first samples), then each node's
@@ -1135,6 +1137,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle-s", type=float, default=IDLE_SETTLE_S,
                         help="idle: seconds between the cluster's first agreement and the "
                              "measurement (default %(default)s)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="cost: measure this many times in one process; print each "
+                             "phase's least CPU and the median (default %(default)s)")
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args(argv)
@@ -1155,7 +1160,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.scenario == "idle":
         figures = idle(float(sizes[0]), args.nodes, args.settle_s)
     elif args.scenario == "cost":
-        figures = runcost.measure(sizes[0])
+        if args.repeat < 1:
+            parser.error("--repeat must be at least 1")
+        figures = runcost.measure_repeated(sizes[0], args.repeat)
     else:
         figures = burst(sizes[0], args.nodes, args.lead_s,
                         reference_connections=args.reference_connections,
