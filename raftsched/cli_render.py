@@ -268,11 +268,12 @@ class Renderer:
             rows.append((nid, node.get("role") or "-", _cell(node.get("term")), _cell(applied),
                          "-" if applied is None else str(commit - applied),
                          _cell(node.get("shards_owned")), _cell(node.get("clock_offset_ms")),
-                         node.get("http") or "-"))
+                         _cell(node.get("breakers_open")), node.get("http") or "-"))
         self._print_table(
-            [Col("NODE"), Col("ROLE", drop=1), Col("TERM", drop=4), Col("APPLIED", drop=5),
-             Col("LAG", drop=2), Col("SHARDS", drop=3), Col("CLOCK MS", drop=6),
-             Col("HTTP", drop=7)],   # a URL stays whole, or is left out
+            [Col("NODE"), Col("ROLE", drop=1), Col("TERM", drop=5), Col("APPLIED", drop=6),
+             Col("LAG", drop=2), Col("SHARDS", drop=3), Col("CLOCK MS", drop=7),
+             Col("BREAKERS", drop=4),   # open: runs for a host held there, not called
+             Col("HTTP", drop=8)],   # a URL stays whole, or is left out
             rows, title=f"leader {cluster.get('leader') or 'none'}, "
                         f"{cluster.get('shard_count')} shards")
 

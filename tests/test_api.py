@@ -93,6 +93,8 @@ def test_cluster_view_names_every_node_and_one_leader(shared_cluster):
         assert node["http"] == shared_cluster.url(nid)
         assert node["raft"] == shared_cluster.raft_addrs[nid]
         assert node["applied_index"] > 0
+        # Every node says how many tenants' breakers it has open (GET /v1/node `breakers`).
+        assert type(node["breakers_open"]) is int and node["breakers_open"] >= 0
 
 
 def test_priority_is_stored_shown_and_patchable(shared_cluster):

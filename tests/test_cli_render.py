@@ -18,7 +18,8 @@ FAILED = dict(RUN, run_id="run_1a2482a73a6ba55701f401a2482b0a70", state="failed"
 # GET /v1/cluster of a leader and a follower.
 CLUSTER = {"leader": "n1", "shard_count": 256, "nodes": {
     nid: {"role": role, "term": 1, "applied_index": 34, "commit_index": 34,
-          "shards_owned": 86, "clock_offset_ms": 0, "http": f"http://127.0.0.1:870{i}"}
+          "shards_owned": 86, "clock_offset_ms": 0, "breakers_open": i - 1,
+          "http": f"http://127.0.0.1:870{i}"}
     for i, (nid, role) in enumerate((("n1", "leader"), ("n2", "follower")), 1)}}
 
 
@@ -153,4 +154,5 @@ def test_the_cluster_view_in_80_columns_shows_no_url_split_across_lines(capsys):
     assert "http://127.0.0.1:8701" in wide and "http://127.0.0.1:8702" in wide
     narrow = rendered(80, lambda out: out.cluster(cluster))
     assert "http://" not in narrow and "leader" in narrow
+    assert "BREAKERS" in narrow   # a node holding runs behind an open breaker shows it
     assert "HTTP" in capsys.readouterr().err

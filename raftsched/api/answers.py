@@ -234,6 +234,10 @@ class ClusterMember(_Answer, kw_only=True):
         "that node's wall clock minus the cluster's time (the median of the nodes' clocks), "
         "as the answering node last measured it; null: not measured yet"))],
         None, Maybe] = UNSET
+    breakers_open: Union[Annotated[int, Meta(description=(
+        "tenants' circuit breakers open on that node, whose runs for the host it holds and "
+        "does not call (GET /v1/node `breakers` names them); null: not known"))],
+        None, Maybe] = UNSET
 
 
 class Cluster(_Answer, kw_only=True):

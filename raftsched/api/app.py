@@ -529,7 +529,9 @@ async def cluster(request: web.Request) -> web.Response:
                                                  "applied_index", "shards_owned")},
                        # As this node last judged it: that node's wall clock
                        # minus the cluster's time (null: not measured yet).
-                       "clock_offset_ms": offsets.get(s["id"])}
+                       "clock_offset_ms": offsets.get(s["id"]),
+                       # Tenants' circuit breakers open there: runs held, not called.
+                       "breakers_open": (s.get("breakers") or {}).get("open")}
              for s in statuses}
     shards = [state for _, state in node.shards()]
     return json_response({"leader": leader, "self": node.node_id, "shard_count": node.shard_count,

@@ -14,6 +14,7 @@ function nodeRows(cluster) {
     node.shards_owned ?? "-",
     node.clock_offset_ms === null || node.clock_offset_ms === undefined ? "-" :
       `${node.clock_offset_ms} ms`,
+    h("span", {class: node.breakers_open ? "bad" : ""}, node.breakers_open ?? "-"),
     node.http || "-", node.raft || "-",
   ]);
 }
@@ -35,7 +36,8 @@ export function render(el) {
   return poll(async () => {
     const cluster = await get("/v1/cluster");
     body.replaceChildren(summary(cluster), table(
-      ["node", "role", "term", "commit", "applied", "shards", "clock offset", "http", "raft"],
+      ["node", "role", "term", "commit", "applied", "shards", "clock offset",
+       "breakers open", "http", "raft"],
       nodeRows(cluster), {id: "nodes"}));
   }, REFRESH_MS, (err) => body.replaceChildren(errorBox(err)));
 }
