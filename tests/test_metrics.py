@@ -151,7 +151,7 @@ def fake_node(**overrides: object) -> SimpleNamespace:
                       parked_total=0, cancelled_total=0, dropped_notifications=0,
                       taken_over_total=0, not_called_total=0, missed_uncalled_total=0),
         call_horizon=ns(writes_total=3),
-        breaker=ns(opened_total=0), workers=ns(claimed_total=0, waits_refused=lambda: 1,
+        breaker=ns(opened_total=0, open_hosts=lambda: [("acme", "h:443")]), workers=ns(claimed_total=0, waits_refused=lambda: 1,
                                                waiting_queues=lambda: 4),
         topic_waiters=ns(refused_total=2, names_waited=lambda: 1),
         reporter=ns(pending=lambda: 0, dropped_total=0, held=lambda: 0, held_total=0),
@@ -226,6 +226,7 @@ def test_the_collector_reads_the_node_at_each_scrape():
     assert value(first, "raftsched_long_polls_waiting") == 5          # topics 1, queues 4
     assert value(first, "raftsched_admission_busy_refused_total") == 4
     assert value(first, "raftsched_admission_create_jobs_inflight") == 1200
+    assert value(first, "raftsched_breakers_open") == 1
     # No second set of counters: what the node holds now is what the next scrape says.
     node.trigger.fired_total = 9
     node.applied_counts.add([(("run_ended", "succeeded"), 5), (("retry", ""), 2)])

@@ -173,6 +173,8 @@ class NodeCollector(Collector):
                       dispatcher.dropped_notifications)
         yield counter("breaker_opened", "Times a target host's circuit breaker opened",
                       node.breaker.opened_total)
+        yield gauge("breakers_open", "Tenants' circuit breakers open here now: their runs "
+                    "for the host are held, not called", len(node.breaker.open_hosts()))
         yield counter("worker_claimed", "Runs remote workers claimed through this node",
                       node.workers.claimed_total)
         yield counter("long_polls_refused", "Long polls (topic reads, worker claims) refused "
