@@ -245,8 +245,7 @@ class Renderer:
                 continue
             # As the command wrote it: not wrapped to the terminal, tabs kept.
             write = self.console.file.write
-            write(f"--- attempt {attempt.get('attempt')} on "
-                  f"{attempt.get('output_node') or attempt.get('holder') or '?'}"
+            write(f"--- attempt {attempt.get('attempt')} {_where(attempt)}"
                   f" ({attempt.get('started_at')} .. {attempt.get('finished_at')})"
                   f": {_outcome(attempt)}\n")
             for stream in ("stdout", "stderr", "http_body", "published"):
@@ -319,6 +318,15 @@ def _cell(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, ensure_ascii=False)
     return str(value)
+
+
+def _where(attempt: Mapping[str, Any]) -> str:
+    """Who ran an attempt, and which node keeps its output when that is
+    another (a remote worker's output is kept by the node it reported to)."""
+    holder, kept = attempt.get("holder"), attempt.get("output_node")
+    if holder and kept and kept != holder:
+        return f"by {holder}, output kept on {kept}"
+    return f"by {holder or kept or '?'}"
 
 
 def _outcome(attempt: Mapping[str, Any]) -> str:

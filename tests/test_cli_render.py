@@ -129,8 +129,18 @@ def test_a_run_s_logs_are_printed_as_written_whatever_the_terminal(capsys):
     text = rendered(80, lambda out: out.logs([{
         "attempt": 1, "output_node": "n1", "started_at": "2026-12-05T21:49:00.017Z",
         "finished_at": "2026-12-05T21:49:00.078Z", "exit_code": 0, "stdout": output}]))
-    assert text == ("--- attempt 1 on n1 (2026-12-05T21:49:00.017Z .. 2026-12-05T21:49:00.078Z)"
+    assert text == ("--- attempt 1 by n1 (2026-12-05T21:49:00.017Z .. 2026-12-05T21:49:00.078Z)"
                     ": exit 0\n[stdout]\n" + output + "\n")
+
+
+def test_a_workers_attempt_names_the_worker_and_the_node_that_keeps_its_output(capsys):
+    text = rendered(80, lambda out: out.logs([{
+        "attempt": 2, "holder": "worker:vm-1", "output_node": "n3",
+        "started_at": "2026-12-05T21:49:00.017Z", "finished_at": "2026-12-05T21:49:00.078Z",
+        "exit_code": 3, "error": "exit code 3: oops", "stderr": "oops\n"}]))
+    assert text.splitlines()[0] == (
+        "--- attempt 2 by worker:vm-1, output kept on n3 (2026-12-05T21:49:00.017Z .. "
+        "2026-12-05T21:49:00.078Z): exit 3, exit code 3: oops")
 
 
 def test_an_empty_list_says_so_instead_of_printing_headers_alone(capsys):
