@@ -250,6 +250,7 @@ def test_why_it_did_not_run_shows_a_skipped_run_and_its_reason(signed_in, cluste
     go(signed_in, cluster, "/why")
     wait_text(signed_in, "#not-run", second.body["run_id"])
     wait_text(signed_in, "#not-run", "skip_if_running")
+    wait_text(signed_in, "#refusals", "circuit breakers open")   # per node, from /v1/cluster
     screenshot(signed_in, "ui-why.png")
     go(signed_in, cluster, f"/jobs/{job_id}")
     wait_text(signed_in, "#job-why #not-run", "skip_if_running")

@@ -46,9 +46,18 @@ async function refusals() {
     return h("p", {id: "refusals"}, "Fires refused are counted for the whole cluster: " +
       "an operator or admin token shows them.");
   }
+  // Runs held behind an open circuit breaker read running and are not called.
+  const open = Object.entries(cluster.nodes).filter(([, n]) => n.breakers_open)
+    .map(([id, n]) => `${id}: ${n.breakers_open}`);
+  const here = (node.breakers?.hosts || [])
+    .map((b) => `${b.tenant} → ${b.host} (one call in ${b.calls_resume_in_s} s)`);
   return h("dl", {class: "facts", id: "refusals"},
     h("dt", {}, "stale fires refused (cluster)"), h("dd", {}, cluster.stale_fires_total ?? 0),
-    h("dt", {}, `fires refused by ${node.id}`), h("dd", {}, node.refused_fires_total ?? 0));
+    h("dt", {}, `fires refused by ${node.id}`), h("dd", {}, node.refused_fires_total ?? 0),
+    h("dt", {}, "circuit breakers open"),
+    h("dd", {id: "breakers", class: open.length ? "bad" : ""}, open.length ? open.join(", ") :
+      "none"),
+    ...(here.length ? [h("dt", {}, `held by ${node.id}`), h("dd", {}, here.join("; "))] : []));
 }
 
 export function render(el, _match, params) {
@@ -61,9 +70,12 @@ export function render(el, _match, params) {
       "policy or a cancelled backfill."),
     h("h2", {}, "Occurrences not run"), runs,
     h("h2", {}, "Jobs held back"), held,
-    h("h2", {}, "Fires refused"),
+    h("h2", {}, "Fires refused, calls held"),
     h("p", {}, "A fire from a shard owner that lost its lease is refused and never becomes " +
-      "a run; the new owner fires that occurrence."), refused);
+      "a run; the new owner fires that occurrence. When most of a tenant's recent calls to " +
+      "a host failed, a node holds that tenant's runs for the host (they read running, not " +
+      "called, spending no attempt) and lets one call through every 30 s until one succeeds."),
+    refused);
   return poll(async () => {
     runs.replaceChildren(await notRunTable(jobId ? {job_id: jobId} : {}));
     held.replaceChildren(await jobsNotRunning());
