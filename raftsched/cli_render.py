@@ -333,8 +333,10 @@ def _outcome(attempt: Mapping[str, Any]) -> str:
     parts = []
     if attempt.get("http_status") is not None:
         parts.append(f"HTTP {attempt['http_status']}")
-    if attempt.get("exit_code") is not None:
-        parts.append(f"exit {attempt['exit_code']}")
+    error = str(attempt.get("error") or "")
+    if attempt.get("exit_code") is not None and \
+            not error.startswith(f"exit code {attempt['exit_code']}"):
+        parts.append(f"exit {attempt['exit_code']}")   # (the error says it already)
     if attempt.get("error"):
         parts.append(str(attempt["error"]))
     if not attempt.get("finished_at"):

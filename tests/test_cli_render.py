@@ -140,7 +140,7 @@ def test_a_workers_attempt_names_the_worker_and_the_node_that_keeps_its_output(c
         "exit_code": 3, "error": "exit code 3: oops", "stderr": "oops\n"}]))
     assert text.splitlines()[0] == (
         "--- attempt 2 by worker:vm-1, output kept on n3 (2026-12-05T21:49:00.017Z .. "
-        "2026-12-05T21:49:00.078Z): exit 3, exit code 3: oops")
+        "2026-12-05T21:49:00.078Z): exit code 3: oops")
 
 
 def test_an_empty_list_says_so_instead_of_printing_headers_alone(capsys):
