@@ -93,6 +93,8 @@ def _entry(spec: dict) -> bytes:
     (lambda s: s.pop("schedule"), "items[0].spec.schedule"),
     (lambda s: s.update(retry={"max_attempts": "3"}), "items[0].spec.retry.max_attempts"),
     (lambda s: s.update(metadata={"x": float("nan")}), "items[0].spec.metadata.x"),
+    (lambda s: s.update(metadata=b""), "items[0].spec.metadata"),   # bytes: not JSON
+    (lambda s: s["target"].update(body=b""), "items[0].spec.target.body"),
     (lambda s: s["target"].update(method=7), "items[0].spec.target.method"),
     (lambda s: s["target"].pop("url"), "items[0].spec.target.url"),
     (lambda s: s.update(later=float("inf")), "items[0].spec.later"),

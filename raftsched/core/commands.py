@@ -33,9 +33,9 @@ from raftsched.errors import CommandRefused, UnknownCommand
 VERSION = 1
 # The commands this build applies, as a level its clock answers carry (GET
 # /v1/node/clock `applies`): 2 added hand_over_runs, 3 miss_uncalled, 4
-# renew_recorded and take_over_judged, 5 create_jobs_compact. A node proposes a command of a level
-# only once every other node has said it applies it, so that during a rolling
-# upgrade no older node meets a tag it would stop on. A change of what apply
+# renew_recorded and take_over_judged, 5 create_jobs_compact. A node proposes
+# a command of a level only once every other node has said it applies it, so
+# that during a rolling upgrade no older node meets a tag it would stop on. A change of what apply
 # does gets a tag of its own rather than a member, which an older node would
 # skip and so apply otherwise than the others.
 APPLY_LEVEL = 5
@@ -377,7 +377,7 @@ def _check_spec(spec: dict, shape: type[JobSpec] = JobSpec) -> None:
         why, path = _split(str(exc))
         raise ValueError(f"{_MEMBER}{path}{_MEMBER}{why}") from None
     metadata = spec.get("metadata")   # (a compact spec leaves out metadata {})
-    if metadata:   # (None, {}, 0, "": JSON already)
+    if metadata is not None and not (metadata.__class__ is dict and not metadata):
         _check_json("metadata", metadata)
     # The spec is stored as sent, members no shape declares too (a newer
     # proposer's): those must at least be JSON values the store can hold.
@@ -939,7 +939,8 @@ class CancelBackfill(_Scoped, tag="cancel_backfill", kw_only=True):
 
 SHAPES: dict[str, type[Command]] = {
     cls.__struct_config__.tag: cls for cls in (
-        CreateJob, CreateJobs, CreateJobsCompact, UpdateJob, DeleteJob, PauseJob, ResumeJob, TriggerJob, RetryRun,
+        CreateJob, CreateJobs, CreateJobsCompact, UpdateJob, DeleteJob, PauseJob, ResumeJob,
+        TriggerJob, RetryRun,
         Fire, FireMany, AssignShards, RunUpdates, RegisterNode, Renew, RenewRecorded,
         CheckDigest, ExpireLeases, ReassignRuns, TakeOverRuns, TakeOverJudged, HandOverRuns,
         MissUncalled, CancelRun, AlertDone, Publish,
