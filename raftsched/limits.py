@@ -689,6 +689,11 @@ breaker_cooloff_s = 30.0
 breaker_tenant_hosts_max = 10_000
 # Open breakers GET /v1/node lists by name (it counts them all).
 breakers_listed_max = 20
+# The longest a node holds a run back behind its tenant's open breaker for the
+# run's host: past it the run is called anyway, once per attempt, so that a
+# host that never answers again ends its runs by their retry policy (and
+# alerts) rather than holding them open for ever.
+breaker_hold_max_s = 3600.0
 # A worker's claim waits at most this long for a run (long poll), and claims
 # at most this many runs at once.
 worker_claim_wait_s_max = 30.0

@@ -92,8 +92,8 @@ async def test_the_dispatcher_holds_back_only_the_tenant_whose_breaker_is_open()
     dispatcher = _dispatcher(log, breaker, clock)
     for _ in range(20):
         breaker.record("a", "shared.example", False)
-    run_a = {"id": "run_a", "job_id": "job_a1", "tenant": "a"}
-    run_b = {"id": "run_b", "job_id": "job_b1", "tenant": "b"}
+    run_a = {"id": "run_a", "job_id": "job_a1", "tenant": "a", "attempt": 1}
+    run_b = {"id": "run_b", "job_id": "job_b1", "tenant": "b", "attempt": 1}
 
     def job_of(run: dict) -> dict | None:
         return log.store.get("jobs", run["job_id"].encode())
@@ -168,6 +168,37 @@ async def test_the_dispatcher_logs_when_a_breaker_opens_stays_open_and_closes(ca
     await dispatcher._call(job, run)
     assert lines()[2].startswith("circuit breaker closed for tenant a's calls to shared.example")
     assert len(lines()) == 3
+
+
+async def test_a_run_held_past_breaker_hold_max_s_is_called_anyway(caplog):
+    from raftsched import limits
+
+    log = _jobs_at_shared_host("a")
+    clock = Clock()
+    # A host that never answers again: the breaker stays open (its probes fail).
+    breaker = Breaker(window=20, failure_ratio=0.9, cooloff_s=10 ** 9, clock=clock)
+    dispatcher = _dispatcher(log, breaker, clock)
+    for _ in range(20):
+        breaker.record("a", "shared.example", False)
+    job = log.store.get("jobs", b"job_a1")
+    runs = [{"id": f"run_{i}", "job_id": "job_a1", "tenant": "a", "attempt": 1}
+            for i in range(3)]
+    caplog.set_level(logging.WARNING, "raftsched.dispatch")
+    assert all(dispatcher._maybe_park(run, job) for run in runs)
+    clock.now += limits.breaker_hold_max_s - 1
+    assert all(dispatcher._maybe_park(run, job) for run in runs)   # held still
+    clock.now += 1
+    assert not any(dispatcher._maybe_park(run, job) for run in runs)   # called anyway
+    assert dispatcher.held_past_bound_total == 3
+    assert not breaker.allow("a", "shared.example")   # the breaker is as it was
+    lines = [r.getMessage() for r in caplog.records if "called anyway" in r.getMessage()]
+    assert lines == [f"runs held behind an open circuit breaker for breaker_hold_max_s "
+                     f"({limits.breaker_hold_max_s:g} s) are called anyway: 1 since the last "
+                     f"such line, the latest of tenant a to shared.example; each ends as the "
+                     f"host answers, and its retry policy decides the rest"]   # once a cool-off
+    # Its next attempt is held afresh, for as long again.
+    assert dispatcher._maybe_park(dict(runs[0], attempt=2), job)
+    assert dispatcher._held_since == {("run_0", 2): clock.now}
 
 
 def _jobs_at_shared_host(*tenants: str) -> Replica:

@@ -3,7 +3,8 @@
 When at least `failure_ratio` of the last `window` calls of one tenant to one
 host failed (by default 18 of 20), that pair is open: the tenant's dispatch to
 the host pauses for `cooloff_s`, and its runs waiting for it stay held by the
-node, not called, so a target that is down does not burn their attempts.
+node, not called, so a target that is down does not burn their attempts
+(for at most limits.breaker_hold_max_s each: runtime/dispatcher.py).
 After the cool-off one call goes through (half-open): success closes the
 breaker, failure opens it for another cool-off.
 

@@ -8,7 +8,8 @@ shard's fencing token. Runs arrive as RunQueued effects from apply (on the
 loop thread) at `submit`. For each run, up to `runs_inflight_max` at a time:
 
   1. if its tenant's circuit breaker for its target host is open, wait for the cool-off
-     (the run stays held: no attempt is spent on a host that is down);
+     (the run stays held: no attempt is spent on a host that is down), for at most
+     breaker_hold_max_s, past which it is called anyway;
   2. the call step (`_attempt`): call only while this node holds the run's
      shard under the run's token and its shard lease is valid by its
      monotonic clock (runtime/coordinator.py `shard_lease_valid`); a run of a
@@ -277,6 +278,13 @@ class Dispatcher:
         self._tasks: set[asyncio.Task] = set()
         self.dropped_notifications = 0
         self.parked_total = 0
+        # Runs held back by an open breaker: (run id, attempt) -> when this node
+        # first held it (`monotonic`). An entry goes when the run is let
+        # through: once its breaker lets calls go, or past breaker_hold_max_s.
+        self._held_since: dict[tuple[str, int], float] = {}
+        self.held_past_bound_total = 0
+        self._past_bound_unlogged = 0
+        self._past_bound_logged_at: float | None = None
         self.cancelled_total = 0
         self.not_called_total = 0   # runs dropped before their call: the shard was lost
         self.taken_over_total = 0
@@ -428,15 +436,41 @@ class Dispatcher:
 
     def _maybe_park(self, run: dict, job: dict | None) -> bool:
         """Hold a run back while its tenant's breaker for its target host is
-        open; say whether it did."""
+        open, for at most breaker_hold_max_s; say whether it did."""
         host = self._host(run, job)
         breaker = self._calls.breaker
+        held = (run["id"], run["attempt"])
         if host is None or breaker.allow(run["tenant"], host):
+            self._held_since.pop(held, None)
+            return False
+        now = self._monotonic()
+        since = self._held_since.setdefault(held, now)
+        if now - since >= limits.breaker_hold_max_s:
+            # Called anyway: its attempt ends as the host answers, and its
+            # retry policy decides the rest. (Its outcome leaves the open
+            # breaker as it is: only the probe after a cool-off closes it.)
+            del self._held_since[held]
+            self._held_past_bound(run["tenant"], host, now)
             return False
         self.parked_total += 1
         delay_s = max(0.5, breaker.retry_at(run["tenant"], host) - self._monotonic())
         asyncio.get_running_loop().call_later(delay_s, self.submit, run)
         return True
+
+    def _held_past_bound(self, tenant: str, host: str, now: float) -> None:
+        """Count a run let through past breaker_hold_max_s; say so in a line
+        at most once a cool-off, however many there are."""
+        self.held_past_bound_total += 1
+        self._past_bound_unlogged += 1
+        last = self._past_bound_logged_at
+        if last is not None and now - last < limits.breaker_cooloff_s:
+            return
+        log.warning("runs held behind an open circuit breaker for breaker_hold_max_s (%g s) "
+                    "are called anyway: %d since the last such line, the latest of tenant %s "
+                    "to %s; each ends as the host answers, and its retry policy decides the "
+                    "rest", limits.breaker_hold_max_s, self._past_bound_unlogged, tenant, host)
+        self._past_bound_unlogged = 0
+        self._past_bound_logged_at = now
 
     @staticmethod
     def _host(run: dict, job: dict | None) -> str | None:

@@ -74,7 +74,8 @@ export function render(el, _match, params) {
     h("p", {}, "A fire from a shard owner that lost its lease is refused and never becomes " +
       "a run; the new owner fires that occurrence. When most of a tenant's recent calls to " +
       "a host failed, a node holds that tenant's runs for the host (they read running, not " +
-      "called, spending no attempt) and lets one call through every 30 s until one succeeds."),
+      "called, spending no attempt) and lets one call through every 30 s until one " +
+      "succeeds; a run held an hour is called anyway."),
     refused);
   return poll(async () => {
     runs.replaceChildren(await notRunTable(jobId ? {job_id: jobId} : {}));
