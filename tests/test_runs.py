@@ -297,6 +297,12 @@ def test_replace_cancels_the_running_one_and_tells_its_holder():
     second = fire_next(log)
     assert log.get_run(first)["state"] == "cancelled"
     assert "replace" in log.get_run(first)["reason"]
+    # An answer names the run it was replaced by with its time, as every time is named.
+    from raftsched.api.views import run_view
+    from raftsched.core.timeutil import format_ms
+    scheduled = format_ms(log.get_run(second)["scheduled_ms"])
+    assert run_view(log.get_run(first))["reason"] == \
+        f"replaced by the run for {scheduled} (replace policy)"
     assert log.get_run(second)["state"] == "running"
     assert [(e.run_id, e.holder) for e in log.effects if isinstance(e, RunCancelled)] == \
         [(first, "n1")]

@@ -163,14 +163,15 @@ def _misfire_view(misfire: dict | None) -> dict:
     return view
 
 
-# A fire_once decision stored its one late run's occurrence as epoch ms
-# (core/apply._policy_decisions); every replica keeps that text as it is, so
-# an answer names the time as every other time is named.
-_LATE_RUN_MS = re.compile(r"(one late run for )(\d{1,16})( instead)")
+# Two reasons stored an occurrence as epoch ms: a fire_once decision's one
+# late run (core/apply._policy_decisions) and the run a replace policy
+# cancelled for (core/runs._admit). Every replica keeps that text as it is,
+# so an answer names the time as every other time is named.
+_RUN_FOR_MS = re.compile(r"(one late run for |replaced by the run for )(\d{1,16})\b")
 
 
 def presented_reason(reason: str | None) -> str | None:
     """A run's reason as an answer gives it: a time stored as epoch ms, in RFC 3339."""
-    if reason is None or "one late run for " not in reason:
+    if reason is None or " run for " not in reason:
         return reason
-    return _LATE_RUN_MS.sub(lambda m: f"{m[1]}{format_ms(int(m[2]))}{m[3]}", reason)
+    return _RUN_FOR_MS.sub(lambda m: f"{m[1]}{format_ms(int(m[2]))}", reason)
