@@ -3,12 +3,18 @@
 Runs a ThreadingHTTPServer on 127.0.0.1 in a background thread, so it answers
 while the test thread blocks. `status_for(call)` and `body_for(call)` let a
 test choose the answer; `delay_s` (or `delay_for(call)`) makes it slow.
+
+close() also closes the connections callers keep alive to it. Otherwise their
+handler threads would go on answering, as this sink, on a port a later sink
+may bind again (the server reuses addresses): a node's pooled connection to
+that port would carry a call meant for the new sink to the old one.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import http.server
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -54,10 +60,21 @@ class Sink:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()   # kept alive by callers
         sink = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                with sink._lock:
+                    sink._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with sink._lock:
+                    sink._connections.discard(self.connection)
+                super().finish()
 
             def _handle(self) -> None:
                 received = time.time()
@@ -122,6 +139,13 @@ class Sink:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass   # closed by its caller already
         self._thread.join(5)
 
     def __enter__(self) -> "Sink":
