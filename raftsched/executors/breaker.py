@@ -110,8 +110,7 @@ class Breaker:
         them, soonest to resume first, with the seconds until one call may go."""
         now = self._clock()
         held = sorted((max(0.0, s.open_until - now), tenant, host)
-                      for (tenant, host), s in self._hosts.items()
-                      if s.open_until is not None and (now < s.open_until or s.probing))
+                      for (tenant, host), s in self._hosts.items() if _holds(s, now))
         return {"open": len(held),
                 "hosts": [{"tenant": tenant, "host": host, "calls_resume_in_s": round(wait, 1)}
                           for wait, tenant, host in held[:listed_max]]}
@@ -119,5 +118,11 @@ class Breaker:
     def open_hosts(self) -> list[tuple[str, str]]:
         """The (tenant, host) pairs whose calls are held back now."""
         now = self._clock()
-        return [h for h, s in self._hosts.items() if s.open_until is not None
-                and (now < s.open_until or s.probing)]
+        return [h for h, s in self._hosts.items() if _holds(s, now)]
+
+
+def _holds(state: _Host, now: float) -> bool:
+    """Whether a pair's calls are held back now: open, and in its cool-off or
+    with its probe out."""
+    return state.open_until is not None and (now < state.open_until or state.probing)
+
