@@ -199,6 +199,11 @@ async def test_a_run_held_past_breaker_hold_max_s_is_called_anyway(caplog):
     # Its next attempt is held afresh, for as long again.
     assert dispatcher._maybe_park(dict(runs[0], attempt=2), job)
     assert dispatcher._held_since == {("run_0", 2): clock.now}
+    # An entry whose run left unseen goes once the table is past its bound.
+    dispatcher._held_since.update({(f"gone_{i}", 1): clock.now - limits.breaker_hold_max_s
+                                   for i in range(limits.dispatch_queue_max)})
+    assert dispatcher._maybe_park(dict(runs[1], attempt=2), job)
+    assert dispatcher._held_since == {("run_0", 2): clock.now, ("run_1", 2): clock.now}
 
 
 def _jobs_at_shared_host(*tenants: str) -> Replica:

@@ -280,7 +280,8 @@ class Dispatcher:
         self.parked_total = 0
         # Runs held back by an open breaker: (run id, attempt) -> when this node
         # first held it (`monotonic`). An entry goes when the run is let
-        # through: once its breaker lets calls go, or past breaker_hold_max_s.
+        # through: once its breaker lets calls go, or past breaker_hold_max_s;
+        # past dispatch_queue_max entries, those older than that go too.
         self._held_since: dict[tuple[str, int], float] = {}
         self.held_past_bound_total = 0
         self._past_bound_unlogged = 0
@@ -445,6 +446,12 @@ class Dispatcher:
             return False
         now = self._monotonic()
         since = self._held_since.setdefault(held, now)
+        if len(self._held_since) > limits.dispatch_queue_max:
+            # A held run is seen again each cool-off, and let through (its entry
+            # gone) by breaker_hold_max_s: an older entry is one whose run left
+            # this node unseen (a dispatch queue overflow). Bounded so.
+            self._held_since = {k: t for k, t in self._held_since.items()
+                                if now - t < limits.breaker_hold_max_s}
         if now - since >= limits.breaker_hold_max_s:
             # Called anyway: its attempt ends as the host answers, and its
             # retry policy decides the rest. (Its outcome leaves the open
