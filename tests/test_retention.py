@@ -441,6 +441,108 @@ def test_the_purger_chooses_expired_idempotency_keys(log):
                                                                ("default", "k2")]
 
 
+# --- the purger's rest after a round that found nothing -------------------------------------
+
+class Changes:
+    """Stands in for the apply bridge's count of changes applied."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> int:
+        return self.count
+
+
+def resting_purger(log: Replica, clock: list[int], changes: Changes, **config: float) -> Purger:
+    settings = {"history_max_runs": 1000, "history_max_age_s": 30 * 86400.0,
+                "finished_job_retention_s": 7 * 86400.0, "idempotency_ttl_s": 86400.0,
+                **config}
+    return Purger(log.replicated(now_ms=lambda: clock[0]), Retention(**settings),
+                  changes=changes)
+
+
+def test_after_a_round_that_found_nothing_the_purger_rests_until_a_run_passes_its_age(log):
+    make_job(log)
+    finished = run_history(log, 3)
+    oldest_ms = log.store.get(RUNS, finished[0].encode())["finished_ms"]
+    clock = [oldest_ms + 1_000]
+    purger = resting_purger(log, clock, Changes(), history_max_age_s=10.0)
+    assert purger.plan(purger.bounds(clock[0])).empty()
+    assert purger.resting() and purger.rests_total == 1
+    clock[0] = oldest_ms + 10_000 - 1
+    assert purger.resting()
+    clock[0] = oldest_ms + 10_000   # the oldest run is past its age now
+    assert not purger.resting()
+    assert purger.plan(purger.bounds(clock[0])).runs == [(finished[0], "job_a1")]
+
+
+def test_the_rest_is_bounded_and_ends_when_an_idempotency_key_expires(log):
+    make_job(log, idem="k1")
+    clock = [2_000]
+    purger = resting_purger(log, clock, Changes(), idempotency_ttl_s=3600.0)
+    assert purger.plan(purger.bounds(clock[0])).empty() and purger.resting()
+    clock[0] = 2_000 + int(limits.purge_rest_max_s * 1000)   # the rest's bound
+    assert not purger.resting()
+    assert purger.plan(purger.bounds(clock[0])).empty() and purger.resting()
+    clock[0] = 1_000 + 3_600_000   # the key was reserved at 1_000
+    assert not purger.resting()
+    assert purger.plan(purger.bounds(clock[0])).idem == [("default", "k1")]
+
+
+def test_a_change_applied_ends_the_rest(log):
+    make_job(log)
+    runs = run_history(log, 2)
+    clock, changes = [20_000], Changes()
+    purger = resting_purger(log, clock, changes, finished_job_retention_s=5.0)
+    assert purger.plan(purger.bounds(clock[0])).empty() and purger.resting()
+    log.run(commands.delete_job(job_id="job_a1", at_ms=20_000))
+    assert purger.resting()   # (a change it has not been told of)
+    changes.count += 1
+    assert not purger.resting()
+    clock[0] = 25_000
+    plan = purger.plan(purger.bounds(clock[0]))
+    assert plan.runs == [(r, "job_a1") for r in runs] and plan.jobs == ["job_a1"]
+    assert not purger.resting()   # it chose something: no rest
+
+
+def test_a_round_during_which_a_change_was_applied_is_followed_by_another(log, monkeypatch):
+    monkeypatch.setattr(limits, "purge_scan_jobs_max", 1)
+    for job_id in ("job_a1", "job_b2"):
+        make_job(log, job_id)
+        run_history(log, 1, job_id)
+    clock, changes = [20_000], Changes()
+    purger = resting_purger(log, clock, changes)
+    # A round is three passes here: a job each, then the end of the table.
+    for at in range(3):
+        assert purger.plan(purger.bounds(clock[0])).empty() and not purger.resting()
+        if at == 0:
+            changes.count += 1   # applied while the round goes round the jobs
+    assert purger.rests_total == 0
+    for _ in range(2):
+        assert purger.plan(purger.bounds(clock[0])).empty() and not purger.resting()
+    assert purger.plan(purger.bounds(clock[0])).empty() and purger.resting()
+    assert purger.rests_total == 1
+
+
+def test_a_history_walk_stopped_at_its_bound_leaves_no_rest(log, monkeypatch):
+    """Runs past the walk's bound cannot be dated: the purger does not rest."""
+    monkeypatch.setattr(limits, "purge_scan_runs_per_job_max", 2)
+    make_job(log)
+    for _ in range(limits.purge_page_runs_first + 1):
+        fire_next(log)   # open runs: the walk goes past them
+    clock = [20_000]
+    purger = resting_purger(log, clock, Changes())
+    assert purger.plan(purger.bounds(clock[0])).empty() and not purger.resting()
+
+
+def test_a_purger_given_no_count_of_changes_never_rests(log):
+    make_job(log)
+    run_history(log, 1)
+    purger = purger_over(log)
+    for _ in range(3):
+        assert purger.plan(purger.bounds(20_000)).empty() and not purger.resting()
+
+
 # --- topics and groups -------------------------------------------------------------------
 
 def publish(log: Replica, topic: str, n: int, message: object = "m") -> dict:

@@ -40,6 +40,10 @@ DIGEST_PENDING = "pending"
 # Exit code of a node that stopped itself on a broken invariant.
 EXIT_INVARIANT = 70
 
+# Entries that change no job, run, key or backfill: what changes_applied
+# leaves out.
+_UNCHANGING_TAGS = frozenset({"renew", "renew_recorded", "check_digest"})
+
 
 class ApplyBridge:
     """Applies committed entries to one node's store and hands their effects
@@ -70,6 +74,10 @@ class ApplyBridge:
         self.checked_digests: collections.OrderedDict[int, str] = collections.OrderedDict()
         self._digests_lock = threading.Lock()
         self._digest_queue: queue.Queue = queue.Queue(maxsize=limits.digests_computing_max)
+        # Entries applied here that may change what the purger finds: all
+        # but renewals and digest checks, and each snapshot installed
+        # (runtime/purger.py rests while it does not move).
+        self.changes_applied = 0
         # The most CPU one entry's apply took here since start, and its tag.
         self.apply_entry_s_max = 0.0
         self.apply_entry_slowest: str | None = None
@@ -96,6 +104,8 @@ class ApplyBridge:
                 return {"ok": True, "replayed": True}   # persisted before a restart
             tag, transition = applied
             self._note_apply_time(index, tag, time.thread_time() - started)
+            if tag not in _UNCHANGING_TAGS:
+                self.changes_applied += 1
             if transition.tallies:   # what apply did, for GET /metrics (runtime/metrics.py)
                 self._applied_counts.add(transition.tallies)
             if tag in ("fire", "fire_many") and transition.result.get("node") == self._node_id:
@@ -275,5 +285,6 @@ class ApplyBridge:
 
     def _after_install(self) -> None:
         """The whole state changed at once: what acts on effects looks again."""
+        self.changes_applied += 1
         if self.loop is not None:
             self.loop.call_soon_threadsafe(self.effects.deliver, (SnapshotInstalled(),))

@@ -320,6 +320,8 @@ class NodeCollector(Collector):
         yield counter("purger_passes", "Retention passes this node ran as leader",
                       purger.passes_total)
         yield counter("purger_refused", "Purge items apply refused", purger.refused_total)
+        yield counter("purger_rests", "Rests the purger took after a round that found nothing "
+                      "to remove and saw no change applied", purger.rests_total)
         yield counter("purged_runs", "Finished runs purged by retention", purger.purged_runs_total)
         yield counter("purged_jobs", "Finished or deleted jobs purged", purger.purged_jobs_total)
         yield counter("purged_idempotency_keys", "Idempotency keys purged past their TTL",

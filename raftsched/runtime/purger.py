@@ -20,6 +20,17 @@ so the cost of a pass does not grow with the state.
 Open runs and runs whose failure alert is not yet delivered are never chosen.
 apply (core/retention.py) checks every item again against the command's at_ms
 and the state as it is then: this module only chooses.
+
+A *round* is the passes in which each table's cursor goes once round it. A
+round that chose nothing notes the earliest time any record it read passes a
+bound by time alone (a finished run's age, a retired job's or an ended
+backfill's retention, an idempotency key's TTL): nothing else can make
+anything removable but an applied entry. If no entry other than renewals and
+digest checks was applied during the round (`changes`: the node's count of
+them, runtime/apply_bridge.py), the purger rests until that time (at most
+`purge_rest_max_s`), or until such an entry is applied, and then starts a
+round again. So a leader with a large history and nothing happening reads none
+of it, where each pass read a thousand jobs a second.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from typing import Callable
 
 from raftsched import limits
 from raftsched.core import backfill, commands, cost, keys, retention
@@ -82,13 +94,44 @@ class Bounds:
     idempotency_ttl_ms: int
 
 
+# The tables a round goes round, each with a cursor of its own.
+_TABLES = ("jobs", "idem", "backfills")
+
+
+@dataclasses.dataclass
+class _Round:
+    """What a round has seen so far: the count of changes applied when it
+    began, the tables it went round, whether it chose anything or read
+    anything it cannot date, and the earliest time a record it read passes
+    a bound (None: none will by time alone)."""
+    changes: int
+    started: set[str] = dataclasses.field(default_factory=set)
+    covered: set[str] = dataclasses.field(default_factory=set)
+    quiet: bool = True
+    wake_ms: int | None = None
+
+    def note(self, at_ms: int) -> None:
+        """A record read passes a bound at `at_ms`."""
+        if self.wake_ms is None or at_ms < self.wake_ms:
+            self.wake_ms = at_ms
+
+
 class Purger:
-    def __init__(self, replicated: Replicated, retention: Retention) -> None:
+    def __init__(self, replicated: Replicated, retention: Retention,
+                 changes: Callable[[], int] | None = None) -> None:
+        """`changes`: the count of entries applied on this node that may
+        change what a round finds (none: the purger never rests)."""
         self._replicated = replicated
         self._retention = retention
+        self._changes = changes
         self._job_cursor = b""
         self._idem_cursor = b""
         self._backfill_cursor = b""
+        self._round: _Round | None = None
+        # (until_ms, changes): resting after a quiet round, until the
+        # cluster's time reaches until_ms or the count of changes moves.
+        self._rest: tuple[int, int] | None = None
+        self.rests_total = 0
         self.passes_total = 0
         self.purged_runs_total = 0
         self.purged_jobs_total = 0
@@ -101,7 +144,7 @@ class Purger:
         while True:
             await asyncio.sleep(0 if again else limits.purge_period_ms / 1000)
             again = False
-            if not self._replicated.is_leader():
+            if not self._replicated.is_leader() or self.resting():
                 continue
             try:
                 again = await self.maybe_purge()
@@ -109,6 +152,18 @@ class Purger:
                 log.warning("purge not committed: %s", exc.detail)
             # Any other failure is the node's supervisor's: it logs and counts
             # it and starts the loop again; the next pass starts over.
+
+    def resting(self) -> bool:
+        """Whether the purger rests after a quiet round (see the module's
+        doc); an applied change, or the rest's end, ends it."""
+        if self._rest is None:
+            return False
+        until_ms, changes = self._rest
+        if self._changes is not None and self._changes() == changes \
+                and self._replicated.now_ms() < until_ms:
+            return True
+        self._rest = None
+        return False
 
     def bounds(self, now_ms: int) -> Bounds:
         cfg = self._retention
@@ -148,11 +203,38 @@ class Purger:
     # --- choosing (on an executor thread: reads only) -------------------------------------
 
     def plan(self, bounds: Bounds) -> Plan:
+        round_ = self._round
+        if round_ is None:
+            round_ = self._round = _Round(changes=self._changes() if self._changes else 0)
+        round_.started.update(name for name, cursor in zip(_TABLES, self._cursors())
+                              if cursor == b"")
         plan = Plan()
         self._plan_jobs(plan, bounds)
         self._plan_idem(plan, bounds)
         self._plan_backfills(plan, bounds)
+        if not plan.empty():
+            round_.quiet = False
+        round_.covered.update(name for name, cursor in zip(_TABLES, self._cursors())
+                              if cursor == b"" and name in round_.started)
+        if len(round_.covered) == len(_TABLES):
+            self._end_round(round_, bounds.now_ms)
         return plan
+
+    def _cursors(self) -> tuple[bytes, bytes, bytes]:
+        return self._job_cursor, self._idem_cursor, self._backfill_cursor
+
+    def _end_round(self, round_: _Round, now_ms: int) -> None:
+        self._round = None
+        if self._changes is None or not round_.quiet or self._changes() != round_.changes:
+            return
+        until_ms = now_ms + int(limits.purge_rest_max_s * 1000)
+        if round_.wake_ms is not None:
+            until_ms = min(until_ms, round_.wake_ms)
+        if until_ms > now_ms:
+            self._rest = (until_ms, round_.changes)
+            self.rests_total += 1
+            log.debug("purger: nothing to remove; resting for %.1f s or until a change is "
+                      "applied", (until_ms - now_ms) / 1000)
 
     def _plan_jobs(self, plan: Plan, bounds: Bounds) -> None:
         # A pending job (active, never run) reads as None, undecoded: it has
@@ -174,6 +256,9 @@ class Purger:
         bound; stop at the first finished run within every bound (the rest are
         newer). A retired job whose every run is chosen goes too."""
         retired = retention.retired_before(job, bounds.now_ms - bounds.finished_job_retention_ms)
+        round_ = self._round
+        if not retired and job["status"] in retention.RETIRED and round_ is not None:
+            round_.note(job["updated_ms"] + bounds.finished_job_retention_ms)
         if not retired and not job.get("runs_count"):
             # No run in its history (runs.create_run counts them, purges
             # uncount them): nothing to choose, and no index to read. Most
@@ -200,6 +285,10 @@ class Purger:
                 run_id = run["id"]
                 aged = run["finished_ms"] is not None and run["finished_ms"] <= age_cutoff_ms
                 if not (retired or excess > 0 or aged):
+                    # The oldest finished run within every bound: the first
+                    # of this job's to pass one by time alone.
+                    if round_ is not None and run["finished_ms"] is not None:
+                        round_.note(run["finished_ms"] + max_age_ms)
                     return
                 if not plan.fits(unit_cost):
                     return   # the entry is full: the next pass goes on from here
@@ -213,7 +302,11 @@ class Purger:
                 break
             start, page = rows[-1][0] + b"\x00", min(page * 2, limits.purge_page_runs_max)
         else:
-            return   # the walk stopped at its bound: the job keeps runs not seen yet
+            # The walk stopped at its bound: the job keeps runs not seen yet,
+            # which the round cannot date.
+            if round_ is not None:
+                round_.quiet = False
+            return
         if retired and seen == chosen and not retention.open_runs(job) and plan.room() > 0:
             plan.jobs.append(job["id"])
             plan.cost += 1
@@ -233,6 +326,8 @@ class Purger:
                 tenant, _, idem = key.partition(b"\x00")
                 plan.idem.append((tenant.decode(), idem.decode()))
                 plan.cost += 1
+            elif self._round is not None:
+                self._round.note(created_ms + bounds.idempotency_ttl_ms)
         full_page = len(rows) == limits.purge_scan_idem_max
         self._idem_cursor = rows[-1][0] + b"\x00" if full_page else b""
 
@@ -249,5 +344,7 @@ class Purger:
             if backfill.purgeable(record, cutoff_ms):
                 plan.backfills.append(record["id"])
                 plan.cost += 1
+            elif record["state"] != backfill.RUNNING and self._round is not None:
+                self._round.note(record["finished_ms"] + bounds.finished_job_retention_ms)
         full_page = len(rows) == limits.purge_scan_backfills_max
         self._backfill_cursor = rows[-1][0] + b"\x00" if full_page else b""
