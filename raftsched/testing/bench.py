@@ -5,7 +5,7 @@
     raftsched bench footprint 100000,1000000 [--runs 2000]
     raftsched bench rejoin 1000000 [--snapshot-entries 2000]
     raftsched bench cost 20000 [--repeat 5]
-    raftsched bench idle 60 [--settle-s 15]
+    raftsched bench idle 60 [--settle-s 15] [--history 20000]
     raftsched bench failover 3000 [--kill-before-s 1]
 
 Every scenario starts its own cluster of --nodes (default 3) processes on
@@ -56,7 +56,11 @@ CPU and the median: what compares builds on a machine whose speed wanders.
 Scenario `idle S`: a cluster with no jobs, left --settle-s seconds to settle
 (elections, shard assignment, the clock's first samples), then each node's
 CPU over S seconds from /proc/PID/stat (utime + stime, user and system
-time of all its threads), printed as % of one core per node.
+time of all its threads), printed as % of one core per node. With
+--history H, H one-offs are created first and run to their end (HTTP
+targets at the fast sink), so the cluster idles with H jobs and runs in
+their retention window: what the leader's purger goes round (give a
+--settle-s past H / purge_scan_jobs_max seconds, a round of its passes).
 
 Scenario `failover N` (default use: 3000): N one-offs due on the same second,
 HTTP targets at the fast sink; the Raft leader is SIGKILLed --kill-before-s
@@ -760,11 +764,22 @@ def _cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])   # fields 14 and 15 of proc(5)
 
 
-def idle(seconds: float, nodes: int = 3, settle_s: float = IDLE_SETTLE_S) -> dict:
-    """Each node's CPU, in % of one core, over `seconds` of a cluster with no jobs."""
-    conditions = _announce("idle", nodes=nodes, jobs=0, seconds=seconds, settle_s=settle_s)
-    with tempfile.TemporaryDirectory() as tmp, _quiet_cluster(tmp, nodes) as cluster:
+def idle(seconds: float, nodes: int = 3, settle_s: float = IDLE_SETTLE_S,
+         history: int = 0) -> dict:
+    """Each node's CPU, in % of one core, over `seconds` of a cluster with
+    nothing due: no jobs, or `history` one-offs that have run."""
+    conditions = _announce("idle", nodes=nodes, jobs=history, seconds=seconds,
+                           settle_s=settle_s,
+                           history=f"{history} one-offs run to their end before the settle")
+    with tempfile.TemporaryDirectory() as tmp, FastSink() as sink, \
+            _quiet_cluster(tmp, nodes) as cluster:
         cluster.wait_ready()
+        if history:
+            due_s = int(time.time() + 8 + history / 2000) + 1
+            run_at = dt.datetime.fromtimestamp(due_s, dt.timezone.utc).isoformat()
+            _create(cluster, history, run_at, sink.url)
+            wait_until(lambda: _runs_ended(cluster) >= history, 120 + history / 100,
+                       "every run's finish applied", 0.5)
         cluster.ensure_same(60)
         time.sleep(settle_s)   # a measurement's lead-in, not a synchronisation
         pids = {nid: cluster.procs[nid].pid for nid in cluster.ids}
@@ -1137,6 +1152,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle-s", type=float, default=IDLE_SETTLE_S,
                         help="idle: seconds between the cluster's first agreement and the "
                              "measurement (default %(default)s)")
+    parser.add_argument("--history", type=int, default=0,
+                        help="idle: one-offs run to their end before the settle "
+                             "(default %(default)s)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="cost: measure this many times in one process; print each "
                              "phase's least CPU and the median (default %(default)s)")
@@ -1158,7 +1176,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.scenario == "failover":
         figures = failover(sizes[0], args.nodes, args.kill_before_s, args.lead_s)
     elif args.scenario == "idle":
-        figures = idle(float(sizes[0]), args.nodes, args.settle_s)
+        figures = idle(float(sizes[0]), args.nodes, args.settle_s, args.history)
     elif args.scenario == "cost":
         if args.repeat < 1:
             parser.error("--repeat must be at least 1")
