@@ -432,6 +432,29 @@ def test_the_purger_reads_no_history_of_a_job_that_has_no_run(log, monkeypatch):
                            for start in scanned)
 
 
+def test_the_purger_reads_no_history_of_a_job_whose_runs_are_all_open(log, monkeypatch):
+    """Fired and not finished (a spike's armed runs): nothing to choose."""
+    make_job(log, "job_a1", history={"max_runs": 1})
+    make_job(log, "job_b2", history={"max_runs": 1})
+    for _ in range(3):
+        fire_next(log, "job_a1")
+    finished = run_history(log, 3, "job_b2")
+    scanned: list[bytes] = []
+    scan = log.store.scan
+
+    def counting(table, **kw):
+        if table == RUNS:
+            scanned.append(kw.get("start"))
+        return scan(table, **kw)
+
+    monkeypatch.setattr(log.store, "scan", counting)
+    purger = purger_over(log)
+    plan = purger.plan(purger.bounds(20_000))
+    assert plan.runs == [(r, "job_b2") for r in finished[:2]]
+    assert scanned and all(start.startswith(keys.job_runs_prefix("job_b2"))
+                           for start in scanned)
+
+
 def test_the_purger_chooses_expired_idempotency_keys(log):
     make_job(log, idem="k1")
     make_job(log, "job_b2", idem="k2")
@@ -530,6 +553,7 @@ def test_a_history_walk_stopped_at_its_bound_leaves_no_rest(log, monkeypatch):
     make_job(log)
     for _ in range(limits.purge_page_runs_first + 1):
         fire_next(log)   # open runs: the walk goes past them
+    run_history(log, 1)   # and a finished one after them
     clock = [20_000]
     purger = resting_purger(log, clock, Changes())
     assert purger.plan(purger.bounds(clock[0])).empty() and not purger.resting()

@@ -259,10 +259,12 @@ class Purger:
         round_ = self._round
         if not retired and job["status"] in retention.RETIRED and round_ is not None:
             round_.note(job["updated_ms"] + bounds.finished_job_retention_ms)
-        if not retired and not job.get("runs_count"):
-            # No run in its history (runs.create_run counts them, purges
-            # uncount them): nothing to choose, and no index to read. Most
-            # jobs of a large state are one-offs waiting for their time.
+        if not retired and retention.finished_runs(job) <= 0:
+            # No finished run in its history (runs.create_run counts its
+            # runs, purges uncount them; the open ones are its active and
+            # waiting runs): nothing to choose, and no index to read. Most
+            # jobs of a large state are one-offs waiting for their time, or,
+            # in a spike, fired and not finished yet.
             return
         max_runs, max_age_ms = retention.history_bounds(job, bounds.history_max_runs,
                                                         bounds.history_max_age_ms)
