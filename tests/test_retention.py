@@ -476,12 +476,14 @@ class Changes:
         return self.count
 
 
-def resting_purger(log: Replica, clock: list[int], changes: Changes, **config: float) -> Purger:
+def resting_purger(log: Replica, clock: list[int], changes: Changes,
+                   monotonic: list[float] | None = None, **config: float) -> Purger:
     settings = {"history_max_runs": 1000, "history_max_age_s": 30 * 86400.0,
                 "finished_job_retention_s": 7 * 86400.0, "idempotency_ttl_s": 86400.0,
                 **config}
+    mono = monotonic if monotonic is not None else [0.0]
     return Purger(log.replicated(now_ms=lambda: clock[0]), Retention(**settings),
-                  changes=changes)
+                  changes=changes, monotonic=lambda: mono[0])
 
 
 def test_after_a_round_that_found_nothing_the_purger_rests_until_a_run_passes_its_age(log):
@@ -510,6 +512,19 @@ def test_the_rest_is_bounded_and_ends_when_an_idempotency_key_expires(log):
     clock[0] = 1_000 + 3_600_000   # the key was reserved at 1_000
     assert not purger.resting()
     assert purger.plan(purger.bounds(clock[0])).idem == [("default", "k1")]
+
+
+def test_a_rest_ends_by_this_process_s_clock_if_the_cluster_s_time_goes_back(log):
+    make_job(log)
+    run_history(log, 1)
+    clock, mono = [20_000], [100.0]
+    purger = resting_purger(log, clock, Changes(), mono)
+    assert purger.plan(purger.bounds(clock[0])).empty() and purger.resting()
+    clock[0] = 10_000   # the cluster's time stepped back
+    mono[0] = 100.0 + limits.purge_rest_max_s - 0.001
+    assert purger.resting()
+    mono[0] = 100.0 + limits.purge_rest_max_s
+    assert not purger.resting()
 
 
 def test_a_change_applied_ends_the_rest(log):

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from typing import Callable
 
 from raftsched import limits
@@ -118,19 +119,24 @@ class _Round:
 
 class Purger:
     def __init__(self, replicated: Replicated, retention: Retention,
-                 changes: Callable[[], int] | None = None) -> None:
+                 changes: Callable[[], int] | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         """`changes`: the count of entries applied on this node that may
-        change what a round finds (none: the purger never rests)."""
+        change what a round finds (none: the purger never rests).
+        `monotonic`: this process's clock, which bounds a rest however the
+        cluster's time moves."""
         self._replicated = replicated
         self._retention = retention
         self._changes = changes
+        self._monotonic = monotonic
         self._job_cursor = b""
         self._idem_cursor = b""
         self._backfill_cursor = b""
         self._round: _Round | None = None
-        # (until_ms, changes): resting after a quiet round, until the
-        # cluster's time reaches until_ms or the count of changes moves.
-        self._rest: tuple[int, int] | None = None
+        # (until_ms, changes, until_s): resting after a quiet round, until the
+        # cluster's time reaches until_ms, the count of changes moves, or
+        # this process's monotonic clock reaches until_s.
+        self._rest: tuple[int, int, float] | None = None
         self.rests_total = 0
         self.passes_total = 0
         self.purged_runs_total = 0
@@ -158,9 +164,9 @@ class Purger:
         doc); an applied change, or the rest's end, ends it."""
         if self._rest is None:
             return False
-        until_ms, changes = self._rest
+        until_ms, changes, until_s = self._rest
         if self._changes is not None and self._changes() == changes \
-                and self._replicated.now_ms() < until_ms:
+                and self._replicated.now_ms() < until_ms and self._monotonic() < until_s:
             return True
         self._rest = None
         return False
@@ -231,7 +237,8 @@ class Purger:
         if round_.wake_ms is not None:
             until_ms = min(until_ms, round_.wake_ms)
         if until_ms > now_ms:
-            self._rest = (until_ms, round_.changes)
+            self._rest = (until_ms, round_.changes,
+                          self._monotonic() + limits.purge_rest_max_s)
             self.rests_total += 1
             log.debug("purger: nothing to remove; resting for %.1f s or until a change is "
                       "applied", (until_ms - now_ms) / 1000)
