@@ -455,6 +455,25 @@ def test_the_purger_reads_no_history_of_a_job_whose_runs_are_all_open(log, monke
                            for start in scanned)
 
 
+def test_the_purger_reads_one_run_of_a_job_whose_oldest_run_is_within_its_bounds(
+        log, monkeypatch):
+    make_job(log)
+    run_history(log, 20)
+    read: list[int] = []
+    scan = log.store.scan
+
+    def counting(table, **kw):
+        rows = scan(table, **kw)
+        if table == RUNS:
+            read.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(log.store, "scan", counting)
+    purger = purger_over(log)
+    assert purger.plan(purger.bounds(30_000)).empty()
+    assert read == [1]
+
+
 def test_the_purger_chooses_expired_idempotency_keys(log):
     make_job(log, idem="k1")
     make_job(log, "job_b2", idem="k2")
@@ -566,8 +585,8 @@ def test_a_history_walk_stopped_at_its_bound_leaves_no_rest(log, monkeypatch):
     """Runs past the walk's bound cannot be dated: the purger does not rest."""
     monkeypatch.setattr(limits, "purge_scan_runs_per_job_max", 2)
     make_job(log)
-    for _ in range(limits.purge_page_runs_first + 1):
-        fire_next(log)   # open runs: the walk goes past them
+    for _ in range(2 * limits.purge_page_runs_first + 1):
+        fire_next(log)   # open runs, two pages of them: the walk goes past them
     run_history(log, 1)   # and a finished one after them
     clock = [20_000]
     purger = resting_purger(log, clock, Changes())
