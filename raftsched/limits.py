@@ -743,11 +743,14 @@ purge_scan_jobs_max = 1000
 purge_scan_runs_per_job_max = 2000
 purge_scan_idem_max = 2000
 # After a round of passes that went through every table and found nothing to
-# remove, the purger rests while nothing but renewals and digest checks is
-# applied, until the earliest time a record it read can pass a bound, and
-# at most this long (seconds): a cluster with history and nothing happening
-# reads none of it again.
+# remove, the purger rests until the earliest time a record it read can pass a
+# bound, and at most this long (seconds), reading meanwhile only the jobs that
+# entries applied since wrote: a cluster with a large history reads what
+# changes in it.
 purge_rest_max_s = 300.0
+# Jobs written since a round began that a resting purger keeps to visit; past
+# it, the rest ends and the purger goes round every job again.
+purge_touched_jobs_max = 10_000
 # The LMDB map (--max-data-bytes): the most state a node can hold. LMDB's file is
 # sparse and grows with use, so this is address space; the disk is guarded by
 # --min-free-disk-bytes.

@@ -174,7 +174,8 @@ def fake_node(**overrides: object) -> SimpleNamespace:
                   alerts_failed_total=0),
         coordinator=ns(rebalances_total=0, lease_lapses_total=0, log_latency_s=lambda: 0.0),
         purger=ns(passes_total=0, refused_total=0, purged_runs_total=6, purged_jobs_total=0,
-                  purged_idem_total=0, purged_backfills_total=0, rests_total=0),
+                  purged_idem_total=0, purged_backfills_total=0, rests_total=0,
+                  touched_visits_total=0),
         backfiller=ns(steps_total=0, launched_total=0))
     for name, replacement in overrides.items():
         setattr(node, name, replacement)

@@ -14,9 +14,9 @@ from raftsched.cli import build_parser
 from raftsched.core import codec, commands, jobspec, keys, retention
 from raftsched.core.apply import (ALERTS, IDEM, JOBS, RUNS, TOPIC_META, TOPICS,
                                   Transition)
-from raftsched.core.tx import JOBS_BY_TENANT, RunsPurged
+from raftsched.core.tx import BACKFILLS, JOB_STATE, JOBS_BY_TENANT, RunsPurged
 from raftsched.errors import InvalidInput, StorageFull
-from raftsched.runtime.purger import Bounds, Purger, Retention
+from raftsched.runtime.purger import Bounds, Purger, Retention, Touched
 from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.output_store import OutputStore
 from raftsched.testing.http import wait_until
@@ -485,24 +485,17 @@ def test_the_purger_chooses_expired_idempotency_keys(log):
 
 # --- the purger's rest after a round that found nothing -------------------------------------
 
-class Changes:
-    """Stands in for the apply bridge's count of changes applied."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self) -> int:
-        return self.count
-
-
-def resting_purger(log: Replica, clock: list[int], changes: Changes,
-                   monotonic: list[float] | None = None, **config: float) -> Purger:
+def resting_purger(log: Replica, clock: list[int], monotonic: list[float] | None = None,
+                   **config: float) -> Purger:
+    """A purger whose node's apply notes what entries write (log.touched),
+    as a leader's does."""
     settings = {"history_max_runs": 1000, "history_max_age_s": 30 * 86400.0,
                 "finished_job_retention_s": 7 * 86400.0, "idempotency_ttl_s": 86400.0,
                 **config}
     mono = monotonic if monotonic is not None else [0.0]
     return Purger(log.replicated(now_ms=lambda: clock[0]), Retention(**settings),
-                  changes=changes, monotonic=lambda: mono[0])
+                  watch=lambda touched: setattr(log, "touched", touched),
+                  monotonic=lambda: mono[0])
 
 
 def test_after_a_round_that_found_nothing_the_purger_rests_until_a_run_passes_its_age(log):
@@ -510,7 +503,7 @@ def test_after_a_round_that_found_nothing_the_purger_rests_until_a_run_passes_it
     finished = run_history(log, 3)
     oldest_ms = log.store.get(RUNS, finished[0].encode())["finished_ms"]
     clock = [oldest_ms + 1_000]
-    purger = resting_purger(log, clock, Changes(), history_max_age_s=10.0)
+    purger = resting_purger(log, clock, history_max_age_s=10.0)
     assert purger.plan(purger.bounds(clock[0])).empty()
     assert purger.resting() and purger.rests_total == 1
     clock[0] = oldest_ms + 10_000 - 1
@@ -523,7 +516,7 @@ def test_after_a_round_that_found_nothing_the_purger_rests_until_a_run_passes_it
 def test_the_rest_is_bounded_and_ends_when_an_idempotency_key_expires(log):
     make_job(log, idem="k1")
     clock = [2_000]
-    purger = resting_purger(log, clock, Changes(), idempotency_ttl_s=3600.0)
+    purger = resting_purger(log, clock, idempotency_ttl_s=3600.0)
     assert purger.plan(purger.bounds(clock[0])).empty() and purger.resting()
     clock[0] = 2_000 + int(limits.purge_rest_max_s * 1000)   # the rest's bound
     assert not purger.resting()
@@ -537,7 +530,7 @@ def test_a_rest_ends_by_this_process_s_clock_if_the_cluster_s_time_goes_back(log
     make_job(log)
     run_history(log, 1)
     clock, mono = [20_000], [100.0]
-    purger = resting_purger(log, clock, Changes(), mono)
+    purger = resting_purger(log, clock, mono)
     assert purger.plan(purger.bounds(clock[0])).empty() and purger.resting()
     clock[0] = 10_000   # the cluster's time stepped back
     mono[0] = 100.0 + limits.purge_rest_max_s - 0.001
@@ -546,39 +539,80 @@ def test_a_rest_ends_by_this_process_s_clock_if_the_cluster_s_time_goes_back(log
     assert not purger.resting()
 
 
-def test_a_change_applied_ends_the_rest(log):
+def test_a_resting_purger_reads_the_jobs_written_since_and_only_them(log, monkeypatch):
     make_job(log)
+    make_job(log, "job_b2")
     runs = run_history(log, 2)
-    clock, changes = [20_000], Changes()
-    purger = resting_purger(log, clock, changes, finished_job_retention_s=5.0)
+    run_history(log, 2, "job_b2")
+    clock = [20_000]
+    purger = resting_purger(log, clock, finished_job_retention_s=5.0)
     assert purger.plan(purger.bounds(clock[0])).empty() and purger.resting()
+    read: list[bytes] = []
+    get = log.store.get
+
+    def reading(table, key):
+        if table == JOBS:
+            read.append(key)
+        return get(table, key)
+
+    monkeypatch.setattr(log.store, "get", reading)
+    assert purger.plan(purger.bounds(clock[0])).empty() and read == []   # nothing written
     log.run(commands.delete_job(job_id="job_a1", at_ms=20_000))
-    assert purger.resting()   # (a change it has not been told of)
-    changes.count += 1
+    read.clear()   # (apply's own read of it)
+    clock[0] = 21_000
+    assert purger.plan(purger.bounds(clock[0])).empty() and purger.resting()
+    assert read == [b"job_a1"]
+    clock[0] = 25_000   # the deleted job's retention has passed: the rest ends
     assert not purger.resting()
-    clock[0] = 25_000
     plan = purger.plan(purger.bounds(clock[0]))
     assert plan.runs == [(r, "job_a1") for r in runs] and plan.jobs == ["job_a1"]
-    assert not purger.resting()   # it chose something: no rest
 
 
-def test_a_round_during_which_a_change_was_applied_is_followed_by_another(log, monkeypatch):
+def test_a_job_written_while_the_round_goes_round_is_read_in_the_rest(log, monkeypatch):
     monkeypatch.setattr(limits, "purge_scan_jobs_max", 1)
+    for job_id in ("job_a1", "job_b2"):
+        make_job(log, job_id, history={"max_runs": 1})
+        run_history(log, 1, job_id)
+    clock = [20_000]
+    purger = resting_purger(log, clock)
+    assert purger.plan(purger.bounds(clock[0])).empty()   # job_a1 read: nothing to remove
+    oldest = history(log)[0]
+    run_history(log, 1)   # job_a1 has a finished run past its max_runs now
+    # The round goes on (job_b2, then the table's end) and rests...
+    for _ in range(2):
+        assert purger.plan(purger.bounds(clock[0])).empty()
+    assert purger.resting()
+    # ...and its next pass reads job_a1, written meanwhile.
+    assert purger.plan(purger.bounds(clock[0])).runs == [(oldest, "job_a1")]
+    assert purger.resting()
+
+
+def test_more_jobs_written_than_a_rest_keeps_end_it(log, monkeypatch):
+    monkeypatch.setattr(limits, "purge_touched_jobs_max", 1)
     for job_id in ("job_a1", "job_b2"):
         make_job(log, job_id)
         run_history(log, 1, job_id)
-    clock, changes = [20_000], Changes()
-    purger = resting_purger(log, clock, changes)
-    # A round is three passes here: a job each, then the end of the table.
-    for at in range(3):
-        assert purger.plan(purger.bounds(clock[0])).empty() and not purger.resting()
-        if at == 0:
-            changes.count += 1   # applied while the round goes round the jobs
-    assert purger.rests_total == 0
-    for _ in range(2):
-        assert purger.plan(purger.bounds(clock[0])).empty() and not purger.resting()
+    clock = [20_000]
+    purger = resting_purger(log, clock)
     assert purger.plan(purger.bounds(clock[0])).empty() and purger.resting()
-    assert purger.rests_total == 1
+    run_history(log, 1, "job_a1")
+    assert purger.resting()
+    run_history(log, 1, "job_b2")
+    assert not purger.resting()
+
+
+def test_what_a_rest_cannot_judge_by_the_jobs_written_ends_it():
+    for table, idem_matters, ends in (
+            (JOB_STATE, False, False), (JOBS, False, False), (RUNS, False, False),
+            (ALERTS, False, True), (BACKFILLS, False, True),
+            (IDEM, False, False), (IDEM, True, True)):
+        touched = Touched(idem_matters=idem_matters)
+        touched.note("cancel_run", ((table, b"job_a1", None),))
+        assert touched.overflow is ends, (table, idem_matters)
+        assert touched.take() == ({b"job_a1"} if table in (JOBS, JOB_STATE) else set())
+    renewal = Touched(idem_matters=True)
+    renewal.note("renew", ((IDEM, b"k", None), (JOBS, b"job_a1", None)))
+    assert not renewal.overflow and renewal.take() == set()
 
 
 def test_a_history_walk_stopped_at_its_bound_leaves_no_rest(log, monkeypatch):
@@ -589,11 +623,11 @@ def test_a_history_walk_stopped_at_its_bound_leaves_no_rest(log, monkeypatch):
         fire_next(log)   # open runs, two pages of them: the walk goes past them
     run_history(log, 1)   # and a finished one after them
     clock = [20_000]
-    purger = resting_purger(log, clock, Changes())
+    purger = resting_purger(log, clock)
     assert purger.plan(purger.bounds(clock[0])).empty() and not purger.resting()
 
 
-def test_a_purger_given_no_count_of_changes_never_rests(log):
+def test_a_purger_given_no_watch_never_rests(log):
     make_job(log)
     run_history(log, 1)
     purger = purger_over(log)

@@ -29,6 +29,7 @@ from raftsched.core.apply import RunQueued, apply_entry
 from raftsched.errors import InvariantBroken, Unavailable
 from raftsched.runtime.effects import Effects, SnapshotInstalled
 from raftsched.runtime.lateness import LatenessHistogram
+from raftsched.runtime.purger import Touched
 from raftsched.runtime.metrics import AppliedCounts
 from raftsched.storage.base import Store, digest_pinned
 from raftsched.storage.lmdb_store import PinnedRead, SnapshotAborted
@@ -39,10 +40,6 @@ log = logging.getLogger("raftsched.node")
 DIGEST_PENDING = "pending"
 # Exit code of a node that stopped itself on a broken invariant.
 EXIT_INVARIANT = 70
-
-# Entries that change no job, run, key or backfill: what changes_applied
-# leaves out.
-_UNCHANGING_TAGS = frozenset({"renew", "renew_recorded", "check_digest"})
 
 
 class ApplyBridge:
@@ -74,10 +71,9 @@ class ApplyBridge:
         self.checked_digests: collections.OrderedDict[int, str] = collections.OrderedDict()
         self._digests_lock = threading.Lock()
         self._digest_queue: queue.Queue = queue.Queue(maxsize=limits.digests_computing_max)
-        # Entries applied here that may change what the purger finds: all
-        # but renewals and digest checks, and each snapshot installed
-        # (runtime/purger.py rests while it does not move).
-        self.changes_applied = 0
+        # While this node leads, what each entry applied here wrote that the
+        # purger reads (runtime/purger.py Touched), or None.
+        self.touched: Touched | None = None
         # The most CPU one entry's apply took here since start, and its tag.
         self.apply_entry_s_max = 0.0
         self.apply_entry_slowest: str | None = None
@@ -104,8 +100,9 @@ class ApplyBridge:
                 return {"ok": True, "replayed": True}   # persisted before a restart
             tag, transition = applied
             self._note_apply_time(index, tag, time.thread_time() - started)
-            if tag not in _UNCHANGING_TAGS:
-                self.changes_applied += 1
+            touched = self.touched
+            if touched is not None:
+                touched.note(tag, transition.writes)
             if transition.tallies:   # what apply did, for GET /metrics (runtime/metrics.py)
                 self._applied_counts.add(transition.tallies)
             if tag in ("fire", "fire_many") and transition.result.get("node") == self._node_id:
@@ -285,6 +282,8 @@ class ApplyBridge:
 
     def _after_install(self) -> None:
         """The whole state changed at once: what acts on effects looks again."""
-        self.changes_applied += 1
+        touched = self.touched
+        if touched is not None:
+            touched.overflow = True
         if self.loop is not None:
             self.loop.call_soon_threadsafe(self.effects.deliver, (SnapshotInstalled(),))

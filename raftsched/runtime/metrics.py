@@ -321,7 +321,9 @@ class NodeCollector(Collector):
                       purger.passes_total)
         yield counter("purger_refused", "Purge items apply refused", purger.refused_total)
         yield counter("purger_rests", "Rests the purger took after a round that found nothing "
-                      "to remove and saw no change applied", purger.rests_total)
+                      "to remove", purger.rests_total)
+        yield counter("purger_rest_passes", "Passes of the purger's rests, each reading the "
+                      "jobs written since", purger.touched_visits_total)
         yield counter("purged_runs", "Finished runs purged by retention", purger.purged_runs_total)
         yield counter("purged_jobs", "Finished or deleted jobs purged", purger.purged_jobs_total)
         yield counter("purged_idempotency_keys", "Idempotency keys purged past their TTL",

@@ -236,7 +236,7 @@ class Node:
         self.reaper = Reaper(self.replicated, spawn=self.spawn, send=self.http_executor.send,
                              alert_webhook_url=config.alert_webhook_url)
         self.purger = Purger(self.replicated, config.retention(),
-                             changes=lambda: self.bridge.changes_applied)
+                             watch=lambda touched: setattr(self.bridge, "touched", touched))
         self.backfiller = Backfiller(self.replicated)
         # Long-polling topic readers by topic (tenant-scoped), bounded and freed.
         self.topic_waiters = Waiters(names_max=limits.waited_names_max,

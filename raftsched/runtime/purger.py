@@ -24,13 +24,18 @@ and the state as it is then: this module only chooses.
 A *round* is the passes in which each table's cursor goes once round it. A
 round that chose nothing notes the earliest time any record it read passes a
 bound by time alone (a finished run's age, a retired job's or an ended
-backfill's retention, an idempotency key's TTL): nothing else can make
-anything removable but an applied entry. If no entry other than renewals and
-digest checks was applied during the round (`changes`: the node's count of
-them, runtime/apply_bridge.py), the purger rests until that time (at most
-`purge_rest_max_s`), or until such an entry is applied, and then starts a
-round again. So a leader with a large history and nothing happening reads none
-of it, where each pass read a thousand jobs a second.
+backfill's retention, an idempotency key's TTL). Only an applied entry can
+make anything removable sooner, and from a round's first pass the node's
+apply notes what each entry wrote that a round reads (`Touched`, kept by
+runtime/apply_bridge.py while this node leads): the jobs whose record or
+state it changed. So after a round that chose nothing the purger *rests*:
+until that time (at most `purge_rest_max_s`) it reads only the jobs written
+since the round began, each once a pass, and goes round again when the rest
+ends, or at once when an entry wrote what a visit of jobs cannot judge (an
+alert delivered, a backfill, an idempotency key reserved with a TTL shorter
+than a rest, a snapshot installed, more than `purge_touched_jobs_max` jobs).
+A leader with a large history reads what changes in it, where each pass
+read a thousand jobs a second.
 """
 
 from __future__ import annotations
@@ -38,13 +43,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 import time
 from typing import Callable
 
 from raftsched import limits
 from raftsched.core import backfill, commands, cost, keys, retention
-from raftsched.core.apply import IDEM, RUNS
-from raftsched.core.tx import BACKFILLS
+from raftsched.core.apply import IDEM, JOBS, RUNS
+from raftsched.core.tx import ALERTS, BACKFILLS, BACKFILLS_OPEN, JOB_STATE
 from raftsched.errors import Unavailable
 from raftsched.runtime.context import Replicated
 
@@ -97,15 +103,57 @@ class Bounds:
 
 # The tables a round goes round, each with a cursor of its own.
 _TABLES = ("jobs", "idem", "backfills")
+# Entries that write nothing a round reads (runtime/apply_bridge.py).
+_UNCHANGING_TAGS = frozenset({"renew", "renew_recorded", "check_digest"})
+_JOB_TABLES = frozenset({JOBS, JOB_STATE})
+# Writes a visit of the jobs written cannot judge: a round goes round again.
+_ROUND_TABLES = frozenset({ALERTS, BACKFILLS, BACKFILLS_OPEN})
+
+
+class Touched:
+    """What the entries applied on this node since a round began wrote that
+    the purger reads: the keys of the jobs whose record or state they wrote,
+    or `overflow` when one wrote what a visit of those jobs cannot judge (an
+    alert, a backfill, an idempotency key with `idem_matters`, a snapshot
+    installed, more than purge_touched_jobs_max jobs). Noted on the Raft
+    thread, taken on the purger's: under a lock."""
+
+    def __init__(self, idem_matters: bool) -> None:
+        self._round_tables = _ROUND_TABLES | ({IDEM} if idem_matters else frozenset())
+        self._jobs: set[bytes] = set()
+        self._lock = threading.Lock()
+        self.overflow = False
+
+    def note(self, tag: str | None, writes: tuple) -> None:
+        if tag in _UNCHANGING_TAGS:
+            return
+        with self._lock:
+            jobs = self._jobs
+            for table, key, _ in writes:
+                if table in _JOB_TABLES:
+                    jobs.add(key)
+                elif table in self._round_tables:
+                    self.overflow = True
+            if len(jobs) > limits.purge_touched_jobs_max:
+                self.overflow = True
+
+    def take(self) -> set[bytes]:
+        with self._lock:
+            jobs, self._jobs = self._jobs, set()
+        return jobs
+
+    def give_back(self, jobs: set[bytes]) -> None:
+        """Jobs taken and not visited yet (a pass's batch was full)."""
+        with self._lock:
+            self._jobs |= jobs
 
 
 @dataclasses.dataclass
 class _Round:
-    """What a round has seen so far: the count of changes applied when it
-    began, the tables it went round, whether it chose anything or read
-    anything it cannot date, and the earliest time a record it read passes
-    a bound (None: none will by time alone)."""
-    changes: int
+    """What a round (or a rest's visits) has seen so far: the tables it went
+    round, whether it chose anything or read anything it cannot date, and the
+    earliest time a record it read passes a bound (None: none will by time
+    alone)."""
     started: set[str] = dataclasses.field(default_factory=set)
     covered: set[str] = dataclasses.field(default_factory=set)
     quiet: bool = True
@@ -117,27 +165,35 @@ class _Round:
             self.wake_ms = at_ms
 
 
+@dataclasses.dataclass
+class _Rest:
+    """Resting after a quiet round, until the cluster's time reaches
+    `until_ms` or this process's monotonic clock `until_s`, visiting the
+    jobs `touched` names."""
+    until_ms: int
+    until_s: float
+    touched: Touched
+
+
 class Purger:
     def __init__(self, replicated: Replicated, retention: Retention,
-                 changes: Callable[[], int] | None = None,
+                 watch: Callable[[Touched | None], None] | None = None,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
-        """`changes`: the count of entries applied on this node that may
-        change what a round finds (none: the purger never rests).
-        `monotonic`: this process's clock, which bounds a rest however the
-        cluster's time moves."""
+        """`watch`: gives this node's apply the Touched to note entries in
+        (None: none); without it the purger never rests. `monotonic`: this
+        process's clock, which bounds a rest however the cluster's time moves."""
         self._replicated = replicated
         self._retention = retention
-        self._changes = changes
+        self._watch = watch
         self._monotonic = monotonic
+        self._touched: Touched | None = None
         self._job_cursor = b""
         self._idem_cursor = b""
         self._backfill_cursor = b""
         self._round: _Round | None = None
-        # (until_ms, changes, until_s): resting after a quiet round, until the
-        # cluster's time reaches until_ms, the count of changes moves, or
-        # this process's monotonic clock reaches until_s.
-        self._rest: tuple[int, int, float] | None = None
+        self._rest: _Rest | None = None
         self.rests_total = 0
+        self.touched_visits_total = 0
         self.passes_total = 0
         self.purged_runs_total = 0
         self.purged_jobs_total = 0
@@ -150,7 +206,8 @@ class Purger:
         while True:
             await asyncio.sleep(0 if again else limits.purge_period_ms / 1000)
             again = False
-            if not self._replicated.is_leader() or self.resting():
+            if not self._replicated.is_leader():
+                self._stop_watching()
                 continue
             try:
                 again = await self.maybe_purge()
@@ -161,15 +218,22 @@ class Purger:
 
     def resting(self) -> bool:
         """Whether the purger rests after a quiet round (see the module's
-        doc); an applied change, or the rest's end, ends it."""
-        if self._rest is None:
+        doc): it reads only the jobs written since, until the rest ends."""
+        rest = self._rest
+        if rest is None:
             return False
-        until_ms, changes, until_s = self._rest
-        if self._changes is not None and self._changes() == changes \
-                and self._replicated.now_ms() < until_ms and self._monotonic() < until_s:
+        if not rest.touched.overflow and self._replicated.now_ms() < rest.until_ms \
+                and self._monotonic() < rest.until_s:
             return True
         self._rest = None
         return False
+
+    def _stop_watching(self) -> None:
+        """Not the leader: apply notes nothing for it, and a round starts
+        afresh when it leads again."""
+        if self._touched is not None and self._watch is not None:
+            self._watch(None)
+        self._touched, self._round, self._rest = None, None, None
 
     def bounds(self, now_ms: int) -> Bounds:
         cfg = self._retention
@@ -209,9 +273,16 @@ class Purger:
     # --- choosing (on an executor thread: reads only) -------------------------------------
 
     def plan(self, bounds: Bounds) -> Plan:
+        if self.resting():
+            return self._plan_touched(bounds)
         round_ = self._round
         if round_ is None:
-            round_ = self._round = _Round(changes=self._changes() if self._changes else 0)
+            round_ = self._round = _Round()
+            if self._watch is not None:
+                # What is applied from here on, the rest after the round visits.
+                self._touched = Touched(
+                    idem_matters=self._retention.idempotency_ttl_s < limits.purge_rest_max_s)
+                self._watch(self._touched)
         round_.started.update(name for name, cursor in zip(_TABLES, self._cursors())
                               if cursor == b"")
         plan = Plan()
@@ -231,17 +302,46 @@ class Purger:
 
     def _end_round(self, round_: _Round, now_ms: int) -> None:
         self._round = None
-        if self._changes is None or not round_.quiet or self._changes() != round_.changes:
+        touched = self._touched
+        if touched is None or not round_.quiet or touched.overflow:
             return
         until_ms = now_ms + int(limits.purge_rest_max_s * 1000)
         if round_.wake_ms is not None:
             until_ms = min(until_ms, round_.wake_ms)
         if until_ms > now_ms:
-            self._rest = (until_ms, round_.changes,
-                          self._monotonic() + limits.purge_rest_max_s)
+            self._rest = _Rest(until_ms=until_ms,
+                               until_s=self._monotonic() + limits.purge_rest_max_s,
+                               touched=touched)
             self.rests_total += 1
-            log.debug("purger: nothing to remove; resting for %.1f s or until a change is "
-                      "applied", (until_ms - now_ms) / 1000)
+            log.debug("purger: nothing to remove; resting for %.1f s, reading only the jobs "
+                      "written meanwhile", (until_ms - now_ms) / 1000)
+
+    def _plan_touched(self, bounds: Bounds) -> Plan:
+        """A pass of a rest: each job written since the round began, once;
+        what they say can shorten the rest, and one they cannot date ends it."""
+        rest = self._rest
+        assert rest is not None
+        plan, visits = Plan(), _Round()
+        taken = rest.touched.take()
+        store = self._replicated.store
+        self._round = visits
+        try:
+            while taken and plan.room() > 0:
+                key = taken.pop()
+                job = store.get(JOBS, key)
+                if job is not None:
+                    self._plan_job(plan, job, bounds)
+                if plan.room() == 0:
+                    taken.add(key)   # it may have more to remove
+        finally:
+            self._round = None
+        rest.touched.give_back(taken)
+        self.touched_visits_total += 1
+        if not visits.quiet:
+            self._rest = None
+        elif visits.wake_ms is not None:
+            rest.until_ms = min(rest.until_ms, visits.wake_ms)
+        return plan
 
     def _plan_jobs(self, plan: Plan, bounds: Bounds) -> None:
         # A pending job (active, never run) reads as None, undecoded: it has

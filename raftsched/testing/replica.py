@@ -16,6 +16,9 @@ class Replica:
         self.store = MemoryStore()
         self.index = 0
         self.effects: list = []
+        # What a node's apply notes for its purger while it leads
+        # (runtime/purger.py Touched), or None.
+        self.touched = None
 
     def run(self, command: dict) -> dict:
         return self.run_entry(commands.encode(command))
@@ -23,8 +26,10 @@ class Replica:
     def run_entry(self, data: bytes) -> dict:
         """Apply one raw log entry, well-formed or not, as a node does."""
         self.index += 1
-        _, transition = apply_entry(self.store, data, self.index)
+        tag, transition = apply_entry(self.store, data, self.index)
         self.store.commit(transition, self.index)
+        if self.touched is not None:
+            self.touched.note(tag, transition.writes)
         self.effects.extend(transition.effects)
         return transition.result
 
