@@ -607,9 +607,14 @@ def test_what_a_rest_cannot_judge_by_the_jobs_written_ends_it():
             (ALERTS, False, True), (BACKFILLS, False, True),
             (IDEM, False, False), (IDEM, True, True)):
         touched = Touched(idem_matters=idem_matters)
-        touched.note("cancel_run", ((table, b"job_a1", None),))
+        touched.note("cancel_run", ((JOBS, b"job_b2", None), (table, b"job_a1", None)))
         assert touched.overflow is ends, (table, idem_matters)
-        assert touched.take() == ({b"job_a1"} if table in (JOBS, JOB_STATE) else set())
+        # Past overflow it keeps nothing: the purger goes round every job.
+        kept = set() if ends else {b"job_b2"} | ({b"job_a1"} if table in (JOBS, JOB_STATE)
+                                               else set())
+        assert touched.take() == kept
+        touched.note("cancel_run", ((JOBS, b"job_c3", None),))
+        assert touched.take() == (set() if ends else {b"job_c3"})
     renewal = Touched(idem_matters=True)
     renewal.note("renew", ((IDEM, b"k", None), (JOBS, b"job_a1", None)))
     assert not renewal.overflow and renewal.take() == set()

@@ -125,8 +125,8 @@ class Touched:
         self.overflow = False
 
     def note(self, tag: str | None, writes: tuple) -> None:
-        if tag in _UNCHANGING_TAGS:
-            return
+        if tag in _UNCHANGING_TAGS or self.overflow:
+            return   # (past overflow nothing is kept: a round goes round anyway)
         with self._lock:
             jobs = self._jobs
             for table, key, _ in writes:
@@ -136,6 +136,8 @@ class Touched:
                     self.overflow = True
             if len(jobs) > limits.purge_touched_jobs_max:
                 self.overflow = True
+            if self.overflow:
+                jobs.clear()
 
     def take(self) -> set[bytes]:
         with self._lock:
