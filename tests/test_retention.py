@@ -410,68 +410,46 @@ def test_the_purger_visits_a_bounded_number_of_jobs_per_pass(log, monkeypatch):
         ["job_a1", "job_b2"], ["job_c3"], ["job_a1", "job_b2"]]
 
 
-def test_the_purger_reads_no_history_of_a_job_that_has_no_run(log, monkeypatch):
-    """A job waiting for its first run (most of a large state) costs a pass
-    its record only: the purger reads its run index only once it has runs."""
-    make_job(log, "job_a1", history={"max_runs": 1})
-    make_job(log, "job_b2", history={"max_runs": 1})
-    finished = run_history(log, 3, "job_b2")
-    scanned: list[bytes] = []
+def run_scans(log: Replica, monkeypatch) -> list[tuple[bytes, int]]:
+    """Each scan of the runs table from here on: (its start, rows read)."""
+    scans: list[tuple[bytes, int]] = []
     scan = log.store.scan
 
     def counting(table, **kw):
+        rows = scan(table, **kw)
         if table == RUNS:
-            scanned.append(kw.get("start"))
-        return scan(table, **kw)
+            scans.append((kw.get("start"), len(rows)))
+        return rows
 
     monkeypatch.setattr(log.store, "scan", counting)
-    purger = purger_over(log)
-    plan = purger.plan(purger.bounds(20_000))
-    assert plan.runs == [(r, "job_b2") for r in finished[:2]]
-    assert scanned and all(start.startswith(keys.job_runs_prefix("job_b2"))
-                           for start in scanned)
+    return scans
 
 
-def test_the_purger_reads_no_history_of_a_job_whose_runs_are_all_open(log, monkeypatch):
-    """Fired and not finished (a spike's armed runs): nothing to choose."""
+@pytest.mark.parametrize("open_runs", [0, 3])
+def test_the_purger_reads_no_history_of_a_job_with_no_finished_run(log, monkeypatch, open_runs):
+    """A job waiting for its first run (most of a large state), or whose runs
+    are all open (fired ahead in a spike), costs a pass its record only."""
     make_job(log, "job_a1", history={"max_runs": 1})
     make_job(log, "job_b2", history={"max_runs": 1})
-    for _ in range(3):
+    for _ in range(open_runs):
         fire_next(log, "job_a1")
     finished = run_history(log, 3, "job_b2")
-    scanned: list[bytes] = []
-    scan = log.store.scan
-
-    def counting(table, **kw):
-        if table == RUNS:
-            scanned.append(kw.get("start"))
-        return scan(table, **kw)
-
-    monkeypatch.setattr(log.store, "scan", counting)
+    scans = run_scans(log, monkeypatch)
     purger = purger_over(log)
     plan = purger.plan(purger.bounds(20_000))
     assert plan.runs == [(r, "job_b2") for r in finished[:2]]
-    assert scanned and all(start.startswith(keys.job_runs_prefix("job_b2"))
-                           for start in scanned)
+    assert scans and all(start.startswith(keys.job_runs_prefix("job_b2"))
+                         for start, _ in scans)
 
 
 def test_the_purger_reads_one_run_of_a_job_whose_oldest_run_is_within_its_bounds(
         log, monkeypatch):
     make_job(log)
     run_history(log, 20)
-    read: list[int] = []
-    scan = log.store.scan
-
-    def counting(table, **kw):
-        rows = scan(table, **kw)
-        if table == RUNS:
-            read.append(len(rows))
-        return rows
-
-    monkeypatch.setattr(log.store, "scan", counting)
+    scans = run_scans(log, monkeypatch)
     purger = purger_over(log)
     assert purger.plan(purger.bounds(30_000)).empty()
-    assert read == [1]
+    assert [rows for _, rows in scans] == [1]
 
 
 def test_the_purger_chooses_expired_idempotency_keys(log):
