@@ -29,8 +29,8 @@ from raftsched.core.apply import RunQueued, apply_entry
 from raftsched.errors import InvariantBroken, Unavailable
 from raftsched.runtime.effects import Effects, SnapshotInstalled
 from raftsched.runtime.lateness import LatenessHistogram
-from raftsched.runtime.purger import Touched
 from raftsched.runtime.metrics import AppliedCounts
+from raftsched.runtime.purger import Touched
 from raftsched.storage.base import Store, digest_pinned
 from raftsched.storage.lmdb_store import PinnedRead, SnapshotAborted
 
