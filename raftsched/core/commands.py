@@ -35,9 +35,9 @@ VERSION = 1
 # /v1/node/clock `applies`): 2 added hand_over_runs, 3 miss_uncalled, 4
 # renew_recorded and take_over_judged, 5 create_jobs_compact. A node proposes
 # a command of a level only once every other node has said it applies it, so
-# that during a rolling upgrade no older node meets a tag it would stop on. A change of what apply
-# does gets a tag of its own rather than a member, which an older node would
-# skip and so apply otherwise than the others.
+# that during a rolling upgrade no older node meets a tag it would stop on. A
+# change of what apply does gets a tag of its own rather than a member, which
+# an older node would skip and so apply otherwise than the others.
 APPLY_LEVEL = 5
 # The level of a node that does not say (a release before the levels).
 APPLY_LEVEL_UNSAID = 1

@@ -125,4 +125,3 @@ def _holds(state: _Host, now: float) -> bool:
     """Whether a pair's calls are held back now: open, and in its cool-off or
     with its probe out."""
     return state.open_until is not None and (now < state.open_until or state.probing)
-
