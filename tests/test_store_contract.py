@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raftsched import limits
-from raftsched.core.apply import DUE, JOBS, Transition
+from raftsched.core.apply import DUE, JOBS, RUNS, Transition
 from raftsched.core import keys
 from raftsched.errors import InvariantBroken
 from raftsched.storage.base import InvalidKey, digest, due_until
@@ -55,6 +55,23 @@ def test_records_decode_as_msgpacks_unpacker_decodes_them():
         raw = codec.pack(value)
         assert codec.unpack_record(raw) == codec.unpack(raw) == value
         assert type(codec.unpack_record(raw)) is type(value)
+
+
+def test_who_holds_a_run_reads_as_its_record_says(store):
+    run_id = keys.run_id("job_0123456789abcdef0123", 5)
+    run = {"v": 1, "id": run_id, "job_id": "job_0123456789abcdef0123", "tenant": "t",
+           "scheduled_ms": 5, "attempt": 2, "execution_id": "exe_x", "state": "running",
+           "node": "n1", "queue": None, "trigger": "schedule", "token": 2, "created_ms": 6,
+           "queued_ms": 6, "started_ms": 7, "finished_ms": None, "holder": "n2",
+           "lease_ms": None, "retry_due_ms": None, "http_status": None, "exit_code": None,
+           "error": None, "reason": None, "attempts": [], "alert": None,
+           "priority": "normal", "shard": 3}
+    store.commit(tx((RUNS, run_id.encode(), run), (RUNS, b"run_map", {"state": "failed"})), 1)
+    assert store.run_hold(run_id) == ("running", 2, "n2")
+    assert store.run_hold("run_map") == ("failed", None, None)   # a map form: read whole
+    assert store.run_hold("run_gone") is None and store.run_hold("") is None
+    store.commit(tx((RUNS, run_id.encode(), {**run, "state": "succeeded", "holder": None})), 2)
+    assert store.run_hold(run_id) == ("succeeded", 2, None)
 
 
 def test_scans_are_ordered_bounded_and_reversible(store):

@@ -15,7 +15,7 @@ nothing: a store answers None for it, and a scan from it finds no row.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, NamedTuple, Protocol
 
 from raftsched import limits
 from raftsched.core import keys, runs, topics
@@ -42,6 +42,24 @@ def job(reader: Reader, job_id: str) -> dict | None:
 
 def run(reader: Reader, run_id: str) -> dict | None:
     return reader.get(RUNS, run_id.encode())
+
+
+class RunHold(NamedTuple):
+    state: str
+    attempt: int
+    holder: str | None
+
+
+class HoldReader(Protocol):
+    def run_hold(self, run_id: str) -> tuple[Any, Any, Any] | None: ...
+
+
+def run_hold(store: HoldReader, run_id: str) -> RunHold | None:
+    """Who holds the run's current attempt, as stored: its state, attempt and
+    holder, or None if the run is gone. Read without the rest of the record:
+    a node reads it before every call."""
+    found = store.run_hold(run_id)
+    return None if found is None else RunHold(*found)
 
 
 def run_states(reader: Reader, run_ids: Iterable[str]) -> list[str | None]:

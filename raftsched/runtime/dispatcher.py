@@ -361,17 +361,18 @@ class Dispatcher:
         store = self._store
         for run in self._armed.held_in(shards):
             state = queries.shard(store, run["shard"])
-            if self._may_hand_over(run, state, queries.run(store, run["id"])):
+            if self._may_hand_over(run, state, queries.run_hold(store, run["id"])):
                 self._armed.withdraw(run["id"])
                 self._hand_over(run["shard"], run["id"])
 
-    def _may_hand_over(self, run: dict, state: dict | None, current: dict | None) -> bool:
+    def _may_hand_over(self, run: dict, state: dict | None,
+                       current: queries.RunHold | None) -> bool:
         """Is `run` (this attempt) still this node's, in a shard another node
-        owns now (`state`: the shard's; `current`: the run as stored)?"""
+        owns now (`state`: the shard's; `current`: who holds the run as stored)?"""
         me = self._me
         return state is not None and state["owner"] not in (None, me) \
-            and current is not None and current["state"] == "running" \
-            and current.get("holder") == me and current["attempt"] == run["attempt"] \
+            and current is not None and current.state == "running" \
+            and current.holder == me and current.attempt == run["attempt"] \
             and not self.maybe_called_before_start(run)
 
     def maybe_called_before_start(self, run: dict) -> bool:
@@ -838,11 +839,11 @@ class Dispatcher:
         store, me = self._store, self._me
         while True:
             state = queries.shard(store, run["shard"])
-            current = queries.run(store, run["id"])
+            current = queries.run_hold(store, run["id"])
             if state is None or state["owner"] != me \
                     or state["token"] != run["token"] or current is None \
-                    or current["state"] != "running" or current["attempt"] != run["attempt"] \
-                    or current.get("holder") != me:
+                    or current.state != "running" or current.attempt != run["attempt"] \
+                    or current.holder != me:
                 self.not_called_total += 1
                 if self._may_hand_over(run, state, current):
                     # Its shard moved: the new owner gets it as it is (one
@@ -947,10 +948,9 @@ class Dispatcher:
         lease of its own that would expire: a finish the reporter dropped
         (run_update_pending_max) or a batch apply refused is sent again."""
         while not await self._send_report(update, run["tenant"], cost_units, hold):
-            current = queries.run(self._store, run["id"])
-            if current is None or current["state"] != "running" \
-                    or current.get("holder") != self._me \
-                    or current["attempt"] != run["attempt"]:
+            current = queries.run_hold(self._store, run["id"])
+            if current is None or current.state != "running" or current.holder != self._me \
+                    or current.attempt != run["attempt"]:
                 return   # refused because the run moved on: nothing left to report
             log.warning("run %s attempt %d: its finish was not applied; sending it again "
                         "in %.1f s", run["id"], run["attempt"], limits.finish_resend_s)

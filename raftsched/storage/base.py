@@ -61,6 +61,10 @@ def check_row(table: str, key: bytes, raw: bytes) -> None:
 class Store(Protocol):
     def get(self, table: str, key: bytes) -> Any | None: ...
 
+    def run_hold(self, run_id: str) -> tuple[Any, Any, Any] | None:
+        """(state, attempt, holder) of the run, or None if there is none:
+        what `get` of its record would show, read for less."""
+
     def commit(self, transition: Transition, index: int) -> None:
         """Persist writes and applied_index = index in one transaction.
         Precondition: index > applied_index()."""
@@ -142,6 +146,12 @@ def decode_value(table: str, raw: bytes, key: bytes) -> Any:
     """A stored record as every reader sees it: whole again. Give the key it
     is stored under: a job or run record leaves out its id when it is the key."""
     return compact.expand(table, codec.unpack_record(raw), key)
+
+
+def decode_run_hold(raw: bytes, key: bytes) -> tuple[Any, Any, Any]:
+    """(state, attempt, holder) of a stored run, without restoring the rest
+    of it (core/compact.py run_hold)."""
+    return compact.run_hold(codec.unpack_record(raw), key)
 
 
 def due_entries(store: Store, shard: int, upto_ms: int,

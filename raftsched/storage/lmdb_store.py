@@ -45,11 +45,11 @@ import lmdb
 
 from raftsched import limits
 from raftsched.core import keys
-from raftsched.core.apply import DUE, TABLES, Transition
+from raftsched.core.apply import DUE, RUNS, TABLES, Transition
 from raftsched.core.tx import JOB_STATE, JOBS, View
 from raftsched.errors import InvariantBroken, StorageFull
-from raftsched.storage.base import (check_key, check_row, decode_value, encode_value,
-                                    fsync_dir, job_row, job_row_with_history,
+from raftsched.storage.base import (check_key, check_row, decode_run_hold, decode_value,
+                                    encode_value, fsync_dir, job_row, job_row_with_history,
                                     storable_key)
 
 T = TypeVar("T")
@@ -322,6 +322,18 @@ class LmdbStore:
         finally:
             self._guard.leave()
         return None if raw is None else decode_value(table, raw, key)
+
+    def run_hold(self, run_id: str) -> tuple[Any, Any, Any] | None:
+        key = run_id.encode()
+        if not storable_key(key):
+            return None
+        self._guard.enter()
+        try:
+            with self._env.begin(db=self._dbs[RUNS]) as txn:
+                raw = txn.get(key)
+        finally:
+            self._guard.leave()
+        return None if raw is None else decode_run_hold(raw, key)
 
     def applied_index(self) -> int:
         self._guard.enter()

@@ -9,11 +9,11 @@ import bisect
 import threading
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-from raftsched.core.apply import TABLES, Transition
+from raftsched.core.apply import RUNS, TABLES, Transition
 from raftsched.core.tx import JOB_STATE, JOBS
 from raftsched.errors import InvariantBroken
-from raftsched.storage.base import (check_key, check_row, decode_value, encode_value,
-                                    job_row, job_row_with_history,
+from raftsched.storage.base import (check_key, check_row, decode_run_hold, decode_value,
+                                    encode_value, job_row, job_row_with_history,
                                     storable_key)
 
 T = TypeVar("T")
@@ -33,6 +33,11 @@ class MemoryStore:
         if raw is not None and table == JOBS:
             return self._merged_job(key, raw)
         return None if raw is None else decode_value(table, raw, key)
+
+    def run_hold(self, run_id: str) -> tuple[Any, Any, Any] | None:
+        key = run_id.encode()
+        raw = self._data[RUNS].get(key) if storable_key(key) else None
+        return None if raw is None else decode_run_hold(raw, key)
 
     def _merged_job(self, key: bytes, raw: bytes) -> dict:
         """A job record with its state record laid over it (core/tx.py JOB_STATE)."""
