@@ -205,15 +205,15 @@ def test_any_run_reads_back_as_it_was_written(overrides, dropped, extra, attempt
 
 
 @settings(max_examples=examples(300), deadline=None)
-@given(overrides=st.dictionaries(st.sampled_from(["state", "attempt", "holder", "id", "job_id",
-                                                  "scheduled_ms", "alert", "reason", "error",
-                                                  "queued_ms"]), _values, max_size=4),
+@given(overrides=st.dictionaries(st.sampled_from(["state", "attempt", "holder", "token", "id",
+                                                  "job_id", "scheduled_ms", "alert", "reason",
+                                                  "error", "queued_ms"]), _values, max_size=4),
        dropped=st.sets(st.sampled_from(sorted(_run())), max_size=3), extra=_extras,
        keyed=st.booleans())
 def test_who_holds_a_run_reads_as_the_whole_record_says(overrides, dropped, extra,
                                                         keyed) -> None:
     """compact.run_hold, read from the stored form alone, is (state, attempt,
-    holder) of the run read whole, whatever form it was stored in."""
+    holder, token) of the run read whole, whatever form it was stored in."""
     run = {**_run(**{"state": "running", "holder": "n1", **overrides}), **extra}
     for name in dropped:
         run.pop(name, None)
@@ -223,7 +223,7 @@ def test_who_holds_a_run_reads_as_the_whole_record_says(overrides, dropped, extr
     raw = codec.pack(compact("runs", copy.deepcopy(run), key))
     whole = expand("runs", codec.unpack_record(raw), key)
     assert compact_module.run_hold(codec.unpack_record(raw), key) == \
-        (whole.get("state"), whole.get("attempt"), whole.get("holder"))
+        (whole.get("state"), whole.get("attempt"), whole.get("holder"), whole.get("token"))
 
 
 @settings(max_examples=examples(200), deadline=None)

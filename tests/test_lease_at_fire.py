@@ -39,10 +39,13 @@ class Cluster(Replica):
         super().__init__()
         self.tags: collections.Counter[str] = collections.Counter()
         self.nodes: dict[str, "FakeNode"] = {}
+        self.taken_ids: list[str] = []   # every run id a take-over entry named
 
     def run(self, command) -> dict:
         tag = commands.tag_of(command)
         self.tags[tag] += 1
+        if tag in ("take_over_runs", "take_over_judged"):
+            self.taken_ids += command.run_ids
         if tag == "run_updates":
             for update in command.updates:
                 self.tags["run_updates." + commands.tag_of(update)] += 1
@@ -465,6 +468,38 @@ async def test_a_live_holders_runs_are_taken_over_after_the_grace_and_its_late_f
     late = commands.run_finish(run_id=run_ids[0], holder="n1", attempt=1, at_ms=AT_MS + 6000,
                                ok=True)
     assert cluster.run(commands.run_updates(updates=[late]))["accepted"] == [False]
+
+
+async def test_a_nodes_own_runs_under_an_older_token_are_taken_over_and_its_current_ones_not(
+        cluster):
+    """A shard that comes back to its owner (a new token) leaves the runs it
+    held under the old token to be taken over, by itself, after the grace;
+    the runs it holds under the new token are its own and stay as they are."""
+    calls: collections.Counter = collections.Counter()
+    n1 = FakeNode(cluster, "n1", calls)
+    make_job(cluster)
+    n1.renew()
+    n1.http_executor.release.clear()   # its calls hang
+    start(n1)
+    older = fire(cluster, "n1", 2)
+    await until(lambda: len(calls) == 2, "n1's calls")
+    # Away (to a node that never takes it over) and back.
+    for owner in ("n2", "n1"):
+        cluster.run(commands.assign_shards(assignments=[(SHARD, owner)], at_ms=AT_MS + 4000))
+    token = cluster.store.get("shards", keys.shard_key(SHARD))["token"]
+    assert token == 3
+    # Two more under the new token, which the takeover must leave alone.
+    cluster.run(commands.fire(
+        shard=SHARD, token=token, upto_ms=AT_MS + 6000, node="n1", at_ms=AT_MS + 6000,
+        items=[(JOB, AT_MS + 4000, AT_MS + 8000, [AT_MS + 4000, AT_MS + 6000], False)]))
+    newer = [keys.run_id(JOB, AT_MS + 4000), keys.run_id(JOB, AT_MS + 6000)]
+    assert all(cluster.get_run(r)["token"] == token for r in newer)
+    n1.mono_s += limits.take_over_grace_s
+    n1.renew()
+    await n1.dispatcher.take_over_pending()
+    assert take_overs(cluster) == 1 and sorted(cluster.taken_ids) == sorted(older)
+    assert [cluster.get_run(r)["attempt"] for r in older + newer] == [2, 2, 1, 1]
+    assert all(cluster.get_run(r)["token"] == token for r in older + newer)
 
 
 async def moved_while_calling(cluster: Cluster, waiting: int = 3

@@ -67,11 +67,11 @@ def test_who_holds_a_run_reads_as_its_record_says(store):
            "error": None, "reason": None, "attempts": [], "alert": None,
            "priority": "normal", "shard": 3}
     store.commit(tx((RUNS, run_id.encode(), run), (RUNS, b"run_map", {"state": "failed"})), 1)
-    assert store.run_hold(run_id) == ("running", 2, "n2")
-    assert store.run_hold("run_map") == ("failed", None, None)   # a map form: read whole
+    assert store.run_hold(run_id) == ("running", 2, "n2", 2)
+    assert store.run_hold("run_map") == ("failed", None, None, None)   # a map form: read whole
     assert store.run_hold("run_gone") is None and store.run_hold("") is None
     store.commit(tx((RUNS, run_id.encode(), {**run, "state": "succeeded", "holder": None})), 2)
-    assert store.run_hold(run_id) == ("succeeded", 2, None)
+    assert store.run_hold(run_id) == ("succeeded", 2, None, 2)
 
 
 def test_scans_are_ordered_bounded_and_reversible(store):

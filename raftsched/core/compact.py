@@ -559,20 +559,19 @@ def expand(table: str, value: Any, key: bytes | None = None) -> Any:
     return value
 
 
-_HOLD_AT = (_RUN.position("state"), _RUN.position("attempt"), _RUN.position("holder"))
+_HOLD_AT = tuple(_RUN.position(name) for name in ("state", "attempt", "holder", "token"))
 
 
-def run_hold(stored: Any, key: bytes) -> tuple[Any, Any, Any]:
-    """(state, attempt, holder) of a run record as decoded, not restored:
-    what a node checks before each call (runtime/dispatcher.py). Read from
-    their places in a positional form, where `compact` keeps them as they
-    are (None where left out at the end); any other form is restored first."""
-    if type(stored) is list and len(stored) > _HOLD_AT[1]:
-        state_at, attempt_at, holder_at = _HOLD_AT
-        return (stored[state_at], stored[attempt_at],
-                stored[holder_at] if holder_at < len(stored) else None)
+def run_hold(stored: Any, key: bytes) -> tuple[Any, Any, Any, Any]:
+    """(state, attempt, holder, token) of a run record as decoded, not
+    restored: what a node checks before each call (runtime/dispatcher.py).
+    Read from their places in a positional form, where `compact` keeps them
+    as they are (None where left out at the end); any other form is
+    restored first."""
+    if type(stored) is list and len(stored) > max(_HOLD_AT[0], _HOLD_AT[1], _HOLD_AT[3]):
+        return tuple(stored[at] if at < len(stored) else None for at in _HOLD_AT)
     run = expand(RUNS_TABLE, stored, key)
-    return run.get("state"), run.get("attempt"), run.get("holder")
+    return run.get("state"), run.get("attempt"), run.get("holder"), run.get("token")
 
 
 def _stored_audit(record: dict) -> list | None:

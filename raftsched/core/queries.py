@@ -48,16 +48,17 @@ class RunHold(NamedTuple):
     state: str
     attempt: int
     holder: str | None
+    token: int
 
 
 class HoldReader(Protocol):
-    def run_hold(self, run_id: str) -> tuple[Any, Any, Any] | None: ...
+    def run_hold(self, run_id: str) -> tuple[Any, Any, Any, Any] | None: ...
 
 
 def run_hold(store: HoldReader, run_id: str) -> RunHold | None:
-    """Who holds the run's current attempt, as stored: its state, attempt and
-    holder, or None if the run is gone. Read without the rest of the record:
-    a node reads it before every call."""
+    """Who holds the run's current attempt, as stored: its state, attempt,
+    holder and fencing token, or None if the run is gone. Read without the
+    rest of the record: a node reads it before every call."""
     found = store.run_hold(run_id)
     return None if found is None else RunHold(*found)
 
@@ -340,6 +341,14 @@ def owned_shards(reader: Reader, node_id: str) -> dict[int, int]:
 def shard_owners(reader: Reader) -> dict[int, str | None]:
     """Every assigned shard's owner."""
     return {shard_id: state["owner"] for shard_id, state in shards(reader)}
+
+
+def open_run_ids(reader: Reader, shard_id: int, limit: int) -> list[str]:
+    """The ids of node-executed runs of `shard_id` not ended yet, at most
+    `limit`, in run id order."""
+    rows = reader.scan(RUNS_OPEN, start=keys.open_run_prefix(shard_id),
+                       stop=keys.open_run_prefix_end(shard_id), limit=limit)
+    return [key[2:].decode() for key, _ in rows]
 
 
 def open_runs(reader: Reader, shard_id: int, limit: int) -> list[dict]:

@@ -642,8 +642,14 @@ class Dispatcher:
         if state is None or state["owner"] != me:
             return False
         run_ids, total, holders = [], 0, set()
-        for run in queries.open_runs(store, shard, limits.take_over_batch_max):
-            if run.get("holder") == me and run["token"] == state["token"]:
+        for run_id in queries.open_run_ids(store, shard, limits.take_over_batch_max):
+            # Most are this node's own, under this token: told apart by who
+            # holds them, without reading each whole.
+            hold = queries.run_hold(store, run_id)
+            if hold is None or (hold.holder == me and hold.token == state["token"]):
+                continue
+            run = queries.run(store, run_id)
+            if run is None:
                 continue
             if early and run.get("holder") in live and not runs.not_due(run, at_ms):
                 continue

@@ -61,8 +61,8 @@ def check_row(table: str, key: bytes, raw: bytes) -> None:
 class Store(Protocol):
     def get(self, table: str, key: bytes) -> Any | None: ...
 
-    def run_hold(self, run_id: str) -> tuple[Any, Any, Any] | None:
-        """(state, attempt, holder) of the run, or None if there is none:
+    def run_hold(self, run_id: str) -> tuple[Any, Any, Any, Any] | None:
+        """(state, attempt, holder, token) of the run, or None if there is none:
         what `get` of its record would show, read for less."""
 
     def commit(self, transition: Transition, index: int) -> None:
@@ -148,8 +148,8 @@ def decode_value(table: str, raw: bytes, key: bytes) -> Any:
     return compact.expand(table, codec.unpack_record(raw), key)
 
 
-def decode_run_hold(raw: bytes, key: bytes) -> tuple[Any, Any, Any]:
-    """(state, attempt, holder) of a stored run, without restoring the rest
+def decode_run_hold(raw: bytes, key: bytes) -> tuple[Any, Any, Any, Any]:
+    """(state, attempt, holder, token) of a stored run, without restoring the rest
     of it (core/compact.py run_hold)."""
     return compact.run_hold(codec.unpack_record(raw), key)
 

@@ -323,7 +323,7 @@ class LmdbStore:
             self._guard.leave()
         return None if raw is None else decode_value(table, raw, key)
 
-    def run_hold(self, run_id: str) -> tuple[Any, Any, Any] | None:
+    def run_hold(self, run_id: str) -> tuple[Any, Any, Any, Any] | None:
         key = run_id.encode()
         if not storable_key(key):
             return None

@@ -34,7 +34,7 @@ class MemoryStore:
             return self._merged_job(key, raw)
         return None if raw is None else decode_value(table, raw, key)
 
-    def run_hold(self, run_id: str) -> tuple[Any, Any, Any] | None:
+    def run_hold(self, run_id: str) -> tuple[Any, Any, Any, Any] | None:
         key = run_id.encode()
         raw = self._data[RUNS].get(key) if storable_key(key) else None
         return None if raw is None else decode_run_hold(raw, key)
