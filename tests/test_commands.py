@@ -158,6 +158,9 @@ def test_bytes_that_are_not_a_command_are_refused(data):
      "spec.schedule.later[0]"),
     ({"spec": {**SPEC, "target": {**SPEC["target"], "body": {"a": [b"raw"]}}}},
      "spec.target.body.a[0]"),
+    # A label key is a key string inside a map: bounded in bytes, free of NUL.
+    ({"spec": {**SPEC, "labels": {"a\x00b": "v"}}}, "spec.labels"),
+    ({"spec": {**SPEC, "labels": {"\U0001d11e" * 16: "v"}}}, "spec.labels"),   # 64 bytes
 ])
 def test_a_member_of_the_wrong_shape_is_refused_and_named(overrides, field):
     assert refused(create(**overrides)).field == field

@@ -388,10 +388,11 @@ def _check_spec(spec: dict, shape: type[JobSpec] = JobSpec) -> None:
     schedule = spec["schedule"]
     if not declared[typed.schedule.__class__].issuperset(schedule):
         _check_undeclared("schedule", schedule, typed.schedule)
-    for name in _SPEC_MAPS:
-        member = spec.get(name)
-        if member.__class__ is dict:
-            _check_undeclared(name, member, getattr(typed, name))
+    if not _SPEC_MAP_NAMES.isdisjoint(spec):   # (a compact spec has none of them, mostly)
+        for name in _SPEC_MAPS:
+            member = spec.get(name)
+            if member.__class__ is dict:
+                _check_undeclared(name, member, getattr(typed, name))
     if typed.dag is not UNSET:
         problem = dag.graph_problem(spec["dag"]["tasks"])
         if problem is not None:
@@ -408,16 +409,22 @@ def _check_spec(spec: dict, shape: type[JobSpec] = JobSpec) -> None:
         _check_target("target", spec["target"], typed.target)
 
 
+# Tuples, checked in this order (a refusal names the first member that fails,
+# the same on every replica); the sets only say whether any is there.
 _SPEC_MAPS = ("retry", "concurrency", "misfire", "alert")
+_SPEC_MAP_NAMES = frozenset(_SPEC_MAPS)
+_TARGET_JSON = ("body", "message", "env")
+_TARGET_JSON_NAMES = frozenset(_TARGET_JSON)
 
 
 def _check_target(path: str, target: dict, shape: _Shape) -> None:
     if not _DECLARED[shape.__class__].issuperset(target):
         _check_undeclared(path, target, shape)
-    for member in ("body", "message", "env"):
-        value = target.get(member)
-        if value is not None:
-            _check_json(_join(path, member), value)
+    if not _TARGET_JSON_NAMES.isdisjoint(target):
+        for member in _TARGET_JSON:
+            value = target.get(member)
+            if value is not None:
+                _check_json(_join(path, member), value)
 
 
 def _check_undeclared(path: str, value: dict, shape: _Shape) -> None:
@@ -977,12 +984,12 @@ def _checker(hint: Any):
             return check_text
         return _checker(args[0])
     if origin is Union:
-        inner = [c for c in map(_checker, args) if c is not None]
+        inner = [(c, _value_class(a)) for a in args if (c := _checker(a)) is not None]
         if not inner:
             return None
-        (only,) = inner   # at most one string type in a union
+        ((only, cls),) = inner   # at most one member type with key strings in a union
         def check_union(path: str, value: Any) -> None:
-            if value.__class__ is str:   # (the decoder makes exact strs)
+            if value.__class__ is cls:   # (the decoder makes exact strs, lists, dicts)
                 only(path, value)
         return check_union
     if origin is list:
@@ -1005,6 +1012,14 @@ def _checker(hint: Any):
                     item(f"{path}.{name}", member)
         return check_map
     return None
+
+
+def _value_class(hint: Any) -> type:
+    """The class a decoded value of type `hint` has: str for a Key, dict for
+    a map of them, list for a list."""
+    while typing.get_origin(hint) is Annotated:
+        hint = typing.get_args(hint)[0]
+    return typing.get_origin(hint) or hint
 
 
 def _all_shapes(cls: type) -> list[type]:
