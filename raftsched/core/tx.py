@@ -55,6 +55,9 @@ JOB_STATE = "job_state"
 TABLES = (JOBS, DUE, RUNS, RUNS_OPEN, SHARDS, IDEM, NODES, LEASES, READY, ALERTS,
           TOPICS, TOPIC_META, TOPIC_IDEM, GROUPS, COUNTERS, TOKENS, TENANTS, AUDIT,
           BACKFILLS, BACKFILLS_OPEN, RUNS_BY_TENANT, AUDIT_STREAMS, JOBS_BY_TENANT, JOB_STATE)
+# The same, for `in` (every read and write of apply asks: a tuple's test goes
+# through the names in order, a tenth of a microsecond apiece).
+_TABLE_NAMES = frozenset(TABLES)
 
 # The members of a job record its runs change (fires, finishes, the queue
 # policy, a one-off's completion): what JOB_STATE holds.
@@ -227,7 +230,7 @@ class ViewFailed(Exception):
 
 def check_key(table: str, key: object) -> None:
     """Raise WriteRefused unless `key` is one a store can hold in `table`."""
-    if table not in TABLES:
+    if table not in _TABLE_NAMES:
         raise WriteRefused(f"there is no table {table!r}")
     if not isinstance(key, bytes):
         raise WriteRefused(f"a key in {table} must be bytes, not {type(key).__name__}")
@@ -257,7 +260,7 @@ class Tx:
         self._tallies: collections.Counter[tuple[str, str]] = collections.Counter()
 
     def get(self, table: str, key: bytes) -> Any | None:
-        if table not in TABLES:
+        if table not in _TABLE_NAMES:
             raise KeyError(f"there is no table {table!r}")   # a bug: apply refuses it
         if not isinstance(key, bytes) or not 1 <= len(key) <= limits.lmdb_key_bytes_max:
             return None   # no record can be stored under a key no store can hold
