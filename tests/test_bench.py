@@ -164,3 +164,21 @@ def test_cost_repeated_reports_the_least_and_the_median_of_each_phase():
     text = bench.render(figures)
     assert "3 times: cpu us the least, then the median" in text
     assert text.splitlines()[1].split()[-2:] == ["us", "median"]
+
+
+def test_instructions_per_job_are_the_difference_of_two_counted_runs():
+    from raftsched.testing import instructions
+    report = "==5442== \n==5442== I   refs:      2,374,580,805\n"
+    assert instructions.parse_instructions(report) == 2_374_580_805
+    with pytest.raises(ValueError):
+        instructions.parse_instructions("==1== ERROR SUMMARY: 0 errors")
+    counted = {("a", 500): 2_000_000_000, ("a", 1500): 3_200_000_000,
+               ("b", 500): 2_100_000_000, ("b", 1500): 3_150_000_000}
+    runner = lambda root, jobs: counted[(root, jobs)]   # noqa: E731
+    before = instructions.per_job("a", 500, 1500, runner)
+    after = instructions.per_job("b", 500, 1500, runner)
+    assert (before.instructions, after.instructions) == (1_200_000.0, 1_050_000.0)
+    text = instructions.render([before, after], ["before", "after"])
+    assert "1200.0K instructions per job" in text and "-12.50%" in text
+    with pytest.raises(ValueError):
+        instructions.per_job("a", 1500, 500, runner)
