@@ -30,6 +30,7 @@ digests, agree.
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from typing import Any, Callable
 
@@ -170,15 +171,18 @@ class _Form:
     the map form restores them); a record without a required field has no
     positional form (`pack` answers None)."""
 
-    __slots__ = ("fields", "names", "required", "unpack")
+    __slots__ = ("fields", "names", "required", "unpack", "_values")
 
     def __init__(self, fields: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
         assert set(optional) <= set(fields), (fields, optional)
-        assert all(f.isidentifier() for f in fields), fields
+        assert all(f.isidentifier() for f in fields) and len(fields) > 1, fields
         self.fields = fields
         self.names = frozenset(fields)
         self.required = self.names - set(optional)
         self.unpack: Callable[[list], dict] = self._unpacker(fields)
+        # The declared members' values of a record that has each of them, in
+        # order, as a tuple (in C; more than one field, so always a tuple).
+        self._values = operator.itemgetter(*fields)
 
     @staticmethod
     def _unpacker(fields: tuple[str, ...]) -> Callable[[list], dict]:
@@ -198,6 +202,11 @@ class _Form:
 
     def pack(self, record: dict) -> list | None:
         keys = record.keys()
+        if keys == self.names:   # each declared member and no other: most records
+            stored = [None, *self._values(record)]
+            while stored[-1] is None and len(stored) > 1:
+                stored.pop()
+            return stored
         if not self.required <= keys:
             return None
         if keys <= self.names:
