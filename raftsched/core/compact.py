@@ -207,7 +207,8 @@ class _Form:
             while stored[-1] is None and len(stored) > 1:
                 stored.pop()
             return stored
-        if not self.required <= keys:
+        whole = keys >= self.names   # (an armed run: each declared member, and more)
+        if not whole and not self.required <= keys:
             return None
         if keys <= self.names:
             first = None
@@ -218,7 +219,7 @@ class _Form:
             # By name: a set's own order would differ between processes
             # (string hashing), and with it the stored bytes.
             first = {k: record[k] for k in sorted(others)}
-        stored = [first, *map(record.get, self.fields)]
+        stored = [first, *(self._values(record) if whole else map(record.get, self.fields))]
         while stored[-1] is None and len(stored) > 1:
             stored.pop()
         return stored
