@@ -103,7 +103,11 @@ def _same_state(job: dict, before: dict) -> bool:
 
 
 def _job_state(job: dict) -> dict:
-    return {"v": 1, **{name: job[name] for name in JOB_STATE_FIELDS if name in job}}
+    state = {"v": 1}
+    for name in JOB_STATE_FIELDS:
+        if name in job:
+            state[name] = job[name]
+    return state
 
 
 def _snapshot(job: dict) -> dict:
