@@ -1007,8 +1007,9 @@ cli_list_limit_default = 50
 # each is parsed once (executors/netguard.py AddressPolicy.check_url); past
 # this many the memory starts over. Hosts, each at most a URL's host.
 callable_hosts_known_max = 4096
-# Answers of keys.execution_id remembered (a sha256, done on every read and
-# write of a run record): the recent runs' execution ids. Entries.
+# Answers of keys.execution_id (a sha256) and of keys.run_id remembered, each:
+# both are made again on reads and writes of a run record, several times in
+# its life on a node. The recent runs'. Entries.
 run_ids_remembered_max = 8192
 # X-Raftsched-Scheduled-For header values remembered (executors/http.py): a
 # burst's runs share a few due seconds. Entries.

@@ -55,6 +55,7 @@ def _job_part(job_id: str) -> str:
     return _OTHER_JOB + job_id
 
 
+@functools.lru_cache(maxsize=limits.run_ids_remembered_max, typed=True)
 def run_id(job_id: str, scheduled_ms: int) -> str:
     """The id of the run of the job's occurrence at `scheduled_ms` (every
     attempt of it): "run_", the job's part, and the time as 12 hex digits,
