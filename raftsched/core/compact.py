@@ -547,21 +547,13 @@ def expand(table: str, value: Any, key: bytes | None = None) -> Any:
             value["next_ms"] = spec["schedule"]["run_at_ms"]
     elif table == RUNS_TABLE:
         if isinstance(value, list):   # every member of the form is there
-            value = _RUN.unpack(value)
-            if value["id"] is None:
-                value["id"] = _key_id(key)
-                if value["job_id"] is None:   # left out with the id: the id names them
-                    value["job_id"], value["scheduled_ms"] = keys.run_occurrence(value["id"])
-            if value["execution_id"] is None:
-                value["execution_id"] = _execution_id(value)
-            _read_run_members(value)
-        elif isinstance(value, dict) and "scheduled_ms" in value:
-            for name in _RUN_NONE:
-                value.setdefault(name, None)
-            if "execution_id" not in value:
-                value["execution_id"] = _execution_id(value)
-        else:
+            return _read_run(value, key)
+        if not isinstance(value, dict) or "scheduled_ms" not in value:
             return value
+        for name in _RUN_NONE:
+            value.setdefault(name, None)
+        if "execution_id" not in value:
+            value["execution_id"] = _execution_id(value)
         attempts = value.get("attempts")
         if attempts:
             value["attempts"] = [_read_attempt(a) for a in attempts]
@@ -589,6 +581,22 @@ def run_hold(stored: Any, key: bytes) -> tuple[Any, Any, Any, Any]:
         return tuple(stored[at] if at < len(stored) else None for at in _HOLD_AT)
     run = expand(RUNS_TABLE, stored, key)
     return run.get("state"), run.get("attempt"), run.get("holder"), run.get("token")
+
+
+def _read_run(stored: list, key: bytes | None) -> dict:
+    """A run's positional form, read into the run as written."""
+    run = _RUN.unpack(stored)
+    if run["id"] is None:
+        run["id"] = _key_id(key)
+        if run["job_id"] is None:   # left out with the id: the id names them
+            run["job_id"], run["scheduled_ms"] = keys.run_occurrence(run["id"])
+    if run["execution_id"] is None:
+        run["execution_id"] = _execution_id(run)
+    stored_attempts = run["attempts"]
+    _read_run_members(run)
+    if stored_attempts and type(stored_attempts) is not int:   # (a lone one is made whole)
+        run["attempts"] = [_read_attempt(a) for a in stored_attempts]
+    return run
 
 
 def _stored_audit(record: dict) -> list | None:
