@@ -204,22 +204,21 @@ class _Form:
         keys = record.keys()
         if keys == self.names:   # each declared member and no other: most records
             stored = [None, *self._values(record)]
-            while stored[-1] is None and len(stored) > 1:
-                stored.pop()
-            return stored
-        whole = keys >= self.names   # (an armed run: each declared member, and more)
-        if not whole and not self.required <= keys:
-            return None
-        if keys <= self.names:
-            first = None
         else:
-            others = keys - self.names
-            if not all(type(k) is str for k in others):
-                return None   # a map keeps them: only names sort alike everywhere
-            # By name: a set's own order would differ between processes
-            # (string hashing), and with it the stored bytes.
-            first = {k: record[k] for k in sorted(others)}
-        stored = [first, *(self._values(record) if whole else map(record.get, self.fields))]
+            whole = keys >= self.names   # (an armed run: each declared member, and more)
+            if not whole and not self.required <= keys:
+                return None
+            if keys <= self.names:
+                first = None
+            else:
+                others = keys - self.names
+                if not all(type(k) is str for k in others):
+                    return None   # a map keeps them: only names sort alike everywhere
+                # By name: a set's own order would differ between processes
+                # (string hashing), and with it the stored bytes.
+                first = {k: record[k] for k in sorted(others)}
+            stored = [first,
+                      *(self._values(record) if whole else map(record.get, self.fields))]
         while stored[-1] is None and len(stored) > 1:
             stored.pop()
         return stored
@@ -569,6 +568,9 @@ def expand(table: str, value: Any, key: bytes | None = None) -> Any:
 
 
 _HOLD_AT = tuple(_RUN.position(name) for name in ("state", "attempt", "holder", "token"))
+# A positional form this long has state, attempt and token in place; the
+# holder, last of the four, may be left out at the end (None).
+_HOLD_FORM_LEN = 1 + max(_HOLD_AT[0], _HOLD_AT[1], _HOLD_AT[3])
 
 
 def run_hold(stored: Any, key: bytes) -> tuple[Any, Any, Any, Any]:
@@ -577,7 +579,7 @@ def run_hold(stored: Any, key: bytes) -> tuple[Any, Any, Any, Any]:
     Read from their places in a positional form, where `compact` keeps them
     as they are (None where left out at the end); any other form is
     restored first."""
-    if type(stored) is list and len(stored) > max(_HOLD_AT[0], _HOLD_AT[1], _HOLD_AT[3]):
+    if type(stored) is list and len(stored) >= _HOLD_FORM_LEN:
         return tuple(stored[at] if at < len(stored) else None for at in _HOLD_AT)
     run = expand(RUNS_TABLE, stored, key)
     return run.get("state"), run.get("attempt"), run.get("holder"), run.get("token")

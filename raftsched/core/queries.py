@@ -50,6 +50,10 @@ class RunHold(NamedTuple):
     holder: str | None
     token: int
 
+    def running_for(self, node: str, attempt: int) -> bool:
+        """Is this the run's attempt `attempt`, running, held by `node`?"""
+        return self.state == "running" and self.holder == node and self.attempt == attempt
+
 
 class HoldReader(Protocol):
     def run_hold(self, run_id: str) -> tuple[Any, Any, Any, Any] | None: ...
@@ -354,9 +358,7 @@ def open_run_ids(reader: Reader, shard_id: int, limit: int) -> list[str]:
 def open_runs(reader: Reader, shard_id: int, limit: int) -> list[dict]:
     """Node-executed runs of `shard_id` not ended yet, at most `limit` index
     rows read, in run id order."""
-    rows = reader.scan(RUNS_OPEN, start=keys.open_run_prefix(shard_id),
-                       stop=keys.open_run_prefix_end(shard_id), limit=limit)
-    found = (reader.get(RUNS, key[2:]) for key, _ in rows)
+    found = (run(reader, run_id) for run_id in open_run_ids(reader, shard_id, limit))
     return [record for record in found if record is not None]
 
 

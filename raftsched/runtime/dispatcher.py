@@ -371,8 +371,7 @@ class Dispatcher:
         owns now (`state`: the shard's; `current`: who holds the run as stored)?"""
         me = self._me
         return state is not None and state["owner"] not in (None, me) \
-            and current is not None and current.state == "running" \
-            and current.holder == me and current.attempt == run["attempt"] \
+            and current is not None and current.running_for(me, run["attempt"]) \
             and not self.maybe_called_before_start(run)
 
     def maybe_called_before_start(self, run: dict) -> bool:
@@ -848,8 +847,7 @@ class Dispatcher:
             current = queries.run_hold(store, run["id"])
             if state is None or state["owner"] != me \
                     or state["token"] != run["token"] or current is None \
-                    or current.state != "running" or current.attempt != run["attempt"] \
-                    or current.holder != me:
+                    or not current.running_for(me, run["attempt"]):
                 self.not_called_total += 1
                 if self._may_hand_over(run, state, current):
                     # Its shard moved: the new owner gets it as it is (one
@@ -955,8 +953,7 @@ class Dispatcher:
         (run_update_pending_max) or a batch apply refused is sent again."""
         while not await self._send_report(update, run["tenant"], cost_units, hold):
             current = queries.run_hold(self._store, run["id"])
-            if current is None or current.state != "running" or current.holder != self._me \
-                    or current.attempt != run["attempt"]:
+            if current is None or not current.running_for(self._me, run["attempt"]):
                 return   # refused because the run moved on: nothing left to report
             log.warning("run %s attempt %d: its finish was not applied; sending it again "
                         "in %.1f s", run["id"], run["attempt"], limits.finish_resend_s)
