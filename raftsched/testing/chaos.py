@@ -215,11 +215,32 @@ class Chaos:
         phase.ended_s = time.time()
 
     def kill(self, name: str, victim: str) -> None:
+        """SIGKILL `victim`. When it was the leader, the phase notes
+        `new_leader_after_s`: when the survivors first agreed on a new leader
+        (polled every 50 ms). pysyncobj's election takes 0.4-1.4 s
+        (limits.election_timeout_min_s..max_s), about twice that with a
+        split vote, so a run's lateness is judged from it."""
         phase = self._phase(name)
         phase.victim = victim
+        was_leader = self.cluster.leader() == victim
+        killed_at = time.time()
         self.cluster.kill(victim)
-        time.sleep(self.phase_s)
+        if was_leader:
+            survivors = [n for n in self.cluster.ids if n != victim]
+            try:
+                wait_until(lambda: self._agreed_leader(survivors) not in (None, victim),
+                           self.phase_s, "a new leader", 0.05)
+                phase.notes["new_leader_after_s"] = round(time.time() - killed_at, 2)
+            except TimeoutError:
+                phase.notes["new_leader_after_s"] = None
+        time.sleep(max(0.0, killed_at + self.phase_s - time.time()))
         self._heal(phase)
+
+    def _agreed_leader(self, among: list[str]) -> str | None:
+        try:
+            return self.cluster.leader(among)
+        except (OSError, KeyError, TypeError):
+            return None
 
     def restart(self, leader_too: bool = False) -> None:
         """Stop a node that owns shards (not the leader; the leader with
