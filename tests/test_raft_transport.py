@@ -11,6 +11,8 @@ import time
 import zlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from raftsched import limits
 from raftsched.cli import build_parser, raft_secret
@@ -279,6 +281,41 @@ def test_a_bad_header_behind_a_good_frame_in_one_read_is_caught(link, declared):
     link.pump()
     assert link.received == ["node-address"]
     assert not link.open
+
+
+# --- frames this node sends -------------------------------------------------------------------
+
+@given(st.binary(max_size=3 * limits.raft_frame_stored_bytes_max))
+def test_a_frame_body_is_a_zlib_stream_of_the_payload(payload):
+    body = raft.zlib_frame(payload)
+    assert zlib.decompress(body) == payload
+    if len(payload) <= limits.raft_frame_stored_bytes_max:
+        assert len(body) == len(payload) + 11   # stored: 7 bytes ahead, the checksum after
+    else:
+        assert body == zlib.compress(payload, 3)
+
+
+@pytest.mark.parametrize("message", [
+    {"type": "append_entries", "term": 3, "entries": []},         # a heartbeat: stored
+    {"type": "append_entries", "entries": [b"create" * 1000]},    # compressed
+])
+def test_what_a_capped_connection_sends_a_stock_pysyncobj_connection_reads(message):
+    ours, theirs = socket.socketpair()
+    for sock in (ours, theirs):
+        sock.setblocking(False)
+    sender = raft.TcpConnection(_Poller(), socket=ours, timeout=10.0)
+    raft._cap_frames(sender, trusted=True)
+    poller = _Poller()
+    receiver = raft.TcpConnection(poller, socket=theirs, timeout=10.0)
+    received: list[object] = []
+    receiver.setOnMessageReceivedCallback(received.append)
+    try:
+        sender.send(message)
+        poller.callbacks[theirs.fileno()](theirs.fileno(), 1)   # readable
+        assert received == [message]
+    finally:
+        sender.disconnect()
+        receiver.disconnect()
 
 
 # --- where the secret comes from --------------------------------------------------------------

@@ -94,6 +94,7 @@ import pickle
 import struct
 import threading
 import time
+import zlib
 from array import array
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
@@ -171,6 +172,11 @@ PYSYNCOBJ_PRIVATE_NAMES: tuple[tuple[Any, str, str], ...] = (
     (TcpConnection, "_TcpConnection__processRead", "method"),
     (TcpConnection, "_TcpConnection__processParseMessage", "method"),
     (TcpConnection, "_TcpConnection__readBuffer", "attribute"),
+    (TcpConnection, "_TcpConnection__writeBuffer", "attribute"),
+    (TcpConnection, "_TcpConnection__trySendBuffer", "method"),
+    (TcpConnection, "send", "method"),
+    (TcpConnection, "sendRandKey", "attribute"),
+    (TcpConnection, "encryptor", "attribute"),
     (TcpConnection, "_TcpConnection__socket", "attribute"),
     (TCPTransport, "_createServer", "method"),
     (TCPTransport, "_onNewIncomingConnection", "method"),
@@ -400,6 +406,9 @@ class _SyncedMetaStorer(MetaStorer):
 # pysyncobj's frame header: the length of the frame that follows, as a signed
 # 32-bit integer in the machine's byte order (its tcp_connection.py packs 'i').
 _FRAME_HEADER = struct.Struct("i")
+# A follower's turn waits until just past its election deadline, which
+# pysyncobj tests as "passed" (strictly before now).
+_DEADLINE_SLACK_S = 0.001
 
 
 class _FrameRefusals:
@@ -502,6 +511,17 @@ class _CappedConnection(TcpConnection):
             self._raftsched_authenticated = True
         return message
 
+    def send(self, message: Any) -> None:
+        """pysyncobj's send (pickled, zlib, encrypted with a secret, after a
+        4-byte length), with the body framed by zlib_frame."""
+        if self.sendRandKey:
+            message = (self.sendRandKey, message)
+        data = zlib_frame(pysyncobj_pickle.dumps(message))
+        if self.encryptor:
+            data = self.encryptor.encrypt_at_time(data, int(pysyncobj_monotonic()))
+        self._TcpConnection__writeBuffer += _FRAME_HEADER.pack(len(data)) + data
+        self._TcpConnection__trySendBuffer()
+
     def disconnect(self) -> None:
         # pysyncobj reuses the object when it dials the peer again: the new
         # link authenticates afresh.
@@ -529,6 +549,30 @@ class _CappedConnection(TcpConnection):
         _frame_refusals.note(peer, declared, self._raftsched_authenticated)
         self.disconnect()
         return False
+
+
+# A zlib stream (RFC 1950) holding its data in one stored, uncompressed
+# deflate block (RFC 1951, 3.2.4): header 0x78 0x01 (32 KiB window, fastest),
+# the final block's header byte with type "stored", the length and its
+# complement (little-endian), the data, its Adler-32 (big-endian).
+_STORED_HEAD = struct.Struct("<2sBHH")
+_ADLER = struct.Struct(">I")
+_STORED_MAX = 0xFFFF
+
+
+def zlib_frame(payload: bytes) -> bytes:
+    """What pysyncobj reads as a frame's body (`zlib.decompress`): its
+    compression at level 3 as pysyncobj writes, or, for a payload of at most
+    raft_frame_stored_bytes_max, the payload stored in a zlib stream as it
+    is. Each zlib.compress sets up a whole deflate state (about 65 us here),
+    which a heartbeat or an acknowledgement of a hundred bytes does not repay;
+    a stored stream is a header, the bytes and a checksum (about 1 us), and
+    any zlib reads it, so nodes of either kind talk to each other."""
+    n = len(payload)
+    if n > limits.raft_frame_stored_bytes_max or n > _STORED_MAX:
+        return zlib.compress(payload, 3)
+    return (_STORED_HEAD.pack(b"\x78\x01", 1, n, n ^ 0xFFFF) + payload
+            + _ADLER.pack(zlib.adler32(payload)))
 
 
 def _cap_frames(conn: TcpConnection, *, trusted: bool) -> None:
@@ -672,12 +716,22 @@ class _StateMachine(SyncObj):
         they are bare heartbeats, every heartbeat_period_s. A turn waits no
         longer than until the next send is due; new commands wake it (the
         wake-up pipe), so an idle node's Raft thread sleeps between
-        heartbeats instead of turning every few milliseconds. Times are on
-        pysyncobj's clock (CLOCK_MONOTONIC_RAW), which its own send test reads."""
+        heartbeats instead of turning every few milliseconds. A follower's
+        turn waits until its election deadline, a message waking it sooner.
+        Neither waits more than raft_turn_wait_max_s (the other timers of a
+        turn: connection retries, the journal's meta file, snapshots). Times
+        are on pysyncobj's clock (CLOCK_MONOTONIC_RAW), which its own send
+        and election tests read."""
         now = pysyncobj_monotonic()
         queued, self._raftsched_queued = self._raftsched_queued, False
         if not self._isLeader():
-            return wait_s
+            # A follower's (or candidate's) own timer is its election
+            # deadline; what it hears wakes the turn sooner. Once that has
+            # passed (not connected to anyone yet), the usual turn.
+            until = self._SyncObj__raftElectionDeadline - now
+            if until <= 0:
+                return wait_s
+            return min(limits.raft_turn_wait_max_s, until + _DEADLINE_SLACK_S)
         sent_at = self._raftsched_sent_at
         if self._raftsched_replicating():
             due = sent_at + limits.append_entries_period_s
@@ -687,7 +741,7 @@ class _StateMachine(SyncObj):
         if queued:
             # Appended at the end of this turn: the next turn sends them.
             due = min(due, sent_at + limits.append_entries_period_s)
-        return min(wait_s, max(0.0, due - now))
+        return min(limits.raft_turn_wait_max_s, max(0.0, due - now))
 
     def _raftsched_replicating(self) -> bool:
         """Whether a connected follower lacks entries, or the commit index it
@@ -825,8 +879,11 @@ class _StateMachine(SyncObj):
         """A follower whose election deadline passed while its Raft thread was
         busy (a flush, a file write, an apply, the machine's load) reads what
         arrived meanwhile before pysyncobj decides it has not heard from the
-        leader: a heartbeat waiting unread resets the deadline."""
-        if self._isLeader() or self._SyncObj__raftElectionDeadline > time.monotonic():
+        leader: a heartbeat waiting unread resets the deadline. (The deadline
+        is on pysyncobj's clock, CLOCK_MONOTONIC_RAW, which drifts from
+        time.monotonic by the clock's NTP corrections, by as much as a fifth
+        of a second a day.)"""
+        if self._isLeader() or self._SyncObj__raftElectionDeadline > pysyncobj_monotonic():
             return
         self._poller.poll(0)
 
@@ -841,7 +898,7 @@ class _StateMachine(SyncObj):
     def _raftsched_reset_election_deadline(self) -> None:
         """Raft thread: give the leader a full election timeout from now to be
         heard again (after a long snapshot install, see the module docstring)."""
-        self._SyncObj__raftElectionDeadline = (time.monotonic()
+        self._SyncObj__raftElectionDeadline = (pysyncobj_monotonic()
                                                + self._SyncObj__generateRaftTimeout())
 
     # pysyncobj's follower answers a failed append-entries with "send from N":
