@@ -1,12 +1,14 @@
 """Short chaos: leader killed, owner frozen past its lease, a node cut off from its
 peers, all nodes killed, a follower and then the leader restarted as a rolling
 upgrade does; no job lost, none fired twice, no stale fire accepted, replicas
-equal, failover within 1.5 s of the new leader, and a restart costs no run an attempt."""
+equal, failover within a second of the election or the dead leader's lease
+(whichever ends later), and a restart costs no run an attempt."""
 
 from __future__ import annotations
 
 import pytest
 
+from raftsched import limits
 from raftsched.testing.chaos import run_chaos
 
 pytestmark = pytest.mark.integration
@@ -37,10 +39,14 @@ def test_short_chaos_keeps_every_promise(tmp_path):
         assert restart["exit_code"] == 0 and restart["calls"] > 0, (name, restart)
         assert (restart["repeated_calls"], restart["later_attempts"]) == (0, 0), (name, restart)
     # Failover: the survivors elect a leader (pysyncobj: 0.4-1.4 s, about
-    # twice that with a split vote), and within 1.5 s of that every run the
-    # dead leader owned or fired is called.
+    # twice that with a split vote). The dead leader's runs are taken over
+    # once its lease has lapsed by the survivors' renewals (its last renewal
+    # up to renew_period_s before the kill, then node_lease_s and the
+    # margin), which needs the log moving again: every run is called within
+    # a second of the later of the two (a reassignment, a takeover, a call).
     elected = phases["kill-leader"].notes["new_leader_after_s"]
     assert elected is not None and elected <= 3.0, elected
+    lapsed = limits.node_lease_s + limits.shard_lease_margin_s + limits.renew_period_s
     _, _, max_trigger, n = report.lateness["kill-leader"]["trigger lateness"]
     assert n > 0
-    assert max_trigger <= elected + 1.5, (max_trigger, elected)
+    assert max_trigger <= max(elected, lapsed) + 1.0, (max_trigger, elected)
