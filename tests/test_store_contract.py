@@ -7,6 +7,7 @@ import pytest
 from raftsched import limits
 from raftsched.core.apply import DUE, JOBS, RUNS, Transition
 from raftsched.core import keys
+from raftsched.core.tx import Tx, WriteRefused
 from raftsched.errors import InvariantBroken
 from raftsched.storage.base import InvalidKey, digest, due_until
 from raftsched.storage.lmdb_store import LmdbStore
@@ -101,6 +102,27 @@ def test_a_key_lmdb_cannot_hold_fails_the_whole_commit(store, bad_key):
     with pytest.raises(InvalidKey):
         store.replace_all(5, [(JOBS, b"job_9", b"\x80"), (JOBS, bad_key, b"\x80")])
     assert store.applied_index() == 1
+
+
+@pytest.mark.parametrize("table, bad_key", [(JOBS, b""), (JOBS, b"k" * 512), (JOBS, "job_1"),
+                                            (DUE, keys.due_key(1, 5, "a\x00b"))])
+def test_a_transition_apply_makes_holds_only_keys_the_stores_take(store, table, bad_key):
+    """A store does not check again the keys of a transition Tx made
+    (keys_checked): Tx refuses, as each write is made, every key the store's
+    own check would."""
+    with pytest.raises(InvalidKey):
+        store.commit(tx((table, bad_key, None)), 1)
+    made = Tx(MemoryStore())
+    for write in (lambda: made.put(table, bad_key, {"v": 1}),
+                  lambda: made.delete(table, bad_key)):
+        with pytest.raises(WriteRefused):
+            write()
+    made.put(JOBS, b"job_1", {"v": 1})
+    transition = made.transition({"ok": True})
+    assert transition.keys_checked
+    store.commit(transition, 1)
+    assert store.get(JOBS, b"job_1") == {"v": 1}
+    assert not tx((JOBS, b"job_2", {"v": 1})).keys_checked   # made otherwise: the store checks
 
 
 def test_keys_up_to_lmdbs_limit_are_stored_and_longer_ones_are_never_found(store):

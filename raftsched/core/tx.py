@@ -201,6 +201,11 @@ class Transition:
     # ((name, label), count) pairs, TALLY_* below. Not state: never persisted,
     # not in the digest.
     tallies: tuple[tuple[tuple[str, str], int], ...] = ()
+    # Whether every key in `writes` was checked as a store can hold it
+    # (check_key, which Tx applies to each write as it is made): a store then
+    # need not check them again. A transition made otherwise is checked by
+    # the store's commit.
+    keys_checked: bool = False
 
 
 # Tally names (Tx.tally): a run reached a terminal state (label: the state); a
@@ -359,7 +364,7 @@ class Tx:
                 writes.append((t, k, None if v is self._DELETED else v))
         writes = tuple(writes)
         return Transition(writes=writes, effects=tuple(self.effects), result=result,
-                          tallies=tuple(self._tallies.items()))
+                          tallies=tuple(self._tallies.items()), keys_checked=True)
 
 
 def refuse(error: str, detail: str) -> dict:

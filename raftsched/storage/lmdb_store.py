@@ -368,9 +368,11 @@ class LmdbStore:
             raise InvariantBroken(f"commit of index {index} at applied_index {current}")
 
     def _write(self, txn: Any, transition: Transition, index: int) -> None:
+        checked = transition.keys_checked   # by Tx as apply made them (core/tx.py)
         for table, key, value in transition.writes:
             db = self._dbs[table]
-            check_key(table, key)   # raising here aborts the whole transaction
+            if not checked:
+                check_key(table, key)   # raising here aborts the whole transaction
             if table == DUE:
                 raw = None if value is None else encode_value(table, value, key)
                 if raw is not None:
