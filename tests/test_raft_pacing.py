@@ -17,7 +17,14 @@ from raftsched.testing.http import wait_until
 
 
 class _Counting(_StateMachine):
-    """Counts the append-entries rounds this member sends as leader."""
+    """Counts the append-entries rounds this member sends as leader, and the
+    turns of its Raft thread."""
+
+    turns = 0
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:
+        self.turns += 1
+        _StateMachine._onTick(self, timeToWait)
 
     def _SyncObj__sendAppendEntries(self) -> None:
         self.rounds_sent = getattr(self, "rounds_sent", 0) + 1
@@ -70,6 +77,24 @@ def test_an_idle_leader_sends_heartbeats_at_the_heartbeat_period(group):
     assert rounds <= 1.5 * elapsed_s / limits.heartbeat_period_s, rounds
     assert rounds >= 0.5 * elapsed_s / limits.heartbeat_period_s, rounds
     assert _leader(group) is leader   # no follower stood for election meanwhile
+
+
+def test_an_idle_groups_raft_threads_turn_when_they_hear_or_their_timer_is_due(group):
+    """A follower turns when a heartbeat arrives (its election deadline is
+    further off), a leader when it sends one and when each answer arrives: no
+    turn every auto_tick_period_s besides (which gave a follower about 23
+    turns a second and the leader 40)."""
+    leader = wait_until(lambda: _leader(group), 20, "a leader elected")
+    wait_until(lambda: not leader._raftsched_replicating(), 10, "nothing left to send")
+    before, started = [m.turns for m in group], time.monotonic()
+    time.sleep(2.0)   # the measured interval itself
+    periods = (time.monotonic() - started) / limits.heartbeat_period_s
+    for member, turns_before in zip(group, before):
+        per_period = (member.turns - turns_before) / periods
+        # The leader: its send, and an answer from each of two followers.
+        most = 3.6 if member is leader else 1.5
+        assert per_period <= most, (member is leader, per_period)
+    assert _leader(group) is leader
 
 
 def test_a_command_on_an_idle_group_commits_without_waiting_for_a_tick(group):

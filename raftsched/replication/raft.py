@@ -1377,7 +1377,7 @@ class Replicator:
                 continue
         else:
             last = {}
-        now = time.monotonic()
+        now = pysyncobj_monotonic()   # the clock pysyncobj stamps answers with
         out: dict[str, float | None] = {}
         for peer in obj.otherNodes:
             seen = last.get(peer)
