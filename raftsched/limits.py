@@ -306,6 +306,9 @@ auto_tick_period_s = 0.05
 # snapshot checks) may wait this long. A follower that hears its leader every
 # heartbeat_period_s turns when it hears it, not also every auto_tick_period_s.
 raft_turn_wait_max_s = 0.2
+# A follower's turn waits until this long (seconds) past its election
+# deadline, which pysyncobj tests as passed only when strictly before now.
+raft_deadline_slack_s = 0.001
 # A Raft frame whose pickled message is at most this many bytes goes stored
 # in its zlib stream, not compressed (replication/raft.py zlib_frame): the
 # heartbeats and acknowledgements, where compressing costs 65 us a frame and

@@ -66,9 +66,11 @@ def test_500_three_times_then_200_is_four_attempts_with_one_execution_id(shared_
                                          "retry": policy})
         run = only_run(shared_cluster, job_id, {"succeeded"}, 30)
         calls = sink.by_job()[job_id]
-    assert len(calls) == 4
+    # (The run's attempts, with each one's error, say why when these fail.)
+    assert len(calls) == 4, run["attempts"]
     assert {c.headers["Idempotency-Key"] for c in calls} == {run["execution_id"]}
-    assert [c.headers["X-Raftsched-Attempt"] for c in calls] == ["1", "2", "3", "4"]
+    assert [c.headers["X-Raftsched-Attempt"] for c in calls] == ["1", "2", "3", "4"], \
+        run["attempts"]
     assert [a["http_status"] for a in run["attempts"]] == [500, 500, 500, 200]
     full = retry.policy_of(policy)
     bounds = [retry.delay_bound_ms(full, k) for k in (1, 2, 3)]

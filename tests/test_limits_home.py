@@ -21,6 +21,8 @@ ALLOWED = {
     ("core/shape.py", "_MSGPACK_INT_MAX"): "msgpack's own integer range, a fact of the format",
     ("core/schedule.py", "_LOOKBACK_MS"): "the steps of the look-back search, not a bound "
                                           "(the bound is limits.schedule_walk_steps_max)",
+    ("replication/raft.py", "_STORED_MAX"): "a stored deflate block's length field is 16 "
+                                            "bits (RFC 1951), a fact of the format",
     ("executors/command_shim.py", "parent_poll_s"): "the shim runs isolated (python -I -S), "
                                                     "stdlib only: it cannot import raftsched",
 }

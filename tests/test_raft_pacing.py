@@ -81,9 +81,11 @@ def test_an_idle_leader_sends_heartbeats_at_the_heartbeat_period(group):
 
 def test_an_idle_groups_raft_threads_turn_when_they_hear_or_their_timer_is_due(group):
     """A follower turns when a heartbeat arrives (its election deadline is
-    further off), a leader when it sends one and when each answer arrives: no
-    turn every auto_tick_period_s besides (which gave a follower about 23
-    turns a second and the leader 40)."""
+    further off), not every auto_tick_period_s besides (which gave it about
+    23 turns a second). A leader turns when it sends and when each answer
+    arrives (and when a send waits for its socket, which a loaded machine
+    makes more often): held here only to not turning at the pace of
+    append_entries_period_s."""
     leader = wait_until(lambda: _leader(group), 20, "a leader elected")
     wait_until(lambda: not leader._raftsched_replicating(), 10, "nothing left to send")
     before, started = [m.turns for m in group], time.monotonic()
@@ -91,8 +93,9 @@ def test_an_idle_groups_raft_threads_turn_when_they_hear_or_their_timer_is_due(g
     periods = (time.monotonic() - started) / limits.heartbeat_period_s
     for member, turns_before in zip(group, before):
         per_period = (member.turns - turns_before) / periods
-        # The leader: its send, and an answer from each of two followers.
-        most = 3.6 if member is leader else 1.5
+        # The leader: its send, an answer from each of two followers, and
+        # room for sends that wait for their socket.
+        most = 4.5 if member is leader else 1.5
         assert per_period <= most, (member is leader, per_period)
     assert _leader(group) is leader
 

@@ -8,7 +8,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from raftsched import limits
 from raftsched.api.app import make_app
 from raftsched.core import commands, keys, tenancy
-from raftsched.core.tx import AUDIT, AUDIT_STREAMS, COUNTERS, TOPIC_META
+from raftsched.core.tx import AUDIT, AUDIT_STREAMS, COUNTERS, TOPIC_META, Transition
 from raftsched.testing.replica import Replica
 
 from tests.test_backfill import record, setup, start
@@ -145,10 +145,11 @@ def test_records_from_before_streams_go_as_they_used_to(monkeypatch):
     log = Replica()
     # Records as an older build wrote them: in the table, in no stream.
     for seq in (1, 2):
-        log.store.commit(type("T", (), {"writes": ((AUDIT, keys.u64(seq), {
+        log.store.commit(Transition(writes=((AUDIT, keys.u64(seq), {
             "v": 1, "seq": seq, "at_ms": 0, "actor": None, "action": "job.create",
             "tenant": "default", "subject": "x", "detail": {}}),
-            (COUNTERS, b"audit", {"v": 1, "count": seq}),), "effects": ()})(), log.index + 1)
+            (COUNTERS, b"audit", {"v": 1, "count": seq}),), effects=(), result={}),
+            log.index + 1)
         log.index += 1
     token(log, "tok_1", "default", "reader")     # seq 3: streams start here
     token(log, "tok_2", "default", "reader")     # seq 4 drops seq 1

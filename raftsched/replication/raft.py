@@ -406,9 +406,6 @@ class _SyncedMetaStorer(MetaStorer):
 # pysyncobj's frame header: the length of the frame that follows, as a signed
 # 32-bit integer in the machine's byte order (its tcp_connection.py packs 'i').
 _FRAME_HEADER = struct.Struct("i")
-# A follower's turn waits until just past its election deadline, which
-# pysyncobj tests as "passed" (strictly before now).
-_DEADLINE_SLACK_S = 0.001
 
 
 class _FrameRefusals:
@@ -731,7 +728,7 @@ class _StateMachine(SyncObj):
             until = self._SyncObj__raftElectionDeadline - now
             if until <= 0:
                 return wait_s
-            return min(limits.raft_turn_wait_max_s, until + _DEADLINE_SLACK_S)
+            return min(limits.raft_turn_wait_max_s, until + limits.raft_deadline_slack_s)
         sent_at = self._raftsched_sent_at
         if self._raftsched_replicating():
             due = sent_at + limits.append_entries_period_s
