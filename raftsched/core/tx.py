@@ -252,6 +252,10 @@ def check_key(table: str, key: object) -> None:
                            f"(due_key_bytes_max)")
 
 
+# What Tx.get finds in its writes for a key the command has not written.
+_UNWRITTEN = object()
+
+
 class Tx:
     """Reads through to the view, seeing this command's own writes first.
     Writes are checked as they are made (check_key), so a command that would
@@ -273,8 +277,8 @@ class Tx:
             raise KeyError(f"there is no table {table!r}")   # a bug: apply refuses it
         if not isinstance(key, bytes) or not 1 <= len(key) <= limits.lmdb_key_bytes_max:
             return None   # no record can be stored under a key no store can hold
-        value = self._writes.get((table, key), None)
-        if value is None and (table, key) not in self._writes:
+        value = self._writes.get((table, key), _UNWRITTEN)
+        if value is _UNWRITTEN:
             try:
                 if table == JOBS:
                     return self._read_job(key)
