@@ -64,6 +64,7 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory):
     cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))
     with cluster:
         cluster.wait_ready()
+        cluster.wait_placed()
         yield cluster
         _dump_logs(cluster)
 
@@ -74,6 +75,7 @@ def fresh_cluster(tmp_path):
     cluster = LocalCluster(tmp_path / "cluster")
     with cluster:
         cluster.wait_ready()
+        cluster.wait_placed()
         yield cluster
         _dump_logs(cluster)
 

@@ -250,6 +250,23 @@ class LocalCluster:
             self._commands_granted = True
         return leader
 
+    def wait_placed(self, timeout_s: float = 30.0) -> None:
+        """Wait until every responsive node owns shards, as the leader's state
+        says. A node that registered after the leader first placed the shards
+        gets its share by a rebalance a coordinator period later; a run fired
+        meanwhile on a shard that then moves waits take_over_grace_s and runs
+        as a next attempt, which a test counting attempts would misread."""
+        nodes = self.responsive()
+
+        def placed() -> bool:
+            leader = self.leader(nodes)
+            if leader is None:
+                return False
+            shards = self.api(leader, "GET", "/v1/cluster/shards", timeout_s=2).body["shards"]
+            return {s["owner"] for s in shards} >= set(nodes)
+
+        wait_until(placed, timeout_s, "every node to own shards")
+
     def digests(self, among: list[str] | None = None) -> dict[str, dict]:
         return {nid: self.api(nid, "GET", "/v1/state/digest", timeout_s=5).body
                 for nid in among or self.alive()}
