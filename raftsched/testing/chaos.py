@@ -219,10 +219,11 @@ class Chaos:
         `new_leader_after_s`: when the survivors first agreed on a new leader
         (polled every 50 ms). pysyncobj's election takes 0.4-1.4 s
         (limits.election_timeout_min_s..max_s), about twice that with a
-        split vote, so a run's lateness is judged from it."""
+        split vote; the dead leader's runs wait for it, or for its lease to
+        lapse by the survivors' renewals if that is later."""
         phase = self._phase(name)
         phase.victim = victim
-        was_leader = self.cluster.leader() == victim
+        was_leader = self._agreed_leader(self.cluster.responsive()) == victim
         killed_at = time.time()
         self.cluster.kill(victim)
         if was_leader:
