@@ -56,6 +56,9 @@ class Phase:
     victim: str | None = None
     notes: dict = dataclasses.field(default_factory=dict)
     victim_stopped_s: float = 0.0   # restart: when its SIGTERM was sent
+    # The name, and for a scenario run again in one chaos run, "#2", "#3"...:
+    # what Report.lateness is keyed by.
+    label: str = ""
 
 
 @dataclasses.dataclass
@@ -71,7 +74,7 @@ class Report:
     stale_refused: int
     digests_equal: bool
     digest_problem: str
-    lateness: dict[str, dict[str, tuple[float, float, float, int]]]
+    lateness: dict[str, dict[str, tuple[float, float, float, int]]]   # by Phase.label
 
     @property
     def ok(self) -> bool:
@@ -82,9 +85,9 @@ class Report:
         lines = [f"seed={self.seed}  (replay with --seed {self.seed})"]
         for phase in self.phases:
             notes = " ".join(f"{k}={v}" for k, v in phase.notes.items())
-            lines.append(f"  phase {phase.name:<13} victim={phase.victim or '-':<4} "
+            lines.append(f"  phase {phase.label:<13} victim={phase.victim or '-':<4} "
                          f"{phase.ended_s - phase.started_s:5.1f} s  {notes}")
-            for kind, (p50, p99, mx, n) in self.lateness.get(phase.name, {}).items():
+            for kind, (p50, p99, mx, n) in self.lateness.get(phase.label, {}).items():
                 lines.append(f"    {kind:<18} n={n:<6} p50={p50 * 1000:7.0f} ms  "
                              f"p99={p99 * 1000:7.0f} ms  max={mx * 1000:7.0f} ms")
         lines += [f"  acknowledged one-off creates: {self.acknowledged}",
@@ -202,7 +205,9 @@ class Chaos:
     # --- faults ----------------------------------------------------------------------
 
     def _phase(self, name: str) -> Phase:
-        phase = Phase(name=name, started_s=time.time())
+        earlier = sum(1 for p in self.phases if p.name == name)
+        phase = Phase(name=name, started_s=time.time(),
+                      label=f"{name}#{earlier + 1}" if earlier else name)
         self.phases.append(phase)
         self.log(f"[chaos] phase {name}")
         return phase
@@ -436,7 +441,7 @@ class Chaos:
         lateness: dict[str, dict] = {}
         for phase in self.phases:
             window = lambda t: phase.started_s <= t < (phase.ended_s or end)  # noqa: E731
-            lateness[phase.name] = {
+            lateness[phase.label] = {
                 "trigger lateness": _pcts([late for due, late in trigger_late if window(due)]),
                 "call lateness": _pcts([c.lateness_s for c in calls if window(c.scheduled_s)]),
             }
