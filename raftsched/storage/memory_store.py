@@ -61,8 +61,9 @@ class MemoryStore:
                 raise InvariantBroken(f"commit of index {index} at applied_index {self._applied}")
             # Check and encode every write first: a commit is all or nothing.
             encoded = []
+            checked = transition.keys_checked   # by Tx as apply made them (core/tx.py)
             for table, key, value in transition.writes:
-                if not transition.keys_checked:   # by Tx as apply made them
+                if not checked:
                     check_key(table, key)
                 if table not in self._data:
                     raise KeyError(table)   # as LMDB's store: no such table
