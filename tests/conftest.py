@@ -9,6 +9,7 @@ import pytest
 
 # Registers the hypothesis profiles `full` and `fast` (--hypothesis-profile).
 import raftsched.testing.proptest  # noqa: F401
+from raftsched.core import tx
 from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.memory_store import MemoryStore
 from raftsched.testing.cluster import LocalCluster
@@ -37,6 +38,16 @@ def refuse_unmarked_node_start() -> None:
         pytest.fail(f"{item.nodeid} starts raftsched node processes (LocalCluster.start) "
                     "but is not marked integration: add @pytest.mark.integration (or "
                     "pytestmark) so that ./scripts/test --fast leaves it out", pytrace=False)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fired_jobs_checked() -> Iterator[None]:
+    """Every job a fire writes as its state alone (Tx.put_fired_job) is
+    checked, in every test that applies in this process, to have changed
+    nothing else."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tx, "CHECK_FIRED_STATE_ONLY", True)
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -415,7 +415,7 @@ def _fire_part(tx: Tx, part: commands.Fire | commands.FirePart, node: str, at_ms
                 # A schedule with no occurrence left (past its not_after).
                 job["status"], job["updated_ms"] = "completed", at_ms
             _arm(tx, job)
-        tx.put(JOBS, keys.job_key(job_id), job)
+        tx.put_fired_job(job)
     retried, retries_stale = runs.fire_retries(tx, shard, node, part.token,
                                                at_ms, part.retries)
     fired += retried
