@@ -435,3 +435,20 @@ def test_remembered_ids_are_those_of_the_exact_arguments() -> None:
     assert keys.execution_id("job_a", 1000) == keys.execution_id("job_a", 1000)
     assert keys.execution_id("job_a", 1000) != keys.execution_id("job_a", 1000.0)
     assert keys.execution_id("job_a", 1000) == "exe_" + hashlib.sha256(b"job_a|1000").hexdigest()[:32]
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(records=st.lists(st.tuples(
+    st.dictionaries(st.sampled_from(["a", "b", "c"]), st.one_of(st.none(), st.integers(0, 3)),
+                    min_size=2),
+    st.dictionaries(st.sampled_from(["armed_ms", "x", "y"]), st.integers(0, 3))),
+    min_size=1, max_size=6))
+def test_a_form_packs_each_record_as_a_fresh_form_would(records) -> None:
+    """A form remembers the members of the last record it packed with members
+    of its own and others (an armed run's): any record after it, with the
+    same members or not, packs exactly as a form that saw nothing before."""
+    shared = compact_module._Form(("a", "b", "c"), optional=("c",))
+    for declared, others in records:
+        record = {**declared, **others}
+        fresh = compact_module._Form(("a", "b", "c"), optional=("c",))
+        assert shared.pack(record) == fresh.pack(record), record

@@ -171,7 +171,7 @@ class _Form:
     the map form restores them); a record without a required field has no
     positional form (`pack` answers None)."""
 
-    __slots__ = ("fields", "names", "required", "unpack", "_values")
+    __slots__ = ("fields", "names", "required", "unpack", "_values", "_last_whole")
 
     def __init__(self, fields: tuple[str, ...], optional: tuple[str, ...] = ()) -> None:
         assert set(optional) <= set(fields), (fields, optional)
@@ -183,6 +183,12 @@ class _Form:
         # The declared members' values of a record that has each of them, in
         # order, as a tuple (in C; more than one field, so always a tuple).
         self._values = operator.itemgetter(*fields)
+        # (members, others by name) of the last record packed with each
+        # declared member and others (an armed run's `armed_ms`): a record
+        # with the same members is packed without working them out again.
+        # One attribute, replaced whole, so that a reader on another thread
+        # sees a matching pair.
+        self._last_whole: tuple[frozenset[str] | None, tuple[str, ...]] = (None, ())
 
     @staticmethod
     def _unpacker(fields: tuple[str, ...]) -> Callable[[list], dict]:
@@ -204,6 +210,8 @@ class _Form:
         keys = record.keys()
         if keys == self.names:   # each declared member and no other: most records
             stored = [None, *self._values(record)]
+        elif keys == (last := self._last_whole)[0]:   # each, and the others last seen
+            stored = [{k: record[k] for k in last[1]}, *self._values(record)]
         else:
             whole = keys >= self.names   # (an armed run: each declared member, and more)
             if not whole and not self.required <= keys:
@@ -217,6 +225,8 @@ class _Form:
                 # By name: a set's own order would differ between processes
                 # (string hashing), and with it the stored bytes.
                 first = {k: record[k] for k in sorted(others)}
+                if whole:
+                    self._last_whole = (frozenset(keys), tuple(first))
             stored = [first,
                       *(self._values(record) if whole else map(record.get, self.fields))]
         while stored[-1] is None and len(stored) > 1:
