@@ -139,3 +139,31 @@ async def test_an_empty_body_leaves_no_output_and_a_body_is_kept():
         await runner.cleanup()
     assert (empty.ok, empty.output) == (True, None)
     assert (full.ok, full.output) == (True, {"http_body": "done: 3 rows"})
+
+
+async def test_a_cookie_a_target_sets_is_never_sent_with_a_later_call():
+    """One session calls every job's target, of every tenant: a cookie one
+    target's answer sets must not ride along with the next call to that host
+    (another job's, perhaps another tenant's). Called by name, not by address:
+    a cookie jar keeps no cookie of a host named by its IP address."""
+    cookies: list[str | None] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        cookies.append(request.headers.get("Cookie"))
+        response = web.Response(status=200)
+        response.set_cookie("session", "tenant-a-secret", path="/")
+        return response
+
+    runner, url = await serve(handler)
+    by_name = url.replace("127.0.0.1", "localhost")
+    executor = HttpExecutor(LOOPBACK)
+    await executor.start()
+    try:
+        deadline = int(time.time() * 1000) + 5000
+        first = await executor.run(ATTEMPT, target(by_name), deadline)
+        second = await executor.run(ATTEMPT, target(by_name), deadline)
+    finally:
+        await executor.close()
+        await runner.cleanup()
+    assert first.ok and second.ok, (first, second)
+    assert cookies == [None, None]

@@ -94,8 +94,12 @@ class HttpExecutor:
                                          ttl_dns_cache=60,
                                          resolver=GuardedResolver(self._policy),
                                          socket_factory=guarded_socket_factory(self._policy))
+        # One session calls every tenant's targets and alert webhooks: it keeps
+        # no cookie a target sets (a default jar would send it with the next
+        # call to that host, whichever job or tenant made it).
         self._session = aiohttp.ClientSession(connector=connector, raise_for_status=False,
-                                              auto_decompress=True, trust_env=False)
+                                              auto_decompress=True, trust_env=False,
+                                              cookie_jar=aiohttp.DummyCookieJar())
 
     async def close(self) -> None:
         if self._session is not None:
