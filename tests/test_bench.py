@@ -24,6 +24,12 @@ def test_a_small_burst_is_measured_whole(tmp_path, capsys):
     assert 0 <= figures["trigger_lateness_ms"]["p50"] <= figures["trigger_lateness_ms"]["p99"] \
         <= figures["trigger_lateness_ms"]["max"]
     assert figures["reference_aiohttp_calls_per_s"] > 0
+    # The node CPU of the creates, and of the wait until the due second (the
+    # arming the creates did not see), sum to that of both.
+    cost = figures["cost"]
+    assert abs(cost["create"]["nodes_cpu_us_per_run"] + cost["arm_and_wait"]["nodes_cpu_us_per_run"]
+               - cost["create_and_arm"]["nodes_cpu_us_per_run"]) <= 1, cost
+    assert cost["create"]["nodes_cpu_us_per_run"] > 0, cost
     assert figures["apscheduler_reference"]["called"] == 300
     post = figures["apscheduler_post_reference"]
     assert post["posted"] == post["runs_seen"] == post["call_lateness_ms"]["count"] == 300
