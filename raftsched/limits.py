@@ -856,6 +856,10 @@ backfills_max = 10_000
 # How often the leader's backfiller passes (ms): a slot a finished run freed
 # is refilled within about this.
 backfill_period_ms = 200
+# While no backfill runs, the leader's backfiller waits for one to begin
+# (apply's BackfillOpened) instead of passing; it looks again this often
+# (seconds) all the same, as a bound on anything that began unannounced.
+backfill_idle_recheck_s = 5.0
 # Runs one backfill_step entry may create, over all its backfills: the entry is
 # applied in one go on every replica's Raft thread (see batch_entry_jobs_max).
 backfill_step_runs_max = 250

@@ -10,7 +10,7 @@ from raftsched.core import backfill, commands, cost, jobspec, keys, lifecycle
 from raftsched.core.apply import JOBS, RUNS, SHARDS, RunCancelled
 from raftsched.core.schedule import parse_schedule
 from raftsched.core.timeutil import format_ms, parse_rfc3339
-from raftsched.core.tx import AUDIT, BACKFILLS, BACKFILLS_OPEN, Transition
+from raftsched.core.tx import AUDIT, BACKFILLS, BACKFILLS_OPEN, BackfillOpened, Transition
 from raftsched.errors import InvalidInput
 from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.purger import Purger, Retention
@@ -152,6 +152,17 @@ def finish(replica: Replica, run_id: str, ok: bool = True) -> None:
          "ok": ok, "retryable": False, "retry_delay_ms": None, "http_status": 200,
          "exit_code": None, "error": None, "output_node": holder}]))
     assert result["applied"] == 1, result
+
+
+def test_a_backfill_begun_is_announced_to_the_backfiller():
+    """The leader's backfiller waits for this effect while none runs
+    (runtime/backfiller.py); a refused create announces nothing."""
+    replica = setup()
+    assert start(replica)["ok"]
+    assert [e for e in replica.effects if isinstance(e, BackfillOpened)] == \
+        [BackfillOpened(backfill_id="bf_1")]
+    assert not start(replica)["ok"]   # the same id again: a conflict
+    assert len([e for e in replica.effects if isinstance(e, BackfillOpened)]) == 1
 
 
 def backfill_runs(replica: Replica) -> list[dict]:

@@ -1,4 +1,4 @@
-"""An idle node's periodic loops do only the work their job needs: the coordinator reads the shards only when the term or the candidates changed (or at its recheck period), renewals are spaced a third of the lease apart, the storage guard keeps one session for its peers, and the backfiller wakes no thread with nothing open."""
+"""An idle node's periodic loops do only the work their job needs: the coordinator reads the shards only when the term or the candidates changed (or at its recheck period), renewals are spaced a third of the lease apart, the storage guard keeps one session for its peers, the backfiller wakes no thread with nothing open and does not pass until a backfill begins, and the trigger does not tick with nothing due."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.context import Replicated
 from raftsched.runtime.coordinator import Coordinator
 from raftsched.runtime.storage_guard import StorageGuard
+from raftsched.runtime.supervise import Supervisor
+from raftsched.runtime.trigger import TriggerLoop
 from raftsched.testing.replica import Replica
 
 SHARD_COUNT = 8
@@ -198,6 +200,109 @@ async def test_the_backfiller_wakes_no_thread_while_no_backfill_is_open(monkeypa
 
     monkeypatch.setattr(backfiller, "plan", plan)
     assert await backfiller.maybe_step() is False
+
+
+async def _until(condition, deadline_s: float = 5.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met within the deadline"
+        await asyncio.sleep(0.005)
+
+
+def _counting(monkeypatch, loop: object, name: str) -> list[int]:
+    """Count the calls of `loop.name` (the real method still runs)."""
+    calls = [0]
+    real = getattr(loop, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, name, counted)
+    return calls
+
+
+async def test_the_backfiller_waits_for_a_backfill_to_begin(monkeypatch):
+    """Once a pass found nothing open, the leader's backfiller passes again
+    only when apply says a backfill began (or at its recheck period): at a
+    period of 10 ms it would otherwise pass 30 times in the 0.3 s below."""
+    monkeypatch.setattr(limits, "backfill_period_ms", 10)
+    monkeypatch.setattr(limits, "backfill_idle_recheck_s", 60.0)
+    backfiller = Backfiller(Replica().replicated())
+    passes = _counting(monkeypatch, backfiller, "maybe_step")
+    task = asyncio.ensure_future(backfiller.run())
+    try:
+        await _until(lambda: passes[0] >= 1)
+        await asyncio.sleep(0.3)
+        assert passes[0] == 1
+        backfiller.opened()   # a BackfillOpened effect
+        await _until(lambda: passes[0] >= 2)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_the_backfiller_looks_again_at_its_recheck_period(monkeypatch):
+    monkeypatch.setattr(limits, "backfill_period_ms", 10)
+    monkeypatch.setattr(limits, "backfill_idle_recheck_s", 0.05)
+    backfiller = Backfiller(Replica().replicated())
+    passes = _counting(monkeypatch, backfiller, "maybe_step")
+    task = asyncio.ensure_future(backfiller.run())
+    try:
+        await _until(lambda: passes[0] >= 4)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def _trigger(replica: Replica, synced: list[bool]) -> TriggerLoop:
+    async def propose_entry(data: bytes) -> dict:
+        return replica.run_entry(data)
+    return TriggerLoop(replica.replicated(node_id="n1", now_ms=lambda: int(time.time() * 1000)),
+                       arm_ahead_ms=30_000, propose_entry=propose_entry,
+                       spawn=Supervisor("test").spawn, synced=lambda: synced[0],
+                       armed_room=lambda: 100)
+
+
+async def test_the_trigger_does_not_tick_with_nothing_due(monkeypatch):
+    """With no due entry in the shards it holds, the trigger waits for one
+    (or for its resync) instead of passing every tick; a due entry within the
+    wait wakes it, and so does a change of the shards held. At a tick of 10 ms
+    it would otherwise pass 30 times in the 0.3 s below."""
+    monkeypatch.setattr(limits, "trigger_tick_ms_max", 10)
+    monkeypatch.setattr(limits, "due_resync_period_s", 60.0)
+    replica = Replica()
+    replica.run(commands.assign_shards(assignments=[(0, "n1")], at_ms=1))
+    trigger = _trigger(replica, [True])
+    passes = _counting(monkeypatch, trigger, "maybe_fire_due")
+    task = asyncio.ensure_future(trigger.run())
+    try:
+        await _until(lambda: passes[0] >= 1)
+        await asyncio.sleep(0.3)
+        assert passes[0] == 1
+        assert trigger.owned() == {0: 1}
+        trigger.wake(0, int(time.time() * 1000) + 60_000)   # due within the wait
+        await _until(lambda: passes[0] >= 2)
+        trigger.ownership_changed()
+        await _until(lambda: passes[0] >= 3)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_the_trigger_ticks_until_it_knows_the_cluster_time(monkeypatch):
+    """A node that does not know the cluster's time yet fires nothing, and
+    looks again every tick, so it fires soon after it learns it."""
+    monkeypatch.setattr(limits, "trigger_tick_ms_max", 10)
+    monkeypatch.setattr(limits, "due_resync_period_s", 60.0)
+    trigger = _trigger(Replica(), [False])
+    passes = _counting(monkeypatch, trigger, "maybe_fire_due")
+    task = asyncio.ensure_future(trigger.run())
+    try:
+        await _until(lambda: passes[0] >= 5)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def test_a_log_that_lags_behind_judges_no_node_dead():

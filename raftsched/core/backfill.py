@@ -44,8 +44,8 @@ import typing
 from raftsched import limits
 from raftsched.core import commands, keys, lifecycle, runs, spec, tenancy
 from raftsched.core.schedule import next_fire_ms, parse_instant
-from raftsched.core.tx import (BACKFILLS, BACKFILLS_OPEN, COUNTERS, JOBS, SHARDS, Tx, live_job,
-                               refuse)
+from raftsched.core.tx import (BACKFILLS, BACKFILLS_OPEN, COUNTERS, JOBS, SHARDS, BackfillOpened,
+                               Tx, live_job, refuse)
 from raftsched.errors import InvalidInput
 
 TRIGGER = "backfill"
@@ -227,6 +227,7 @@ def handle_create_backfill(tx: Tx, cmd: commands.Command) -> dict:
               "created_ms": cmd.at_ms, "updated_ms": cmd.at_ms, "finished_ms": None}
     tx.put(BACKFILLS, key, record)
     tx.put(BACKFILLS_OPEN, key, 1)
+    tx.effects.append(BackfillOpened(backfill_id=cmd.backfill_id))
     _add(tx, _RECORDS_COUNTER, 1)
     _add(tx, tenant_records_counter_key(job["tenant"]), 1)
     _add(tx, _OPEN_COUNTER, 1)

@@ -173,6 +173,12 @@ class AlertPending:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class BackfillOpened:
+    """A backfill began: the leader's backfiller paces it from now on."""
+    backfill_id: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class TopicAppended:
     """`topic` has messages up to `offset`: wake its long-polling readers."""
     topic: str
@@ -187,7 +193,7 @@ class RunsPurged:
 
 
 Effect = (RunQueued | RunCancelled | DueArmed | ShardsAssigned | NodeRenewed | AlertPending
-          | TopicAppended | RunsPurged)
+          | BackfillOpened | TopicAppended | RunsPurged)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,6 @@
 """Leader-only pacing of backfills: the backfiller proposes `backfill_step` commands.
 
-Every `backfill_period_ms` the leader reads each running backfill (at most
+Every `backfill_period_ms`, while a backfill runs, the leader reads each running backfill (at most
 `backfills_open_max`, listed in BACKFILLS_OPEN) and the states of its open
 runs, and plans a step for it (core/backfill.py plan_step): the finished runs
 to count, and the next occurrences of its schedule that fit in its room. The
@@ -12,6 +12,11 @@ used. All progress is in the replicated record: a new leader's first pass
 picks up where the old one stopped, and apply ignores an occurrence at or
 before a backfill's cursor, so a step proposed twice (by two leaders, or
 again after a timeout) launches nothing twice.
+
+While none runs, the leader does not pass: it waits until apply says a
+backfill began (BackfillOpened, on every replica, so a follower that becomes
+leader knows it too) or the state was replaced by a snapshot, and looks
+again every `backfill_idle_recheck_s` all the same.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ class Backfiller:
     def __init__(self, replicated: Replicated) -> None:
         self._replicated = replicated
         self._failing: set[str] = set()   # backfills whose planning raised (logged once)
+        # False once a pass found no backfill running, until one begins.
+        self._maybe_running = True
+        self._opened = asyncio.Event()
         self.steps_total = 0
         self.launched_total = 0
 
@@ -37,6 +45,14 @@ class Backfiller:
         """Any failure but Unavailable is the node's supervisor's: it logs it
         and starts the loop again (runtime/supervise.py)."""
         while True:
+            if not self._maybe_running and self._replicated.is_leader():
+                self._opened.clear()   # (on the loop: `opened` cannot come in between)
+                try:
+                    await asyncio.wait_for(self._opened.wait(),
+                                           limits.backfill_idle_recheck_s)
+                except asyncio.TimeoutError:
+                    self._maybe_running = True
+                continue
             await asyncio.sleep(limits.backfill_period_ms / 1000)
             if not self._replicated.is_leader():
                 continue
@@ -45,11 +61,18 @@ class Backfiller:
             except Unavailable as exc:
                 log.warning("backfill step not committed: %s", exc.detail)
 
+    def opened(self) -> None:
+        """Loop thread: a backfill began (apply's BackfillOpened), or this
+        node's state was replaced by a snapshot."""
+        self._maybe_running = True
+        self._opened.set()
+
     async def maybe_step(self) -> bool:
         """One pass: plan (reads and schedule evaluation, on a thread), then
         propose. Returns whether a step was proposed."""
         replicated = self._replicated
         if not queries.running_backfill_ids(replicated.store, 1):
+            self._maybe_running = False
             return False   # nothing to plan: no need to wake a thread for it
         items = await asyncio.get_running_loop().run_in_executor(None, self.plan)
         if not items:

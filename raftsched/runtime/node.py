@@ -29,7 +29,7 @@ from raftsched import limits
 from raftsched.core import commands, keys
 from raftsched.core.apply import (NODES, SHARDS, TENANTS, DueArmed, NodeRenewed, RunCancelled,
                                   RunQueued, ShardsAssigned, TopicAppended)
-from raftsched.core.tx import RunsPurged
+from raftsched.core.tx import BackfillOpened, RunsPurged
 from raftsched.errors import Unavailable
 from raftsched.executors.breaker import Breaker
 from raftsched.executors.command import CommandExecutor, RunAs
@@ -320,6 +320,7 @@ class Node:
         def snapshot_installed(effect: SnapshotInstalled) -> None:
             dispatcher.request_rescan()
             trigger.ownership_changed()
+            self.backfiller.opened()
 
         effects.subscribe(RunQueued, run_queued)
         effects.subscribe(RunCancelled, run_cancelled)
@@ -329,6 +330,7 @@ class Node:
         effects.subscribe(NodeRenewed, node_renewed)
         effects.subscribe(RunsPurged, lambda effect: self.spawn(
             "outputs.drop", self._drop_outputs(effect.run_ids)))
+        effects.subscribe(BackfillOpened, lambda effect: self.backfiller.opened())
         effects.subscribe(SnapshotInstalled, snapshot_installed)
         # AlertPending: the leader's alerter scans the pending alerts each pass.
 

@@ -130,9 +130,19 @@ class TriggerLoop:
                 self.resync()
             next_ms = self.maybe_fire_due()
             now = self._replicated.now_ms()
-            wake_ms = now + limits.trigger_tick_ms_max
-            if next_ms is not None:
-                wake_ms = min(wake_ms, next_ms)
+            if next_ms is None and not self._inflight and self._synced():
+                # Nothing due in any shard held, and no fire to wait for: what
+                # would make something due wakes the loop (a due entry within
+                # the planned wait, through `wake`; a change of the shards
+                # held), so it waits for that or for the next resync rather
+                # than ticking. An idle node then wakes its trigger every few
+                # seconds, not five times a second.
+                wait_s = self._resynced_at + limits.due_resync_period_s - time.monotonic()
+                wake_ms = now + max(limits.trigger_tick_ms_max, round(wait_s * 1000))
+            else:
+                wake_ms = now + limits.trigger_tick_ms_max
+                if next_ms is not None:
+                    wake_ms = min(wake_ms, next_ms)
             self._planned_wake_ms = wake_ms
             self._wake.clear()
             try:
