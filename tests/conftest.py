@@ -9,7 +9,7 @@ import pytest
 
 # Registers the hypothesis profiles `full` and `fast` (--hypothesis-profile).
 import raftsched.testing.proptest  # noqa: F401
-from raftsched.core import tx
+from raftsched.core import compact, tx
 from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.memory_store import MemoryStore
 from raftsched.testing.cluster import LocalCluster
@@ -44,9 +44,12 @@ def refuse_unmarked_node_start() -> None:
 def _fired_jobs_checked() -> Iterator[None]:
     """Every job a fire writes as its state alone (Tx.put_fired_job) is
     checked, in every test that applies in this process, to have changed
-    nothing else."""
+    nothing else; and so is every spec written in the form it came in."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(tx, "CHECK_FIRED_STATE_ONLY", True)
+        # And every spec a create_jobs_stored carried, to read back from the
+        # form it is written in as the spec apply used (core/compact.py).
+        patch.setattr(compact, "CHECK_STORED_SPEC", True)
         yield
 
 

@@ -33,12 +33,13 @@ from raftsched.errors import CommandRefused, UnknownCommand
 VERSION = 1
 # The commands this build applies, as a level its clock answers carry (GET
 # /v1/node/clock `applies`): 2 added hand_over_runs, 3 miss_uncalled, 4
-# renew_recorded and take_over_judged, 5 create_jobs_compact. A node proposes
+# renew_recorded and take_over_judged, 5 create_jobs_compact, 6
+# create_jobs_stored. A node proposes
 # a command of a level only once every other node has said it applies it, so
 # that during a rolling upgrade no older node meets a tag it would stop on. A
 # change of what apply does gets a tag of its own rather than a member, which
 # an older node would skip and so apply otherwise than the others.
-APPLY_LEVEL = 5
+APPLY_LEVEL = 6
 # The level of a node that does not say (a release before the levels).
 APPLY_LEVEL_UNSAID = 1
 
@@ -530,6 +531,44 @@ class CreateJobsCompact(CreateJobs, tag="create_jobs_compact", kw_only=True):
                      Meta(min_length=1, max_length=limits.batch_entry_jobs_max)]
 
 
+# A create_jobs whose specs are in the very form the stores keep them
+# (compact.stored_spec: positional where a form fits, defaults left out, a
+# name made from the target left out): apply writes each as it came, rather
+# than working the form out again on every replica. The form is read back
+# into a map and checked as CompactJobSpec when the entry is decoded, then
+# made whole (a StoredSpec), by the functions every read of a job uses, so
+# apply reads, and stores, what any later read returns.
+
+class StoredCreateJobItem(CreateJobItem, kw_only=True):
+    spec: Any
+
+    def check_rules(self) -> None:
+        try:
+            spec, default_named = _compact.spec_of_stored(self.spec)
+        except Exception:   # (a list whose first member is no map, say)
+            raise _refuse("spec", "must be a job spec as the stores keep it") from None
+        if spec.__class__ is not dict:
+            raise _refuse("spec", "must be a job spec as the stores keep it")
+        _check_member_spec(spec, CompactJobSpec)
+        if default_named and (spec.get("target").__class__ is not dict
+                              or spec["target"]["type"] != "http"):
+            raise _refuse("spec.name", "is left out only for an HTTP target, which names "
+                                       "the job")
+        whole = _compact.StoredSpec(spec)
+        whole.stored = self.spec   # (spec_of_stored and restore_spec leave it as it came)
+        try:
+            _compact.restore_spec(whole, default_named)
+        except ValueError:   # a URL the name cannot be made from
+            raise _refuse("spec.name", "is left out only where the target's URL can name "
+                                       "the job") from None
+        self.spec = whole
+
+
+class CreateJobsStored(CreateJobs, tag="create_jobs_stored", kw_only=True):
+    items: Annotated[list[StoredCreateJobItem],
+                     Meta(min_length=1, max_length=limits.batch_entry_jobs_max)]
+
+
 class UpdateJob(_Scoped, tag="update_job", kw_only=True):
     job_id: JobId
     spec: dict[str, Any]
@@ -946,7 +985,8 @@ class CancelBackfill(_Scoped, tag="cancel_backfill", kw_only=True):
 
 SHAPES: dict[str, type[Command]] = {
     cls.__struct_config__.tag: cls for cls in (
-        CreateJob, CreateJobs, CreateJobsCompact, UpdateJob, DeleteJob, PauseJob, ResumeJob,
+        CreateJob, CreateJobs, CreateJobsCompact, CreateJobsStored, UpdateJob, DeleteJob,
+        PauseJob, ResumeJob,
         TriggerJob, RetryRun,
         Fire, FireMany, AssignShards, RunUpdates, RegisterNode, Renew, RenewRecorded,
         CheckDigest, ExpireLeases, ReassignRuns, TakeOverRuns, TakeOverJudged, HandOverRuns,
@@ -1217,7 +1257,8 @@ def _create_quota(quota: dict | CreateQuota | None) -> CreateQuota | UnsetType:
 
 
 def create_jobs(*, tenant: str, at_ms: int, items: list[CreateJobItem], quota: dict | None = None,
-                actor: str | None = None, compact: bool = False) -> CreateJobs:
+                actor: str | None = None, compact: bool = False,
+                stored: bool = False) -> CreateJobs:
     """Many creates in one entry (POST /v1/jobs:batchCreate proposes a batch as
     entries of at most batch_entry_jobs_max). items, in order (see
     create_job_item). Each is applied as a create_job of `tenant` at `at_ms`,
@@ -1225,7 +1266,16 @@ def create_jobs(*, tenant: str, at_ms: int, items: list[CreateJobItem], quota: d
 
     `compact` (every node at level 5): a create_jobs_compact, each item's spec
     without the members equal to their defaults (compact.compact_spec), as
-    apply stores it; the same jobs, in fewer bytes to carry and decode."""
+    apply stores it; the same jobs, in fewer bytes to carry and decode.
+    `stored` (every node at level 6): a create_jobs_stored, each item's spec in
+    the form the stores keep it (compact.stored_spec), which apply writes as
+    it is."""
+    if stored:
+        return CreateJobsStored(
+            tenant=tenant, at_ms=at_ms, quota=_create_quota(quota), actor=actor,
+            items=[StoredCreateJobItem(job_id=i.job_id, spec=_compact.stored_spec(i.spec),
+                                       idempotency_key=i.idempotency_key, shard=i.shard,
+                                       next_ms=i.next_ms) for i in items])
     if compact:
         items = [CompactCreateJobItem(job_id=i.job_id, spec=_compact.compact_spec(i.spec),
                                       idempotency_key=i.idempotency_key, shard=i.shard,

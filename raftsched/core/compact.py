@@ -274,7 +274,9 @@ def compact(table: str, value: Any, key: bytes | None = None) -> Any:
     if not isinstance(value, dict):
         return value
     if table == JOBS_TABLE and isinstance(value.get("spec"), dict):
-        spec = _stored_spec(compact_spec(value["spec"]), _named_by_default(value["spec"]))
+        whole = value["spec"]
+        spec = _written_spec(whole) if type(whole) is StoredSpec else \
+            _stored_spec(compact_spec(whole), _named_by_default(whole))
         formed = _JOB.pack(value) if _job_members_derivable(value) else None
         if formed is not None and _id_stored(value, key, formed, _JOB_ID_AT):
             formed[_SPEC_AT] = spec
@@ -343,6 +345,70 @@ def _stored_spec(spec: dict, named_by_default: bool) -> dict | list:
         return spec
     if named_by_default:
         stored[_NAME_AT] = None
+    return stored
+
+
+def stored_spec(spec: dict) -> dict | list:
+    """The form the stores keep a job's whole spec in (as `compact` writes
+    it): what a create_jobs_stored entry carries."""
+    return _stored_spec(compact_spec(spec), _named_by_default(spec))
+
+
+def spec_of_stored(stored: Any) -> tuple[Any, bool]:
+    """(the spec map a stored form holds, without its defaults; whether its
+    name is the one made from its HTTP target). Reads every form `stored_spec`
+    makes, and any other value as it is. `stored` itself is left as it is:
+    the map answered is a new one where a member had to be read into a map
+    (restore_spec then completes only those new maps)."""
+    fresh = isinstance(stored, list)
+    if fresh:
+        stored = _SPEC_FORM.unpack(stored)
+    elif not isinstance(stored, dict):
+        return stored, False
+    default_named = fresh and stored["name"] is None
+    schedule, target = stored.get("schedule"), stored.get("target")
+    if isinstance(schedule, list) or isinstance(target, list):
+        if not fresh:
+            stored = dict(stored)
+        if isinstance(schedule, list):
+            stored["schedule"] = _ONCE.unpack(schedule)
+        if isinstance(target, list):
+            stored["target"] = _HTTP.unpack(target)
+    return stored, default_named
+
+
+def restore_spec(spec: dict, default_named: bool) -> dict:
+    """A spec map of spec_of_stored made whole again, in place: its defaults
+    and its name made from its HTTP target."""
+    expand_spec(spec)
+    if default_named:
+        spec["name"] = _default_name(spec["target"]["method"], spec["target"]["url"])
+    return spec
+
+
+class StoredSpec(dict):
+    """A job's whole spec, as apply reads it, that also holds the form the
+    stores keep it in (`stored`), as a create_jobs_stored entry carried it:
+    `compact` writes that form as it is rather than working it out again.
+    Whatever reads the spec back from a store gets this very map (see
+    CHECK_STORED_SPEC); a copy is a plain map again."""
+
+    __slots__ = ("stored",)
+
+
+# Whether compact checks that each StoredSpec's stored form reads back as the
+# spec apply used (restored from that form, and changed by nothing since):
+# the test suite turns it on (tests/conftest.py); a node does not pay it.
+CHECK_STORED_SPEC = False
+
+
+def _written_spec(spec: StoredSpec) -> Any:
+    stored = spec.stored
+    if CHECK_STORED_SPEC:
+        again, default_named = spec_of_stored(codec.unpack_record(codec.pack(stored)))
+        if not isinstance(again, dict) or restore_spec(again, default_named) != spec:
+            raise AssertionError(f"a spec changed since it was read from its stored form: "
+                                 f"{dict(spec)!r}")
     return stored
 
 
@@ -536,22 +602,13 @@ def expand(table: str, value: Any, key: bytes | None = None) -> Any:
                 value["updated_ms"] = value["created_ms"]
         elif not isinstance(value, dict):
             return value
-        spec = value.get("spec")
-        default_named = isinstance(spec, list)
-        if default_named:
-            spec = value["spec"] = _SPEC_FORM.unpack(spec)
-            default_named = spec["name"] is None
+        spec, default_named = spec_of_stored(value.get("spec"))
         if not isinstance(spec, dict):
             return value
+        value["spec"] = spec
         for name in _JOB_NONE:
             value.setdefault(name, None)
-        if isinstance(spec.get("schedule"), list):
-            spec["schedule"] = _ONCE.unpack(spec["schedule"])
-        if isinstance(spec.get("target"), list):
-            spec["target"] = _HTTP.unpack(spec["target"])
-        expand_spec(spec)
-        if default_named:
-            spec["name"] = _default_name(spec["target"]["method"], spec["target"]["url"])
+        restore_spec(spec, default_named)
         if positional and value["next_ms"] is False:
             value["next_ms"] = spec["schedule"]["run_at_ms"]
     elif table == RUNS_TABLE:

@@ -47,8 +47,30 @@ from raftsched import limits
 from raftsched.core import commands
 from raftsched.errors import Busy
 
-# The command level (commands.APPLY_LEVEL) that applies create_jobs_compact.
+# The command levels (commands.APPLY_LEVEL) that apply create_jobs_compact
+# and create_jobs_stored.
 COMPACT_CREATE_LEVEL = 5
+STORED_CREATE_LEVEL = 6
+# The forms in which a node proposes creates (create_form).
+WHOLE, COMPACT, STORED = "whole", "compact", "stored"
+
+
+def create_form(level: int) -> str:
+    """How a node proposes creates while every node applies `level`: each
+    spec whole (create_jobs), without its defaults (create_jobs_compact), or
+    in the form the stores keep it (create_jobs_stored)."""
+    if level >= STORED_CREATE_LEVEL:
+        return STORED
+    return COMPACT if level >= COMPACT_CREATE_LEVEL else WHOLE
+
+
+def _in_form(entry: commands.CreateJobs, form: str) -> commands.CreateJobs:
+    """`entry` (a create_jobs) as `form` says: the same jobs."""
+    if form == WHOLE or type(entry) is not commands.CreateJobs:
+        return entry
+    return commands.create_jobs(tenant=entry.tenant, at_ms=entry.at_ms, items=entry.items,
+                                quota=commands.given(entry.quota), actor=entry.actor,
+                                compact=form == COMPACT, stored=form == STORED)
 
 log = logging.getLogger("raftsched.admission")
 
@@ -167,12 +189,12 @@ class CreateGroups:
 
     def __init__(self, propose: Propose, *,
                  inflight_max: int = limits.create_groups_inflight_max,
-                 compact_creates: Callable[[], bool] = lambda: False) -> None:
-        """`compact_creates`: whether every node applies create_jobs_compact
-        (COMPACT_CREATE_LEVEL), in which a group's specs go without their defaults."""
+                 create_form: Callable[[], str] = lambda: WHOLE) -> None:
+        """`create_form`: the form of the entry of a group (create_form, by
+        what every node applies)."""
         self._propose = propose
         self._inflight_max = inflight_max
-        self._compact_creates = compact_creates
+        self._create_form = create_form
         self._pending: dict[tuple, list[_Waiting]] = {}
         self._inflight = 0
         self._flush_scheduled = False
@@ -238,10 +260,10 @@ class CreateGroups:
             return [await self._propose(group[0].command)]
         self.grouped_total += len(group)
         first = group[0].command
-        entry = commands.create_jobs(
+        entry = _in_form(commands.create_jobs(
             tenant=first.tenant, at_ms=max(w.command.at_ms for w in group),
             items=[_item_of(w.command) for w in group], quota=commands.given(first.quota),
-            actor=first.actor, compact=self._compact_creates())
+            actor=first.actor), self._create_form())
         answer = await self._propose(entry)
         if not answer.get("ok"):   # refused whole (a bug, logged by every replica)
             return [answer] * len(group)
@@ -287,14 +309,13 @@ class ClientProposals:
 
     def __init__(self, propose: Propose, *, admission: Admission | None = None,
                  groups: CreateGroups | None = None,
-                 compact_creates: Callable[[], bool] = lambda: False) -> None:
-        """`compact_creates`: whether every node applies create_jobs_compact
-        (COMPACT_CREATE_LEVEL); then creates go as that, their specs without
-        their defaults."""
+                 create_form: Callable[[], str] = lambda: WHOLE) -> None:
+        """`create_form`: the form batches and groups of creates go in
+        (create_form, by what every node applies)."""
         self._propose = propose
-        self._compact_creates = compact_creates
+        self._create_form = create_form
         self.admission = admission or Admission()
-        self.groups = groups or CreateGroups(propose, compact_creates=compact_creates)
+        self.groups = groups or CreateGroups(propose, create_form=create_form)
 
     def status(self) -> dict:
         admission, groups = self.admission, self.groups
@@ -319,16 +340,8 @@ class ClientProposals:
         """Within admit(jobs): each entry's result (or the exception it raised),
         in order. Proposed together: pysyncobj keeps their order, so a job sees
         those before it."""
-        if self._compact_creates():
-            entries = [_compacted(entry) for entry in entries]
+        form = self._create_form()
+        entries = [_in_form(entry, form) for entry in entries]
         return await asyncio.gather(*(self._propose(entry) for entry in entries),
                                     return_exceptions=True)
 
-
-def _compacted(entry: commands.CreateJobs) -> commands.CreateJobs:
-    """`entry` as a create_jobs_compact (the same jobs)."""
-    if isinstance(entry, commands.CreateJobsCompact):
-        return entry
-    return commands.create_jobs(tenant=entry.tenant, at_ms=entry.at_ms, items=entry.items,
-                                quota=commands.given(entry.quota), actor=entry.actor,
-                                compact=True)

@@ -36,7 +36,7 @@ from raftsched.executors.command import CommandExecutor, RunAs
 from raftsched.executors.http import HttpExecutor
 from raftsched.executors.netguard import policy_for
 from raftsched.replication.raft import Replicator
-from raftsched.runtime.admission import COMPACT_CREATE_LEVEL, Admission, ClientProposals
+from raftsched.runtime.admission import Admission, ClientProposals, create_form
 from raftsched.runtime.apply_bridge import EXIT_INVARIANT, ApplyBridge
 from raftsched.runtime.armed import ArmedRuns
 from raftsched.runtime.backfiller import Backfiller
@@ -271,7 +271,7 @@ class Node:
         self.client_proposals = ClientProposals(
             functools.partial(self.propose, wait_max_s=limits.propose_wait_max_s),
             admission=Admission(log_latency_s=self.coordinator.log_latency_s),
-            compact_creates=lambda: self.clock.cluster_applies() >= COMPACT_CREATE_LEVEL)
+            create_form=lambda: create_form(self.clock.cluster_applies()))
         # What applied entries did, handed to the loops that act on it.
         self.effects = Effects()
         self._subscribe(self.effects)

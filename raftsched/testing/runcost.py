@@ -1,7 +1,7 @@
 """What one run costs a replica, from create to finish (`raftsched bench cost N`).
 
 In one process, with no network and no Raft: N one-off HTTP jobs are created
-through the same commands a node proposes (create_jobs_compact entries of
+through the same commands a node proposes (create_jobs_stored entries of
 batch_entry_jobs_max), fired through fire_many entries as the trigger builds
 them (each run held by the shard's owner from its fire on: there is no
 start entry), and finished through run_updates entries as the dispatcher's
@@ -163,7 +163,7 @@ def measure(n: int) -> dict:
                     shard=keys.shard_of(job_id, SHARDS),
                     next_ms=next_fire_ms(spec["schedule"], now_ms)))
             replica.apply(commands.create_jobs(tenant="default", at_ms=now_ms, items=items,
-                                               compact=True),
+                                               stored=True),
                           phases["create"])
             phases["create"].items += len(items)
         run_ids = _fire_all(replica, due_ms, phases["fire"], proposer)
