@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from raftsched import limits
-from raftsched.core import commands
-from raftsched.core.apply import NODES, SHARDS
+from raftsched.core import commands, jobspec
+from raftsched.core.apply import NODES, SHARDS, DueArmed
+from raftsched.core.schedule import next_fire_ms
 from raftsched.runtime.backfiller import Backfiller
 from raftsched.runtime.context import Replicated
 from raftsched.runtime.coordinator import Coordinator
@@ -285,6 +286,42 @@ async def test_the_trigger_does_not_tick_with_nothing_due(monkeypatch):
         await _until(lambda: passes[0] >= 2)
         trigger.ownership_changed()
         await _until(lambda: passes[0] >= 3)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_shard_passed_is_looked_at_again_when_its_next_entry_is_due(monkeypatch):
+    """After a pass fires a shard's due entry, the shard's next one (here
+    the next second of a job that may not be armed ahead) is the loop's next
+    wake-up, though no other shard has anything due: the loop rests only
+    until the soonest entry of any shard it holds."""
+    monkeypatch.setattr(limits, "due_resync_period_s", 60.0)
+    replica = Replica()
+    replica.run(commands.assign_shards(assignments=[(0, "n1")], at_ms=1))
+    spec = jobspec.validate_create({"schedule": {"every": "1s"},
+                                    "target": {"type": "http", "url": "http://127.0.0.1:9/x"},
+                                    "concurrency": {"policy": "skip_if_running"}})["spec"]
+    now_ms = int(time.time() * 1000)
+    assert replica.run(commands.create_job(
+        job_id="job_e1", tenant="default", spec=spec, idempotency_key=None, shard=0,
+        next_ms=next_fire_ms(spec["schedule"], now_ms), at_ms=now_ms))["ok"]
+    trigger = _trigger(replica, [True])
+    # Apply's DueArmed effects, as a node delivers them (runtime/node.py).
+    replica_run_entry = replica.run_entry
+
+    def run_entry(data: bytes) -> dict:
+        before = len(replica.effects)
+        result = replica_run_entry(data)
+        for effect in replica.effects[before:]:
+            if isinstance(effect, DueArmed):
+                trigger.wake(effect.shard, effect.due_ms)
+        return result
+
+    monkeypatch.setattr(replica, "run_entry", run_entry)
+    task = asyncio.ensure_future(trigger.run())
+    try:
+        await _until(lambda: replica.job("job_e1").get("runs_count", 0) >= 3, 10.0)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

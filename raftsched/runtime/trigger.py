@@ -130,25 +130,41 @@ class TriggerLoop:
                 self.resync()
             next_ms = self.maybe_fire_due()
             now = self._replicated.now_ms()
-            if next_ms is None and not self._inflight and self._synced():
-                # Nothing due in any shard held, and no fire to wait for: what
-                # would make something due wakes the loop (a due entry within
-                # the planned wait, through `wake`; a change of the shards
-                # held), so it waits for that or for the next resync rather
-                # than ticking. An idle node then wakes its trigger every few
-                # seconds, not five times a second.
-                wait_s = self._resynced_at + limits.due_resync_period_s - time.monotonic()
-                wake_ms = now + max(limits.trigger_tick_ms_max, round(wait_s * 1000))
+            wake_ms = now + limits.trigger_tick_ms_max
+            if next_ms is not None:
+                wake_ms = min(wake_ms, next_ms)
             else:
-                wake_ms = now + limits.trigger_tick_ms_max
-                if next_ms is not None:
-                    wake_ms = min(wake_ms, next_ms)
+                wake_ms = self._rest_until(now, wake_ms)
             self._planned_wake_ms = wake_ms
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), max(0.0, (wake_ms - now) / 1000))
             except asyncio.TimeoutError:
                 pass
+
+    def _rest_until(self, now: int, tick_ms: int) -> int:
+        """When the loop wakes next if no shard was found due soon: past the
+        tick while nothing is in flight, the node knows the cluster's time
+        and has room to arm, and no shard held acts within the tick (after
+        this pass, which moved the next due instants of the shards it
+        passed): then until the soonest of them acts, or the next resync.
+        What would make something due sooner wakes the loop (a due entry
+        within the planned wait, through `wake`; a change of the shards
+        held; a fire answered). An idle node then wakes its trigger every
+        few seconds, not five times a second."""
+        if self._inflight or not self._synced() or self._armed_room() <= 0:
+            return tick_ms
+        ahead_ms = self._ahead_ms()
+        soonest: int | None = None
+        for shard, due_ms in self._next_due.items():
+            if due_ms is not None:
+                act_ms = due_ms if shard in self._held else due_ms - ahead_ms
+                soonest = act_ms if soonest is None else min(soonest, act_ms)
+        if soonest is not None and soonest <= tick_ms:
+            return tick_ms
+        resync_ms = now + round((self._resynced_at + limits.due_resync_period_s
+                                 - time.monotonic()) * 1000)
+        return max(tick_ms, resync_ms if soonest is None else min(soonest, resync_ms))
 
     def resync(self) -> None:
         """Reload owned shards (and their tokens) and next due instants from LMDB."""
