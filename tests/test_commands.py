@@ -216,6 +216,26 @@ def test_run_updates_are_checked_item_by_item():
     assert refused(batch).field == "updates"
 
 
+def test_a_report_built_by_a_node_is_checked_as_its_map_is():
+    """A report built as a Struct (the dispatcher's, the workers') is judged
+    from its bytes, as a replica decodes it: the same refusals as its map,
+    and what the log cannot carry refused rather than sent."""
+    done = commands.run_finish(run_id="run_x", holder="n1", attempt=1, at_ms=1, ok=True,
+                               http_status=200, output_node="n1", called_ms=1)
+    assert commands.run_update(done) == done
+    for bad, field in [({"run_id": ""}, "update.run_id"), ({"attempt": 0}, "update.attempt"),
+                       ({"http_status": 1000}, "update.http_status")]:
+        for update in (msgspec.structs.replace(done, **bad),
+                       {**msgspec.to_builtins(done), **bad}):
+            with pytest.raises(CommandRefused) as info:
+                commands.run_update(update)
+            assert info.value.field == field
+    with pytest.raises(CommandRefused) as info:
+        commands.run_update(msgspec.structs.replace(done, ok=False, retryable=False,
+                                                    error="bad \udc80 text"))
+    assert info.value.field == "update"
+
+
 def test_a_member_no_shape_declares_is_kept_as_sent():
     spec = {**SPEC, "later": {"added": [1, "two"]}, "schedule": {**SPEC["schedule"], "x": None}}
     assert commands.decode(commands.encode(create(spec=spec))).spec == spec
