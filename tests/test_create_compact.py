@@ -176,6 +176,10 @@ def _stored_form(body: dict) -> list:
     (lambda s: [{"retry": {"max_attempts": "3"}}, *s[1:]], "items[0].spec.retry.max_attempts"),
     (lambda s: [{"metadata": {"x": float("nan")}}, *s[1:]], "items[0].spec.metadata.x"),
     (lambda s: s[:2], "items[0].spec.schedule"),
+    (lambda s: [*s, "more"], "items[0].spec"),   # past the form's end: refused, not stored
+    (lambda s: [], "items[0].spec"),
+    (lambda s: [s[0], s[1], [*s[2], 1], s[3]], "items[0].spec"),
+    (lambda s: [s[0], s[1], s[2], [5, *s[3][1:]]], "items[0].spec"),
     (lambda s: [*s[:3], [None, "http", "http://[::1/x"]], "items[0].spec.name"),
     (lambda s: [*s[:3], {"type": "publish", "topic": "t", "message": 1}], "items[0].spec.name"),
 ])

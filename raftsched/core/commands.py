@@ -543,9 +543,12 @@ class StoredCreateJobItem(CreateJobItem, kw_only=True):
     spec: Any
 
     def check_rules(self) -> None:
+        if not _compact.stored_spec_fits(self.spec):
+            raise _refuse("spec", "must be a job spec as the stores keep it (its positional "
+                                  "forms no longer than they are, their first member a map)")
         try:
             spec, default_named = _compact.spec_of_stored(self.spec)
-        except Exception:   # (a list whose first member is no map, say)
+        except Exception:   # (an others map with keys no map can hold, say)
             raise _refuse("spec", "must be a job spec as the stores keep it") from None
         if spec.__class__ is not dict:
             raise _refuse("spec", "must be a job spec as the stores keep it")

@@ -265,6 +265,7 @@ _SPEC_AT = _JOB.position("spec")
 _STATUS_AT, _UPDATED_AT = _JOB.position("status"), _JOB.position("updated_ms")
 _NEXT_AT = _JOB.position("next_ms")
 _NAME_AT = _SPEC_FORM.position("name")
+_SCHEDULE_AT, _TARGET_AT = _SPEC_FORM.position("schedule"), _SPEC_FORM.position("target")
 _JOB_ID_AT, _RUN_ID_AT = _JOB.position("id"), _RUN.position("id")
 _RUN_JOB_AT, _RUN_SCHEDULED_AT = _RUN.position("job_id"), _RUN.position("scheduled_ms")
 
@@ -375,6 +376,29 @@ def spec_of_stored(stored: Any) -> tuple[Any, bool]:
         if isinstance(target, list):
             stored["target"] = _HTTP.unpack(target)
     return stored, default_named
+
+
+def stored_spec_fits(stored: Any) -> bool:
+    """Whether a spec's stored form (a proposer's) has no more than its forms
+    hold: a positional spec, schedule or target no longer than its form,
+    its first member a map or None. What a read would skip (a member past
+    the form's end) is refused rather than stored unchecked."""
+    if isinstance(stored, list):
+        if not _fits(_SPEC_FORM, stored):
+            return False
+        schedule, target = (stored[at] if at < len(stored) else None
+                            for at in (_SCHEDULE_AT, _TARGET_AT))
+    elif isinstance(stored, dict):
+        schedule, target = stored.get("schedule"), stored.get("target")
+    else:
+        return True   # (no form: the shape check refuses what it is)
+    return (not isinstance(schedule, list) or _fits(_ONCE, schedule)) \
+        and (not isinstance(target, list) or _fits(_HTTP, target))
+
+
+def _fits(form: _Form, stored: list) -> bool:
+    return 1 <= len(stored) <= 1 + len(form.fields) \
+        and (stored[0] is None or type(stored[0]) is dict)
 
 
 def restore_spec(spec: dict, default_named: bool) -> dict:
