@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from types import SimpleNamespace
+from typing import AsyncIterator
 
 import pytest
 
@@ -210,6 +212,17 @@ async def _until(condition, deadline_s: float = 5.0) -> None:
         await asyncio.sleep(0.005)
 
 
+@contextlib.asynccontextmanager
+async def _running(loop_run) -> AsyncIterator[None]:
+    """A loop's run() as a task for the block, cancelled and awaited after it."""
+    task = asyncio.ensure_future(loop_run)
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 def _counting(monkeypatch, loop: object, name: str) -> list[int]:
     """Count the calls of `loop.name` (the real method still runs)."""
     calls = [0]
@@ -223,37 +236,32 @@ def _counting(monkeypatch, loop: object, name: str) -> list[int]:
     return calls
 
 
+def _backfiller(monkeypatch, recheck_s: float) -> tuple[Backfiller, list[int]]:
+    """A leader's backfiller over an empty replica, passing every 10 ms while
+    it passes, and the count of its passes."""
+    monkeypatch.setattr(limits, "backfill_period_ms", 10)
+    monkeypatch.setattr(limits, "backfill_idle_recheck_s", recheck_s)
+    backfiller = Backfiller(Replica().replicated())
+    return backfiller, _counting(monkeypatch, backfiller, "maybe_step")
+
+
 async def test_the_backfiller_waits_for_a_backfill_to_begin(monkeypatch):
     """Once a pass found nothing open, the leader's backfiller passes again
     only when apply says a backfill began (or at its recheck period): at a
     period of 10 ms it would otherwise pass 30 times in the 0.3 s below."""
-    monkeypatch.setattr(limits, "backfill_period_ms", 10)
-    monkeypatch.setattr(limits, "backfill_idle_recheck_s", 60.0)
-    backfiller = Backfiller(Replica().replicated())
-    passes = _counting(monkeypatch, backfiller, "maybe_step")
-    task = asyncio.ensure_future(backfiller.run())
-    try:
+    backfiller, passes = _backfiller(monkeypatch, 60.0)
+    async with _running(backfiller.run()):
         await _until(lambda: passes[0] >= 1)
         await asyncio.sleep(0.3)
         assert passes[0] == 1
         backfiller.opened()   # a BackfillOpened effect
         await _until(lambda: passes[0] >= 2)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_the_backfiller_looks_again_at_its_recheck_period(monkeypatch):
-    monkeypatch.setattr(limits, "backfill_period_ms", 10)
-    monkeypatch.setattr(limits, "backfill_idle_recheck_s", 0.05)
-    backfiller = Backfiller(Replica().replicated())
-    passes = _counting(monkeypatch, backfiller, "maybe_step")
-    task = asyncio.ensure_future(backfiller.run())
-    try:
+    backfiller, passes = _backfiller(monkeypatch, 0.05)
+    async with _running(backfiller.run()):
         await _until(lambda: passes[0] >= 4)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 def _trigger(replica: Replica, synced: list[bool]) -> TriggerLoop:
@@ -276,8 +284,7 @@ async def test_the_trigger_does_not_tick_with_nothing_due(monkeypatch):
     replica.run(commands.assign_shards(assignments=[(0, "n1")], at_ms=1))
     trigger = _trigger(replica, [True])
     passes = _counting(monkeypatch, trigger, "maybe_fire_due")
-    task = asyncio.ensure_future(trigger.run())
-    try:
+    async with _running(trigger.run()):
         await _until(lambda: passes[0] >= 1)
         await asyncio.sleep(0.3)
         assert passes[0] == 1
@@ -286,9 +293,6 @@ async def test_the_trigger_does_not_tick_with_nothing_due(monkeypatch):
         await _until(lambda: passes[0] >= 2)
         trigger.ownership_changed()
         await _until(lambda: passes[0] >= 3)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_a_shard_passed_is_looked_at_again_when_its_next_entry_is_due(monkeypatch):
@@ -319,12 +323,8 @@ async def test_a_shard_passed_is_looked_at_again_when_its_next_entry_is_due(monk
         return result
 
     monkeypatch.setattr(replica, "run_entry", run_entry)
-    task = asyncio.ensure_future(trigger.run())
-    try:
+    async with _running(trigger.run()):
         await _until(lambda: replica.job("job_e1").get("runs_count", 0) >= 3, 10.0)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_the_trigger_ticks_until_it_knows_the_cluster_time(monkeypatch):
@@ -334,12 +334,8 @@ async def test_the_trigger_ticks_until_it_knows_the_cluster_time(monkeypatch):
     monkeypatch.setattr(limits, "due_resync_period_s", 60.0)
     trigger = _trigger(Replica(), [False])
     passes = _counting(monkeypatch, trigger, "maybe_fire_due")
-    task = asyncio.ensure_future(trigger.run())
-    try:
+    async with _running(trigger.run()):
         await _until(lambda: passes[0] >= 5)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 def test_a_log_that_lags_behind_judges_no_node_dead():
