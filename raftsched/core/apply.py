@@ -174,13 +174,6 @@ def _create_jobs_compact(tx: Tx, cmd: commands.CreateJobsCompact) -> dict:
     return _create_jobs(tx, cmd)
 
 
-def _create_jobs_stored(tx: Tx, cmd: commands.CreateJobsStored) -> dict:
-    """A create_jobs whose specs came in the form the stores keep them: each
-    was made whole when the entry was decoded (commands.StoredCreateJobItem),
-    and is written in the form it came in (compact.StoredSpec)."""
-    return _create_jobs(tx, cmd)
-
-
 def _scoped_job(tx: Tx, cmd: commands.Command) -> dict | None:
     """The live job a write names, if it belongs to the tenant the write is for
     (another tenant's job is answered as not found)."""
@@ -635,7 +628,10 @@ HANDLERS: dict[str, Callable[[Tx, dict], dict]] = {
     "create_job": _create_job,
     "create_jobs": _create_jobs,
     "create_jobs_compact": _create_jobs_compact,
-    "create_jobs_stored": _create_jobs_stored,
+    # Its specs were made whole when the entry was decoded
+    # (commands.StoredCreateJobItem) and are written in the form they came in
+    # (compact.StoredSpec): otherwise a create_jobs.
+    "create_jobs_stored": _create_jobs,
     "update_job": _update_job,
     "delete_job": _delete_job,
     "pause_job": _pause_job,

@@ -158,7 +158,7 @@ class TriggerLoop:
         soonest: int | None = None
         for shard, due_ms in self._next_due.items():
             if due_ms is not None:
-                act_ms = due_ms if shard in self._held else due_ms - ahead_ms
+                act_ms = self._act_ms(shard, due_ms, ahead_ms)
                 soonest = act_ms if soonest is None else min(soonest, act_ms)
         if soonest is not None and soonest <= tick_ms:
             return tick_ms
@@ -195,7 +195,7 @@ class TriggerLoop:
         for shard, due_ms in self._next_due.items():
             if due_ms is None or shard in self._inflight:
                 continue
-            act_ms = due_ms if shard in self._held else due_ms - ahead_ms
+            act_ms = self._act_ms(shard, due_ms, ahead_ms)
             if act_ms <= now:
                 due.append(shard)
             elif earliest is None or act_ms < earliest:
@@ -203,6 +203,11 @@ class TriggerLoop:
         if due:
             self._propose_pass(due, now)
         return earliest
+
+    def _act_ms(self, shard: int, due_ms: int, ahead_ms: int) -> int:
+        """When a shard whose earliest entry is due at `due_ms` is passed: that
+        much ahead of it, or at it while its window holds nothing armable."""
+        return due_ms if shard in self._held else due_ms - ahead_ms
 
     def _ahead_ms(self) -> int:
         """How far ahead this pass may fire: the arming window; 0 while a fire
