@@ -16,7 +16,7 @@ import tempfile
 
 from raftsched.testing.cluster import LocalCluster
 from raftsched.testing.noisy import run_noisy
-from raftsched.testing.sink import Sink
+from raftsched.testing.fastsink import FastSink
 
 
 def main() -> int:
@@ -29,8 +29,9 @@ def main() -> int:
     print(f"conditions: {args.nodes} nodes on 127.0.0.1, {os.cpu_count()} cores, python "
           f"{sys.version.split()[0]}; tenant a: {args.a_jobs} one-offs (batchCreate), tenant "
           f"b: {args.b_jobs} one-offs (single POSTs), all due on the same second, HTTP "
-          f"target; equal weights; sink, clients and nodes share the machine", flush=True)
-    with tempfile.TemporaryDirectory() as tmp, Sink() as sink, \
+          f"target; equal weights; the sink (a process of its own), clients and nodes share "
+          f"the machine", flush=True)
+    with tempfile.TemporaryDirectory() as tmp, FastSink() as sink, \
             LocalCluster(tmp, nodes=args.nodes,
                          extra_env={"RAFTSCHED_LOG_LEVEL": "WARNING"}) as cluster:
         cluster.wait_ready()

@@ -10,7 +10,7 @@ import pytest
 
 from raftsched.testing.cluster import LocalCluster
 from raftsched.testing.noisy import run_noisy
-from raftsched.testing.sink import Sink
+from raftsched.testing.fastsink import FastSink
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +19,7 @@ B_JOBS = 10
 
 
 def test_a_light_tenant_is_called_ahead_of_a_heavy_tenants_backlog(tmp_path):
-    with Sink() as sink, LocalCluster(tmp_path, extra_env={"RAFTSCHED_LOG_LEVEL": "WARNING"}) \
+    with FastSink() as sink, LocalCluster(tmp_path, extra_env={"RAFTSCHED_LOG_LEVEL": "WARNING"}) \
             as cluster:
         cluster.wait_ready()
         a, b, _ = run_noisy(cluster, sink, A_JOBS, B_JOBS)
