@@ -589,10 +589,12 @@ exit_code_min = -(2 ** 31)
 exit_code_max = 2 ** 31 - 1
 # Response body read from an HTTP target (only its head is kept, in the error).
 http_response_head_bytes_max = 4096
-# Connections one node keeps open to one host (scheme, host, port); further calls
-# to it wait for one to be free. Keep-alive reuses them: a burst of a thousand
-# calls to one webhook then opens this many connections, not a thousand, which
-# costs both ends a TCP handshake and a socket each.
+# Connections one node keeps open to one host (scheme, host, port), and calls it
+# makes to one host at once: further runs for that host wait in the dispatcher,
+# tenants in turn, not yet called (their timeout not running), until one of
+# those calls ends. Keep-alive reuses them: a burst of a thousand calls to one
+# webhook then opens this many connections, not a thousand, which costs both
+# ends a TCP handshake and a socket each.
 http_connections_per_host_max = 100
 # Output kept per stream (stdout, stderr, HTTP response body) per attempt; the
 # rest is dropped and the kept text says how much was dropped.

@@ -148,7 +148,7 @@ def fake_node(**overrides: object) -> SimpleNamespace:
             "shards": [(b"\x00\x01", {"stale_fires": 2}), (b"\x00\x02", {"stale_fires": 1})],
             "nodes": [(b"n2", {"id": "n2", "raft": "127.0.0.1:7002"})]}[table]),
         dispatcher=ns(queue_depths=lambda: {"acme": 3, "default": 0}, running=lambda: 2,
-                      parked_total=0, held_past_bound_total=2, cancelled_total=0,
+                      parked_total=0, held_past_bound_total=2, host_waited_total=5, cancelled_total=0,
                       dropped_notifications=0,
                       taken_over_total=0, not_called_total=0, missed_uncalled_total=0),
         call_horizon=ns(writes_total=3),
@@ -230,6 +230,7 @@ def test_the_collector_reads_the_node_at_each_scrape():
     assert value(first, "raftsched_admission_create_jobs_inflight") == 1200
     assert value(first, "raftsched_breakers_open") == 1
     assert value(first, "raftsched_dispatcher_held_past_bound_total") == 2
+    assert value(first, "raftsched_dispatcher_host_waited_total") == 5
     # No second set of counters: what the node holds now is what the next scrape says.
     node.trigger.fired_total = 9
     node.applied_counts.add([(("run_ended", "succeeded"), 5), (("retry", ""), 2)])

@@ -10,6 +10,14 @@ loop thread) at `submit`. For each run, up to `runs_inflight_max` at a time:
   1. if its tenant's circuit breaker for its target host is open, wait for the cool-off
      (the run stays held: no attempt is spent on a host that is down), for at most
      breaker_hold_max_s, past which it is called anyway;
+  1b. if `http_connections_per_host_max` calls to its target host are in flight here,
+     wait for one of them to end, without a slot, in the host's own fair queue
+     (tenants in turn by weight, one run each: FairQueue with a quantum of 1). The
+     HTTP client never queues a call for a connection itself: a call waiting there
+     spent its timeout waiting behind the others, and in arrival order, so that one
+     tenant's burst at a shared host held back another's calls to it and timed its
+     own out unsent. A run waiting for its host still counts against its tenant's
+     runs_concurrent_max, which bounds how many wait so;
   2. the call step (`_attempt`): call only while this node holds the run's
      shard under the run's token and its shard lease is valid by its
      monotonic clock (runtime/coordinator.py `shard_lease_valid`); a run of a
@@ -51,6 +59,11 @@ from raftsched.runtime.lateness import LatenessHistogram
 from raftsched.storage.output_store import OutputStore
 
 log = logging.getLogger("raftsched.dispatch")
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+# In place of a job read when a run was taken: the attempt reads it as it starts.
+_READ_JOB = object()
 
 # The command level (commands.APPLY_LEVEL) that applies hand_over_runs.
 HAND_OVER_LEVEL = 2
@@ -305,6 +318,14 @@ class Dispatcher:
         self._handing_proposed = 0
         self.handed_over_total = 0
         self._take_over_wake = asyncio.Event()
+        # HTTP calls in flight here by target host, and the runs waiting for
+        # one of them to end (step 1b): a queue per host while any waits.
+        self._host_calls: dict[str, int] = {}
+        self._host_waiting: dict[str, FairQueue[dict]] = {}
+        self._host_waiting_count = 0
+        self._quota_of = quota_of
+        self.host_waited_total = 0
+        self._closing = False
 
     # --- inputs (loop thread) ---------------------------------------------------------
 
@@ -315,8 +336,11 @@ class Dispatcher:
             self.enqueue(run)
 
     def enqueue(self, run: dict) -> None:
-        """Never blocks: on overflow, a rescan of the open-runs index picks the run up."""
+        """Never blocks: on overflow (dispatch_queue_max runs waiting, for a
+        slot or for their host), a rescan of the open-runs index picks the run up."""
         try:
+            if self._queue.qsize() + self._host_waiting_count >= limits.dispatch_queue_max:
+                raise asyncio.QueueFull
             self._queue.put_nowait(run)
         except asyncio.QueueFull:
             self.dropped_notifications += 1
@@ -399,9 +423,17 @@ class Dispatcher:
         """Runs waiting here for a call slot."""
         return self._queue.qsize()
 
+    def waiting_for_host(self) -> int:
+        """Runs waiting here for a call to their target host to end (step 1b)."""
+        return self._host_waiting_count
+
     def queue_depths(self) -> dict[str, int]:
-        """Runs waiting for a slot here, by tenant."""
-        return self._queue.depths()
+        """Runs waiting here for a slot or for their host, by tenant."""
+        depths = self._queue.depths()
+        for queue in self._host_waiting.values():
+            for tenant, count in queue.depths().items():
+                depths[tenant] = depths.get(tenant, 0) + count
+        return depths
 
     # --- the loops --------------------------------------------------------------------
 
@@ -431,9 +463,58 @@ class Dispatcher:
                 self._slots.release()
                 continue
             self._active[run["id"]] = run["attempt"]
-            task = self._spawn("dispatcher.attempt", self._attempt(run, job))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            host = self._connection_of(run, job)
+            if host is not None and self._host_calls.get(host, 0) \
+                    >= limits.http_connections_per_host_max:
+                self._slots.release()   # it waits for its host, not for a slot
+                self._wait_for_host(host, run)
+                continue
+            self._start_attempt(run, job, host)
+
+    def _start_attempt(self, run: dict, job: Any, host: str | None) -> None:
+        """Spawn the attempt of a run that holds a slot (and, for an HTTP
+        target, one of its host's calls)."""
+        if host is not None:
+            self._host_calls[host] = self._host_calls.get(host, 0) + 1
+        task = self._spawn("dispatcher.attempt", self._attempt(run, job, host))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _wait_for_host(self, host: str, run: dict) -> None:
+        """Queue `run` behind the calls in flight to its host (step 1b)."""
+        queue = self._host_waiting.get(host)
+        if queue is None:
+            queue = self._host_waiting[host] = FairQueue(
+                tenant_of=lambda run: run["tenant"],
+                priority_of=lambda run: run.get("priority", "normal"),
+                weight_of=lambda tenant: self._quota_of(tenant)["weight"],
+                # Caps are the slot queue's to count: a run waiting here holds its place.
+                cap_of=lambda tenant: limits.dispatch_queue_max,
+                maxsize=limits.dispatch_queue_max, quantum=1)
+        queue.put_nowait(run)
+        self._host_waiting_count += 1
+        self.host_waited_total += 1
+
+    def _host_call_ended(self, host: str) -> bool:
+        """A call to `host` ended: its slot goes to the next run waiting for
+        that host, if any (then say so: the slot stays taken)."""
+        queue = self._host_waiting.get(host)
+        run = queue.get_nowait() if queue is not None and not self._closing else None
+        if run is None:
+            left = self._host_calls.get(host, 0) - 1
+            if left > 0:
+                self._host_calls[host] = left
+            else:
+                self._host_calls.pop(host, None)
+            return False
+        queue.done(run["tenant"])
+        self._host_waiting_count -= 1
+        if not queue.qsize():
+            del self._host_waiting[host]
+        self._host_calls[host] -= 1
+        # Its job is read again as its attempt starts: it may have changed meanwhile.
+        self._start_attempt(run, _READ_JOB, host)
+        return True
 
     def _maybe_park(self, run: dict, job: dict | None) -> bool:
         """Hold a run back while its tenant's breaker for its target host is
@@ -478,6 +559,20 @@ class Dispatcher:
                     "rest", limits.breaker_hold_max_s, self._past_bound_unlogged, tenant, host)
         self._past_bound_unlogged = 0
         self._past_bound_logged_at = now
+
+    @staticmethod
+    def _connection_of(run: dict, job: dict | None) -> str | None:
+        """What the HTTP client pools a call's connections by (scheme, host,
+        port), for an HTTP target; else None."""
+        target = dag.target_of(job["spec"], run.get("task_id")) if job is not None else None
+        if target is None or target["type"] != "http":
+            return None
+        try:
+            parts = urlsplit(target["url"])
+            port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
+        except ValueError:
+            return None   # not callable: the call fails at once
+        return f"{parts.scheme}://{parts.hostname}:{port}"
 
     @staticmethod
     def _host(run: dict, job: dict | None) -> str | None:
@@ -781,11 +876,15 @@ class Dispatcher:
 
     # --- one attempt ------------------------------------------------------------------
 
-    async def _attempt(self, run: dict, job: dict | None) -> None:
-        """`job`: the run's job as read when the run was taken from the queue,
-        read again if the call has to wait for this node's shard lease."""
+    async def _attempt(self, run: dict, job: Any, host: str | None = None) -> None:
+        """`job`: the run's job as read when the run was taken from the queue
+        (or _READ_JOB: read it first), read again if the call has to wait for
+        this node's shard lease. `host`: the target host whose call count it
+        holds (step 1b)."""
         settled_here = True
         try:
+            if job is _READ_JOB:
+                job = queries.job(self._store, run["job_id"])
             # No call past the call horizon (runtime/horizon.py): pushed
             # first, so that the checks below come right before the call.
             await cover_or_drop(self._calls.horizon,
@@ -819,7 +918,8 @@ class Dispatcher:
                                           f"during the attempt: {exc!r}")
             raise
         finally:
-            self._slots.release()
+            if host is None or not self._host_call_ended(host):
+                self._slots.release()
             self._queue.done(run["tenant"])
             if settled_here:
                 self._settled(run)
@@ -960,6 +1060,7 @@ class Dispatcher:
             await asyncio.sleep(limits.finish_resend_s)
 
     async def close(self) -> None:
+        self._closing = True   # runs waiting for a host stay held: a restart resumes them
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -166,6 +166,9 @@ class NodeCollector(Collector):
         yield gauge("dispatcher_running", "Attempts executing on this node", dispatcher.running())
         yield counter("dispatcher_parked", "Runs held back while their host's circuit breaker "
                       "was open", dispatcher.parked_total)
+        yield counter("dispatcher_host_waited", "Runs that waited for a call to their target "
+                      "host to end (http_connections_per_host_max in flight)",
+                      dispatcher.host_waited_total)
         yield counter("dispatcher_held_past_bound", "Runs called anyway after breaker_hold_max_s "
                       "held behind an open circuit breaker", dispatcher.held_past_bound_total)
         yield counter("dispatcher_cancelled", "Attempts stopped here because their run was "

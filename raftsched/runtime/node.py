@@ -600,6 +600,9 @@ class Node:
                 left.append(f"{len(self.armed)} armed runs held")
             if self.dispatcher.waiting():
                 left.append(f"{self.dispatcher.waiting()} runs waiting for a call slot")
+            if self.dispatcher.waiting_for_host():
+                left.append(f"{self.dispatcher.waiting_for_host()} runs waiting for a call to "
+                            f"their target host to end")
             if self.dispatcher.handing_over():
                 left.append(f"{self.dispatcher.handing_over()} runs to hand over")
         if self.dispatcher.running():
