@@ -207,6 +207,32 @@ async def test_stop_cancels_every_loop_even_one_waiting_to_restart():
     assert supervisor.failures == {"failing": 1, "idle": 0}
 
 
+async def test_a_task_spawned_once_stop_has_begun_never_starts():
+    """A task that stop is ending may spawn another in its cleanup (the
+    dispatcher hands a host's freed call to the next run waiting for it): that
+    one must not run on past the stop."""
+    supervisor = quick([])
+    began: list[str] = []
+    spawned: list[asyncio.Task] = []
+
+    async def work(name: str) -> None:
+        began.append(name)
+        await asyncio.Event().wait()
+
+    async def ending() -> None:
+        try:
+            await work("first")
+        finally:
+            spawned.append(supervisor.spawn("next", work("next")))
+
+    first = supervisor.spawn("first", ending())
+    await asyncio.sleep(0)
+    await asyncio.wait_for(supervisor.stop(), 2)
+    await asyncio.sleep(0)
+    assert first.cancelled() and len(spawned) == 1 and spawned[0].cancelled()
+    assert began == ["first"]
+
+
 async def test_stop_cancels_again_a_loop_that_lost_its_cancellation():
     # Before Python 3.12, asyncio.wait_for may drop a cancellation that arrives
     # as the future it waits for completes; the loop then goes on.

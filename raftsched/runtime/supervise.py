@@ -124,8 +124,12 @@ class Supervisor:
     def spawn(self, name: str, coroutine: Coroutine) -> asyncio.Task:
         """Run a one-shot task (a fire, an execution, an alert delivery). Its
         failure is logged with the traceback and counted; the task is held here
-        until done (the event loop itself only keeps weak references)."""
+        until done (the event loop itself only keeps weak references). Once
+        stop() has begun, a task spawned (by one that stop is ending, say) is
+        cancelled before it starts: nothing begins after the stop."""
         task = asyncio.ensure_future(coroutine)
+        if self._stopping:
+            task.cancel()
         self._spawned.add(task)
         task.add_done_callback(lambda done: self._spawned_done(name, done))
         return task
