@@ -12,6 +12,7 @@ import pytest
 from raftsched import limits
 from raftsched.core import commands, keys
 from raftsched.executors.base import Outcome
+from tests import test_lease_at_fire
 from tests.test_lease_at_fire import AT_MS, SHARDS, Cluster, FakeNode, start, until
 
 HOST_MAX = 2
@@ -72,15 +73,13 @@ def fire(cluster: Cluster, node: FakeNode, job_id: str, count: int) -> list[str]
     return [keys.run_id(job_id, o) for o in occurrences]
 
 
-@pytest.fixture
-async def cluster(monkeypatch):
+# The fixture of a replicated log and its fake nodes, with 4 call slots a node.
+cluster = test_lease_at_fire.cluster
+
+
+@pytest.fixture(autouse=True)
+def host_max(monkeypatch):
     monkeypatch.setattr(limits, "http_connections_per_host_max", HOST_MAX)
-    monkeypatch.setattr(limits, "runs_inflight_max", 50)
-    cluster = Cluster()
-    yield cluster
-    for node in cluster.nodes.values():
-        await node.dispatcher.close()
-        await node.supervisor.stop()
 
 
 def state(cluster: Cluster, run_id: str) -> str:
