@@ -138,3 +138,36 @@ def test_calls_are_counted_by_what_the_client_pools_connections_by():
     assert key("http://[::1]:99999/") is None    # a port out of range: no call is made
     assert Dispatcher._connection_of({}, {"spec": {"target": {"type": "publish"}}}) is None
     assert Dispatcher._connection_of({}, None) is None
+
+
+class CappedNode(FakeNode):
+    """A node whose tenants may run 3 runs at once (runs_concurrent_max)."""
+
+    def quota_of(self, tenant: str) -> dict:
+        return {"weight": 1, "runs_concurrent_max": 3}
+
+
+async def test_a_tenants_runs_waiting_for_a_busy_host_do_not_hold_back_its_other_hosts(cluster):
+    node = CappedNode(cluster, "n1", collections.Counter())
+    target = HeldCalls()
+    node.http_executor.run = target.run
+    make_job(cluster, "job_slow", "a", "http://slow.example/a")
+    make_job(cluster, "job_other", "a", "http://other.example/a")
+    node.renew()
+    slow_runs = fire(cluster, node, "job_slow", 6)
+    start(node)
+    await until(lambda: len(target.began) == HOST_MAX, "the first calls to the slow host")
+    await until(lambda: node.dispatcher.waiting_for_host() == len(slow_runs) - HOST_MAX,
+                "the rest of a's runs for it to wait for it")
+    # Those four hold no place in a's cap of 3: its run for another host is called.
+    (other_run,) = fire(cluster, node, "job_other", 1)
+    await until(lambda: other_run in target.began, "a's call to the other host")
+    assert node.dispatcher._queue.running("a") == HOST_MAX + 1
+    # As calls end, the waiting runs take their places again, each called once.
+    while any(state(cluster, r) != "succeeded" for r in slow_runs + [other_run]):
+        for run_id in list(target.began):
+            target.end(run_id)
+        await asyncio.sleep(0.01)
+    assert sorted(target.began) == sorted(slow_runs + [other_run])
+    assert target.most["slow.example"] == HOST_MAX
+    assert node.dispatcher._queue.running("a") == 0

@@ -16,8 +16,10 @@ loop thread) at `submit`. For each run, up to `runs_inflight_max` at a time:
      HTTP client never queues a call for a connection itself: a call waiting there
      spent its timeout waiting behind the others, and in arrival order, so that one
      tenant's burst at a shared host held back another's calls to it and timed its
-     own out unsent. A run waiting for its host still counts against its tenant's
-     runs_concurrent_max, which bounds how many wait so;
+     own out unsent. A run waiting for its host holds no place in its tenant's
+     runs_concurrent_max (it takes one again when its call begins), so a tenant's
+     slow host does not hold back its runs for other hosts; with the runs waiting
+     for a slot, at most dispatch_queue_max wait;
   2. the call step (`_attempt`): call only while this node holds the run's
      shard under the run's token and its shard lease is valid by its
      monotonic clock (runtime/coordinator.py `shard_lease_valid`); a run of a
@@ -466,7 +468,10 @@ class Dispatcher:
             host = self._connection_of(run, job)
             if host is not None and self._host_calls.get(host, 0) \
                     >= limits.http_connections_per_host_max:
-                self._slots.release()   # it waits for its host, not for a slot
+                # It waits for its host, holding no slot and no place in its
+                # tenant's cap: the tenant's runs for other hosts go on.
+                self._slots.release()
+                self._queue.done(run["tenant"])
                 self._wait_for_host(host, run)
                 continue
             self._start_attempt(run, job, host)
@@ -488,7 +493,7 @@ class Dispatcher:
                 tenant_of=lambda run: run["tenant"],
                 priority_of=lambda run: run.get("priority", "normal"),
                 weight_of=lambda tenant: self._quota_of(tenant)["weight"],
-                # Caps are the slot queue's to count: a run waiting here holds its place.
+                # Caps are the slot queue's to count, as a call begins.
                 cap_of=lambda tenant: limits.dispatch_queue_max,
                 maxsize=limits.dispatch_queue_max, quantum=1)
         queue.put_nowait(run)
@@ -508,6 +513,7 @@ class Dispatcher:
                 self._host_calls.pop(host, None)
             return False
         queue.done(run["tenant"])
+        self._queue.take(run["tenant"])   # given back as its attempt ends
         self._host_waiting_count -= 1
         if not queue.qsize():
             del self._host_waiting[host]
