@@ -137,6 +137,27 @@ def _replicator_of(member: _StateMachine) -> Replicator:
     return replicator
 
 
+def test_a_peer_never_connected_since_this_start_is_left_to_its_renewals():
+    """A link down since this process started says nothing (a peer slower to
+    start); one that was up and went down says the peer died."""
+    from types import SimpleNamespace
+
+    class Peer:   # hashable, as pysyncobj's nodes are
+        def __init__(self, port: int) -> None:
+            self.id = f"127.0.0.1:{port}"
+
+    late, killed, up = Peer(1), Peer(2), Peer(3)
+    connected = {up}
+    obj = SimpleNamespace(_isLeader=lambda: True, otherNodes=[late, killed, up],
+                          _SyncObj__lastResponseTime={late: 0.0, killed: 0.0, up: 0.0},
+                          isNodeConnected=lambda node: node in connected,
+                          _raftsched_connected_once={killed.id, up.id})
+    replicator = SimpleNamespace(_obj=obj, _alias={})
+    seen = Replicator.peer_liveness(replicator)
+    assert set(seen) == {killed.id, up.id}
+    assert seen[killed.id] is None and seen[up.id] >= 0
+
+
 def test_only_the_leader_reports_its_peers_links(group):
     """pysyncobj records peers' answers only while leading: a follower that
     reported its peers as down would judge live shard holders dead."""
@@ -148,6 +169,7 @@ def test_only_the_leader_reports_its_peers_links(group):
     seen = wait_until(lambda: (lambda s: s if None not in s.values() else None)(
         _replicator_of(leader).peer_liveness()), 10, "the leader connected to both")
     assert set(seen) == others and all(age >= 0 for age in seen.values())
+    assert leader._raftsched_connected_once == others   # noted as each link came up
     for follower in (m for m in group if m is not leader):
         assert follower.isNodeConnected(leader.selfNode)
         assert _replicator_of(follower).peer_liveness() == {}

@@ -590,6 +590,10 @@ class _Transport(TCPTransport):
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any) -> None:
         self._raftsched_listen = getattr(syncObj, "_raftsched_listen", True)
+        # The peers (by node id) a link to was up at some moment since this
+        # process started: Replicator.peer_liveness. Only ever grows.
+        self._raftsched_connected_once: set[str] = set()
+        syncObj._raftsched_connected_once = self._raftsched_connected_once
         super().__init__(syncObj, selfNode, otherNodes)
         if not self._raftsched_listen:
             self._ready = True   # pysyncobj waits for a bind otherwise
@@ -598,6 +602,18 @@ class _Transport(TCPTransport):
     def _createServer(self) -> None:
         if self._raftsched_listen:
             super()._createServer()
+
+    def setOnNodeConnectedCallback(self, callback: Callable[[Any], None] | None) -> None:
+        """pysyncobj's callback, and a note of each peer a link came up to."""
+        if callback is None:
+            super().setOnNodeConnectedCallback(None)
+            return
+        once = self._raftsched_connected_once
+
+        def connected(node: Any) -> None:
+            once.add(str(node.id))
+            callback(node)
+        super().setOnNodeConnectedCallback(connected)
 
     def _onNewIncomingConnection(self, conn: TcpConnection) -> None:
         _cap_frames(conn, trusted=False)   # before any byte of it is read
@@ -1362,7 +1378,16 @@ class Replicator:
         so a follower would report every peer it never led as down (a node
         that gained shards as a follower then judged their live holders dead
         and called their runs fired ahead again, as next attempts). There
-        liveness is the renewals' alone (Coordinator.live_nodes)."""
+        liveness is the renewals' alone (Coordinator.live_nodes).
+
+        A peer no link has come up to since this process started is left
+        out, not reported down: in a whole cluster restarted, the node
+        slowest to start is not connected yet when the first leader looks
+        (links are dialled every connection_retry_s), and judged dead then
+        it lost its shards before it could judge its own uncalled runs, which
+        were then called again as next attempts. The renewals judge it, from
+        this start. A peer whose link was up and is down (a killed process)
+        is still down at once."""
         obj = self._obj
         if not obj._isLeader():
             return {}
@@ -1375,12 +1400,15 @@ class Replicator:
         else:
             last = {}
         now = pysyncobj_monotonic()   # the clock pysyncobj stamps answers with
+        once = getattr(obj, "_raftsched_connected_once", None)
         out: dict[str, float | None] = {}
         for peer in obj.otherNodes:
             seen = last.get(peer)
             addr = self._alias.get(str(peer.id), str(peer.id))
-            connected = obj.isNodeConnected(peer) and seen is not None
-            out[addr] = max(0.0, now - seen) if connected else None
+            if obj.isNodeConnected(peer) and seen is not None:
+                out[addr] = max(0.0, now - seen)
+            elif once is None or str(peer.id) in once:
+                out[addr] = None
         return out
 
     def destroy(self) -> None:
