@@ -364,6 +364,10 @@ def _fire_part(tx: Tx, part: commands.Fire | commands.FirePart, node: str, at_ms
                           f"token {state['token']} owned by {state['owner']}"}
     fired = stale = 0
     for item in part.items:
+        fired_here = _fire_pending_once(tx, shard, item, node, part.token, at_ms)
+        if fired_here is not None:
+            fired += fired_here
+            continue
         job_id, due_ms, next_ms, occurrences = (item.job_id, item.due_ms, item.next_ms,
                                                 item.occurrences)
         job = _live_job(tx, job_id)
@@ -424,6 +428,52 @@ def _fire_part(tx: Tx, part: commands.Fire | commands.FirePart, node: str, at_ms
         state["checkpoint_ms"] = part.upto_ms
         tx.put(SHARDS, keys.shard_key(shard), state)
     return {"ok": True, "fired": fired, "stale": stale, "node": node}
+
+
+# Whether a pending one-off fires from its record as stored (_fire_pending_once);
+# tests/test_fire_pending.py turns it off to compare with the whole read.
+FIRE_PENDING_FROM_STORED = True
+# The spec create_run reads for a job pending_once_facts admits: what its
+# own spec answers to every member create_run reads (an HTTP target a node
+# calls; priority, concurrency, queue and DAG at their defaults). Only ever
+# read.
+_PENDING_ONCE_SPEC = {"target": {"type": "http"}}
+
+
+def _fire_pending_once(tx: Tx, shard: int, item: commands.FireItem, node: str, token: int,
+                       at_ms: int) -> int | None:
+    """Fire `item` if its job is a pending one-off whose fire nothing in its
+    spec changes (compact.pending_once_facts), reading its record as stored
+    rather than the whole job and its spec: the run, its due entry's
+    removal and the job's state are written as the whole read's fire
+    writes them (tests/test_fire_pending.py holds the two alike): the runs
+    it fired (0 when the occurrence's run exists already). None, with
+    nothing done, for any other item: it is fired from the whole job."""
+    if not FIRE_PENDING_FROM_STORED or item.omitted or len(item.occurrences) != 1:
+        return None
+    job_id, due_ms = item.job_id, item.due_ms
+    facts = compact.pending_once_facts(tx.stored_pending_job(keys.job_key(job_id)))
+    if facts is None:
+        return None
+    tenant, job_shard, run_at_ms = facts
+    due = keys.due_key(shard, due_ms, job_id)
+    if job_shard != shard or run_at_ms != due_ms or item.occurrences[0] != due_ms \
+            or due_ms - at_ms > limits.arm_ahead_s_max * 1000 or tx.get(DUE, due) is None:
+        return None   # (the whole read says why not)
+    tx.delete(DUE, due)
+    job = {"id": job_id, "tenant": tenant, "shard": shard, "spec": _PENDING_ONCE_SPEC,
+           "last_run_id": None}
+    run, created = runs.create_run(tx, job, due_ms, node, at_ms, "schedule", token,
+                                   lifecycle.QUEUED, None)
+    if created and due_ms > at_ms and run["state"] in (lifecycle.QUEUED, lifecycle.RUNNING):
+        run["armed_ms"] = at_ms
+        runs.put_run(tx, run)
+    job["last_run_id"] = run["id"]
+    del job["spec"]
+    # updated_ms dates the completion: retention counts from it.
+    job["status"], job["next_ms"], job["updated_ms"] = "completed", None, at_ms
+    tx.put_job_state(job)
+    return int(created)
 
 
 def _miss_uncalled(tx: Tx, cmd: commands.Command) -> dict:

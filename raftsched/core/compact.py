@@ -267,6 +267,8 @@ _NEXT_AT = _JOB.position("next_ms")
 _NAME_AT = _SPEC_FORM.position("name")
 _SCHEDULE_AT, _TARGET_AT = _SPEC_FORM.position("schedule"), _SPEC_FORM.position("target")
 _JOB_ID_AT, _RUN_ID_AT = _JOB.position("id"), _RUN.position("id")
+_TENANT_AT, _SHARD_AT = _JOB.position("tenant"), _JOB.position("shard")
+_JOB_LAST_RUN_AT = _JOB.position("last_run_id")
 _RUN_JOB_AT, _RUN_SCHEDULED_AT = _RUN.position("job_id"), _RUN.position("scheduled_ms")
 
 
@@ -494,6 +496,40 @@ def pending_without_history(raw: bytes) -> bool:
         return False
     others = stored[0]
     return others is None or (type(others) is dict and "runs_count" not in others)
+
+
+# Spec members that change nothing about a one-off's fire (pending_once_facts).
+_FIRE_IRRELEVANT = frozenset(("retry", "alert", "metadata", "history", "secret_keys", "labels"))
+
+
+def pending_once_facts(stored: Any) -> tuple[str, int, int] | None:
+    """(tenant, shard, run_at_ms) of a job record as stored (decoded, not
+    restored, with no state record beside it) that is an active one-off
+    never fired, due at its own time, whose fire its spec does not change:
+    an HTTP target, every member a fire reads at its default (concurrency
+    allow, the default misfire policy, priority normal, no jitter, no DAG,
+    no offset), and of the others none but _FIRE_IRRELEVANT. What a fire
+    of such a job needs of it (core/apply.py _fire_pending_once), read from
+    the places `compact` keeps them, without restoring the job and its spec.
+    None for any other record (read it whole)."""
+    if type(stored) is not list or len(stored) <= _NEXT_AT or stored[0] is not None \
+            or stored[_STATUS_AT] is not None or stored[_NEXT_AT] is not False \
+            or stored[_JOB_ID_AT] is not None \
+            or (len(stored) > _JOB_LAST_RUN_AT and stored[_JOB_LAST_RUN_AT] is not None):
+        return None
+    spec, tenant, shard = stored[_SPEC_AT], stored[_TENANT_AT], stored[_SHARD_AT]
+    if type(spec) is not list or len(spec) != 1 + len(_SPEC_FORM.fields) \
+            or type(tenant) is not str or type(shard) is not int:
+        return None
+    others, schedule, target = spec[0], spec[_SCHEDULE_AT], spec[_TARGET_AT]
+    if others is not None and (type(others) is not dict or not others.keys() <= _FIRE_IRRELEVANT):
+        return None
+    if type(schedule) is not list or len(schedule) != 3 or schedule[0] is not None \
+            or schedule[1] != "once" or type(schedule[2]) is not int:
+        return None
+    if type(target) is not list or len(target) < 2 or target[1] != "http":
+        return None
+    return tenant, shard, schedule[2]
 
 
 def _stored_run(run: dict) -> list | None:

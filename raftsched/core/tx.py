@@ -128,6 +128,9 @@ class View(Protocol):
 
     def get(self, table: str, key: bytes) -> Any | None: ...
 
+    # Optional: get_stored(table, key) -> the record as stored, decoded but not
+    # restored (core/compact.py), or None. Tx.stored_pending_job uses it.
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RunQueued:
@@ -318,6 +321,25 @@ class Tx:
         if key not in self._jobs_read:
             self._jobs_read[key] = (_snapshot(job), state is not None)
         return job
+
+    def stored_pending_job(self, key: bytes) -> Any | None:
+        """A job's record as stored (decoded, not restored: core/compact.py),
+        when its state is still in that record (it has no state record) and
+        this command has neither read nor written the job: what a fire of a
+        pending one-off reads instead of the whole job. None otherwise, or
+        when the view keeps no stored forms (`get_stored`)."""
+        get_stored = getattr(self._view, "get_stored", None)
+        if get_stored is None or key in self._jobs_read or (JOBS, key) in self._writes \
+                or (JOB_STATE, key) in self._writes:
+            return None
+        try:
+            if self._view.get(JOB_STATE, key) is not None:
+                return None
+            return get_stored(JOBS, key)
+        except ViewFailed:
+            raise
+        except Exception as exc:
+            raise ViewFailed(f"reading {JOBS}: {exc!r}") from exc
 
     def job_state(self, job_id: str) -> dict | None:
         """A job's state (JOB_STATE_FIELDS) and id, for a change to its state

@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 import lmdb
 
 from raftsched import limits
-from raftsched.core import keys
+from raftsched.core import codec, keys
 from raftsched.core.apply import DUE, RUNS, TABLES, Transition
 from raftsched.core.tx import JOB_STATE, JOBS, View
 from raftsched.errors import InvariantBroken, StorageFull
@@ -586,6 +586,13 @@ class _TxnView:
         raw = _due_get(self._txn, self._dbs[DUE], key) if table == DUE \
             else self._txn.get(key, db=self._dbs[table])
         return None if raw is None else decode_value(table, raw, key)
+
+    def get_stored(self, table: str, key: bytes) -> Any | None:
+        """The record as stored, decoded but not restored (core/tx.py View)."""
+        if table == DUE or not storable_key(key):
+            return None
+        raw = self._txn.get(key, db=self._dbs[table])
+        return None if raw is None else codec.unpack_record(raw)
 
 
 class PinnedRead:

@@ -9,7 +9,8 @@ import bisect
 import threading
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-from raftsched.core.apply import RUNS, TABLES, Transition
+from raftsched.core import codec
+from raftsched.core.apply import DUE, RUNS, TABLES, Transition
 from raftsched.core.tx import JOB_STATE, JOBS
 from raftsched.errors import InvariantBroken
 from raftsched.storage.base import (check_key, check_row, decode_run_hold, decode_value,
@@ -33,6 +34,13 @@ class MemoryStore:
         if raw is not None and table == JOBS:
             return self._merged_job(key, raw)
         return None if raw is None else decode_value(table, raw, key)
+
+    def get_stored(self, table: str, key: bytes) -> Any | None:
+        """The record as stored, decoded but not restored (core/tx.py View)."""
+        if table == DUE or not storable_key(key):
+            return None
+        raw = self._data[table].get(key)
+        return None if raw is None else codec.unpack_record(raw)
 
     def run_hold(self, run_id: str) -> tuple[Any, Any, Any, Any] | None:
         key = run_id.encode()
