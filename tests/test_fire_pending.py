@@ -29,26 +29,30 @@ def _iso(ms: int) -> str:
 
 
 class Pair:
-    """Two replicas given the same commands: `fast` fires pending one-offs
-    from their stored records, `whole` reads every job whole."""
+    """Two replicas given the same commands: `fast` with `module.flag` on (a
+    path that reads a stored record rather than the whole one), `whole` with
+    it off. `taken` counts the calls of `module.function` that took the path
+    (did not answer `declined`)."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, module=apply_mod,
+                 flag: str = "FIRE_PENDING_FROM_STORED", function: str = "_fire_pending_once",
+                 declined: object = None) -> None:
         self.fast, self.whole = Replica(), Replica()
         self.taken = 0
-        original = apply_mod._fire_pending_once
+        original = getattr(module, function)
 
         def counted(*args, **kwargs):
-            fired = original(*args, **kwargs)
-            self.taken += fired is not None
-            return fired
+            answer = original(*args, **kwargs)
+            self.taken += answer is not declined
+            return answer
 
-        monkeypatch.setattr(apply_mod, "_fire_pending_once", counted)
-        self._monkeypatch = monkeypatch
+        monkeypatch.setattr(module, function, counted)
+        self._monkeypatch, self._module, self._flag = monkeypatch, module, flag
 
     def run(self, command: commands.Command) -> dict:
-        self._monkeypatch.setattr(apply_mod, "FIRE_PENDING_FROM_STORED", True)
+        self._monkeypatch.setattr(self._module, self._flag, True)
         fast = self.fast.run(command)
-        self._monkeypatch.setattr(apply_mod, "FIRE_PENDING_FROM_STORED", False)
+        self._monkeypatch.setattr(self._module, self._flag, False)
         whole = self.whole.run(command)
         assert fast == whole
         assert self.fast.effects == self.whole.effects
@@ -80,11 +84,11 @@ def _fire(pair: Pair, at_ms: int) -> dict:
                                   at_ms=at_ms, items=[(JOB_ID, DUE_MS, None, [DUE_MS], False)]))
 
 
-def _finish(pair: Pair, at_ms: int) -> None:
+def _finish(pair: Pair, at_ms: int, **report) -> dict:
     run_id = keys.run_id(JOB_ID, DUE_MS)
-    pair.run(commands.run_updates(updates=[commands.run_finish(
-        run_id=run_id, holder=NODE, attempt=1, at_ms=at_ms, ok=True, http_status=200,
-        called_ms=max(at_ms - 5, DUE_MS))]))
+    report = {"ok": True, "http_status": 200, "called_ms": max(at_ms - 5, DUE_MS), **report}
+    return pair.run(commands.run_updates(updates=[commands.run_finish(
+        run_id=run_id, holder=NODE, attempt=1, at_ms=at_ms, **report)]))
 
 
 def _edit(pair: Pair, edit: str) -> None:

@@ -270,6 +270,15 @@ _JOB_ID_AT, _RUN_ID_AT = _JOB.position("id"), _RUN.position("id")
 _TENANT_AT, _SHARD_AT = _JOB.position("tenant"), _JOB.position("shard")
 _JOB_LAST_RUN_AT = _JOB.position("last_run_id")
 _RUN_JOB_AT, _RUN_SCHEDULED_AT = _RUN.position("job_id"), _RUN.position("scheduled_ms")
+_STATE_AT, _HOLDER_AT, _NODE_AT = (_RUN.position(name) for name in ("state", "holder", "node"))
+_ATTEMPT_AT, _CREATED_AT = _RUN.position("attempt"), _RUN.position("created_ms")
+RUN_SHARD_AT = _RUN.position("shard")
+_FINISHED_AT = _RUN.position("finished_ms")
+_HTTP_STATUS_AT, _EXIT_CODE_AT, _ERROR_AT = (_RUN.position(name) for name in
+                                             ("http_status", "exit_code", "error"))
+# A run held from its fire has none of these (finished_held).
+_UNHELD_AT = tuple(_RUN.position(name) for name in ("queue", "lease_ms", "retry_due_ms",
+                                                    "finished_ms"))
 
 
 def compact(table: str, value: Any, key: bytes | None = None) -> Any:
@@ -530,6 +539,59 @@ def pending_once_facts(stored: Any) -> tuple[str, int, int] | None:
     if type(target) is not list or len(target) < 2 or target[1] != "http":
         return None
     return tenant, shard, schedule[2]
+
+
+# Other members a run held from its fire may have that change nothing about
+# its success (finished_held).
+_HELD_OTHERS = frozenset(("armed_ms", "jitter_ms"))
+
+
+def finished_held(stored: Any, key: bytes, holder: str, attempt: int, at_ms: int,
+                  called_ms: int | None, summary: tuple[Any, Any, Any, Any]) -> list | None:
+    """The positional form `compact` writes for a run, stored as `stored`
+    (decoded, not restored), whose attempt `attempt` held by `holder` from
+    its fire succeeded at `at_ms` (runs.finish), its call begun at
+    `called_ms`; `summary`: the attempt's (http_status, exit_code, error,
+    output_node). Only for a run a node executes, with one attempt that
+    repeats the run's own members, no lease, its ids derived from its key,
+    and no other member but _HELD_OTHERS: None for any other (read it whole).
+    The form is patched where `compact` keeps each member, so that a
+    success is written without restoring the run (tests/test_finish_held.py
+    holds it to the whole read's)."""
+    if type(stored) is not list or len(stored) <= _HOLDER_AT or stored[_ATTEMPTS_AT] != 0 \
+            or type(stored[_ATTEMPTS_AT]) is not int or stored[_RUN_ID_AT] is not None \
+            or stored[_RUN_JOB_AT] is not None or stored[_STATE_AT] != "running" \
+            or stored[_HOLDER_AT] != holder or stored[_NODE_AT] != holder \
+            or stored[_ATTEMPT_AT] != attempt or type(stored[_ATTEMPT_AT]) is not int:
+        return None
+    others = stored[0]
+    if others is not None and (type(others) is not dict or not others.keys() <= _HELD_OTHERS):
+        return None
+    patched = stored + [None] * (1 + len(_RUN.fields) - len(stored))
+    if any(patched[at] is not None for at in _UNHELD_AT):
+        return None
+    created, started = patched[_CREATED_AT], patched[_STARTED_AT]
+    if type(created) is not int or (started is not _AS_CREATED and type(started) is not int) \
+            or type(patched[RUN_SHARD_AT]) is not int:
+        return None
+    if called_ms is not None:
+        patched[_STARTED_AT] = _AS_CREATED if called_ms == created else called_ms
+    http_status, exit_code, error, output_node = summary
+    patched[_STATE_AT] = "succeeded"
+    patched[_FINISHED_AT] = at_ms
+    patched[_HOLDER_AT] = None
+    patched[_HTTP_STATUS_AT], patched[_EXIT_CODE_AT], patched[_ERROR_AT] = \
+        http_status, exit_code, error
+    if output_node is not None:   # no longer a lone attempt: stored as itself
+        started_ms = patched[_STARTED_AT]
+        patched[_ATTEMPTS_AT] = [_stored_attempt({
+            "attempt": attempt, "holder": holder,
+            "started_ms": created if started_ms is _AS_CREATED else started_ms,
+            "finished_ms": at_ms, "http_status": http_status, "exit_code": exit_code,
+            "error": error, "output_node": output_node, "retry_delay_ms": None})]
+    while patched[-1] is None and len(patched) > 1:
+        patched.pop()
+    return patched
 
 
 def _stored_run(run: dict) -> list | None:

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any, Protocol
 
 from raftsched import limits
-from raftsched.core import keys
+from raftsched.core import codec, compact, keys
 
 JOBS = "jobs"
 DUE = "due"
@@ -264,6 +264,12 @@ def check_key(table: str, key: object) -> None:
 # What Tx.get finds in its writes for a key the command has not written.
 _UNWRITTEN = object()
 
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Stored:
+    """A write of a record in its stored form (Tx.put_stored)."""
+    stored: list
+
 # Whether a job written by put_fired_job is checked to have changed its state
 # alone (its other members compared with the job as read, as a whole write
 # is): the test suite turns it on (tests/conftest.py); a node does not pay it.
@@ -296,6 +302,9 @@ class Tx:
         if not isinstance(key, bytes) or not 1 <= len(key) <= limits.lmdb_key_bytes_max:
             return None   # no record can be stored under a key no store can hold
         value = self._writes.get((table, key), _UNWRITTEN)
+        if type(value) is _Stored:
+            # Written as stored (put_stored): read back as any reader reads it.
+            return compact.expand(table, codec.unpack_record(codec.pack(value.stored)), key)
         if value is _UNWRITTEN:
             try:
                 if table == JOBS:
@@ -377,6 +386,26 @@ class Tx:
         if not whole and key in self._jobs_read:
             self._state_only.add(key)
 
+    def stored_run(self, key: bytes) -> Any | None:
+        """A run's record as stored (decoded, not restored: core/compact.py),
+        when this command has not written the run; else None, as when the
+        view keeps no stored forms (`get_stored`)."""
+        get_stored = getattr(self._view, "get_stored", None)
+        if get_stored is None or (RUNS, key) in self._writes:
+            return None
+        try:
+            return get_stored(RUNS, key)
+        except ViewFailed:
+            raise
+        except Exception as exc:
+            raise ViewFailed(f"reading {RUNS}: {exc!r}") from exc
+
+    def put_stored(self, table: str, key: bytes, stored: list) -> None:
+        """Write a record already in the form the stores keep (a positional
+        form core/compact.py made): written as it is, and read back restored."""
+        check_key(table, key)
+        self._writes[(table, key)] = _Stored(stored)
+
     def put(self, table: str, key: bytes, value: Any) -> None:
         assert value is not None
         check_key(table, key)
@@ -419,6 +448,8 @@ class Tx:
         for (t, k), v in self._writes.items():
             if t == JOBS:
                 writes.extend(self._job_writes(k, v))
+            elif type(v) is _Stored:
+                writes.append((t, k, v.stored))
             else:
                 writes.append((t, k, None if v is self._DELETED else v))
         writes = tuple(writes)
