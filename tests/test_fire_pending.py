@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from raftsched.core import apply as apply_mod
-from raftsched.core import commands, jobspec, keys
+from raftsched.core import commands, cost, jobspec, keys, queries
+from raftsched.core.firing import PENDING_ONCE_SPEC, fire_item, pending_fire_item
 from raftsched.core.apply import SHARDS as SHARDS_TABLE
 from raftsched.testing.replica import Replica
 
@@ -149,11 +150,26 @@ def test_a_fire_from_the_stored_record_writes_what_the_whole_read_writes(
     pair = Pair(monkeypatch)
     _create(pair, body, stored)
     _edit(pair, edit)
+    _same_trigger_item(pair, fire_at)
     _fire(pair, fire_at)
     if again:
         _fire(pair, max(fire_at, DUE_MS) + 1)
     _finish(pair, max(fire_at, DUE_MS) + 50)
     event(f"fired from the stored record: {pair.taken}")
+
+
+def _same_trigger_item(pair: Pair, now_ms: int) -> None:
+    """The trigger's fire item from the stored record (runtime/trigger.py)
+    is the one it builds from the whole job, at the same cost."""
+    store = pair.fast.store
+    facts = queries.pending_once_facts(store, JOB_ID)
+    if facts is None:
+        return
+    job = queries.job(store, JOB_ID)
+    for due_ms in (DUE_MS, DUE_MS + 1):
+        assert pending_fire_item(JOB_ID, facts, due_ms) == fire_item(job, due_ms, now_ms)
+    assert cost.fire_item_cost(PENDING_ONCE_SPEC, 1) == cost.fire_item_cost(job["spec"], 1)
+    event("trigger item from the stored record")
 
 
 @pytest.mark.parametrize("stored", [False, True])
@@ -162,8 +178,10 @@ def test_a_plain_pending_one_off_fires_from_its_stored_record(monkeypatch, store
     pair = Pair(monkeypatch)
     _create(pair, {"run_at": _iso(DUE_MS), "target": HTTP,
                    "retry": {"max_attempts": 2}, "labels": {"team": "a"}}, stored)
+    assert queries.pending_once_facts(pair.fast.store, JOB_ID) is not None
     result = _fire(pair, fire_at)
     assert result["fired"] == 1 and pair.taken == 1
+    assert queries.pending_once_facts(pair.fast.store, JOB_ID) is None   # (fired: a state)
     run = pair.fast.get_run(keys.run_id(JOB_ID, DUE_MS))
     assert run["state"] == "running" and run["holder"] == NODE
     assert ("armed_ms" in run) == (fire_at < DUE_MS)

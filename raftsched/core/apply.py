@@ -29,7 +29,7 @@ from typing import Callable
 from raftsched import limits
 from raftsched.core import (backfill, commands, compact, keys, lifecycle, redrive, retention,
                             runs, tenancy, topics)
-from raftsched.core.firing import DEFAULT_MISFIRE, armable, due_at_ms
+from raftsched.core.firing import DEFAULT_MISFIRE, PENDING_ONCE_SPEC, armable, due_at_ms
 from raftsched.core.timeutil import format_ms
 from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOBS, JOBS_BY_TENANT, LEASES,
                                NODES, READY, RECORD_VERSION, RUNS, RUNS_OPEN, SHARDS,
@@ -433,11 +433,6 @@ def _fire_part(tx: Tx, part: commands.Fire | commands.FirePart, node: str, at_ms
 # Whether a pending one-off fires from its record as stored (_fire_pending_once);
 # tests/test_fire_pending.py turns it off to compare with the whole read.
 FIRE_PENDING_FROM_STORED = True
-# The spec create_run reads for a job pending_once_facts admits: what its
-# own spec answers to every member create_run reads (an HTTP target a node
-# calls; priority, concurrency, queue and DAG at their defaults). Only ever
-# read.
-_PENDING_ONCE_SPEC = {"target": {"type": "http"}}
 
 
 def _fire_pending_once(tx: Tx, shard: int, item: commands.FireItem, node: str, token: int,
@@ -461,7 +456,7 @@ def _fire_pending_once(tx: Tx, shard: int, item: commands.FireItem, node: str, t
             or due_ms - at_ms > limits.arm_ahead_s_max * 1000 or tx.get(DUE, due) is None:
         return None   # (the whole read says why not)
     tx.delete(DUE, due)
-    job = {"id": job_id, "tenant": tenant, "shard": shard, "spec": _PENDING_ONCE_SPEC,
+    job = {"id": job_id, "tenant": tenant, "shard": shard, "spec": PENDING_ONCE_SPEC,
            "last_run_id": None}
     run, created = runs.create_run(tx, job, due_ms, node, at_ms, "schedule", token,
                                    lifecycle.QUEUED, None)

@@ -65,6 +65,22 @@ def fire_item(job: dict, due_ms: int, now_ms: int) -> FireItem | None:
     return FireItem(job["id"], occurrence, next_ms, occurrences, omitted)
 
 
+# What every member a fire reads of the spec of a pending one-off that
+# compact.pending_once_facts admits answers: an HTTP target a node calls;
+# priority, concurrency, misfire policy, queue, jitter and DAG at their
+# defaults. Only ever read.
+PENDING_ONCE_SPEC = {"target": {"type": "http"}}
+
+
+def pending_fire_item(job_id: str, facts: tuple[str, int, int], due_ms: int) -> FireItem | None:
+    """fire_item for a pending one-off of compact.pending_once_facts, from
+    those facts alone: its one occurrence, at its due entry's time."""
+    run_at_ms = facts[2]
+    if run_at_ms != due_ms:
+        return None
+    return FireItem(job_id, due_ms, None, [due_ms], False)
+
+
 def armable(spec: dict) -> bool:
     """May an occurrence of a job with this spec fire ahead of its second (be
     armed, runtime/armed.py)? Only when nothing about its run is decided at

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Iterable, NamedTuple, Protocol
 
 from raftsched import limits
-from raftsched.core import keys, runs, topics
+from raftsched.core import compact, keys, runs, topics
 from raftsched.core.tx import (ALERTS, AUDIT, BACKFILLS, BACKFILLS_OPEN, DUE, GROUPS, JOBS,
                                JOBS_BY_TENANT, LEASES, NODES, READY, RUNS, RUNS_BY_TENANT,
                                RUNS_OPEN, SHARDS, TENANTS, TOKENS, TOPICS)
@@ -38,6 +38,16 @@ class Reader(Protocol):
 def job(reader: Reader, job_id: str) -> dict | None:
     """The job record (a deleted job's too, until it is purged), or None."""
     return reader.get(JOBS, keys.job_key(job_id))
+
+
+def pending_once_facts(reader: Reader, job_id: str) -> tuple[str, int, int] | None:
+    """(tenant, shard, run_at_ms) of a pending one-off whose fire its spec
+    does not change (compact.pending_once_facts), read from its record as
+    stored; None for any other job, or a reader that keeps no stored forms."""
+    stored_of = getattr(reader, "pending_job_stored", None)
+    if stored_of is None:
+        return None
+    return compact.pending_once_facts(stored_of(keys.job_key(job_id)))
 
 
 def run(reader: Reader, run_id: str) -> dict | None:

@@ -46,7 +46,7 @@ from typing import Awaitable, Callable, NamedTuple
 
 from raftsched import limits
 from raftsched.core import commands, cost, queries
-from raftsched.core.firing import armable, fire_item
+from raftsched.core.firing import PENDING_ONCE_SPEC, armable, fire_item, pending_fire_item
 from raftsched.core.keys import KIND_RETRY
 from raftsched.errors import Unavailable
 from raftsched.runtime.context import Replicated, Spawn
@@ -335,6 +335,11 @@ class TriggerLoop:
         would refuse it as stale anyway)."""
         if kind == KIND_RETRY:
             return "retries", (ident, due_ms), 1
+        facts = queries.pending_once_facts(self._store, ident)
+        if facts is not None:   # a pending one-off: its record as stored says it all
+            item = pending_fire_item(ident, facts, due_ms)
+            return None if item is None else \
+                ("items", item, cost.fire_item_cost(PENDING_ONCE_SPEC, 1))
         job = queries.job(self._store, ident)
         if job is not None and due_ms > now and not armable(job["spec"]):
             return None   # its due entry is being rewritten (an update in flight)

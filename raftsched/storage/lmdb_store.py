@@ -323,6 +323,21 @@ class LmdbStore:
             self._guard.leave()
         return None if raw is None else decode_value(table, raw, key)
 
+    def pending_job_stored(self, key: bytes) -> Any | None:
+        """A job's record as stored (decoded, not restored: core/compact.py)
+        while its state is still in it (no state record), else None."""
+        if not storable_key(key):
+            return None
+        self._guard.enter()
+        try:
+            with self._env.begin(db=self._dbs[JOBS]) as txn:
+                raw = txn.get(key)
+                if raw is None or txn.get(key, db=self._dbs[JOB_STATE]) is not None:
+                    return None
+        finally:
+            self._guard.leave()
+        return codec.unpack_record(raw)
+
     def run_hold(self, run_id: str) -> tuple[Any, Any, Any, Any] | None:
         key = run_id.encode()
         if not storable_key(key):

@@ -42,6 +42,13 @@ class MemoryStore:
         raw = self._data[table].get(key)
         return None if raw is None else codec.unpack_record(raw)
 
+    def pending_job_stored(self, key: bytes) -> Any | None:
+        """As LmdbStore.pending_job_stored."""
+        raw = self._data[JOBS].get(key) if storable_key(key) else None
+        if raw is None or key in self._data[JOB_STATE]:
+            return None
+        return codec.unpack_record(raw)
+
     def run_hold(self, run_id: str) -> tuple[Any, Any, Any, Any] | None:
         key = run_id.encode()
         raw = self._data[RUNS].get(key) if storable_key(key) else None
