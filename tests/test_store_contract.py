@@ -191,3 +191,38 @@ def test_a_scan_for_the_purger_skips_pending_jobs_and_reads_every_other(store):
         {k: job for k, job in store.scan(JOBS) if k != b"job_a"}
     assert [k for k, _ in store.scan_jobs_with_history(start=b"job_b", limit=2)] == \
         [b"job_b", b"job_c"]
+
+
+def test_stored_forms_and_presence_read_alike_in_both_stores(store):
+    """pending_job_stored, a view's get_stored and has (what apply's fires
+    and finishes read instead of whole records) agree with get."""
+    from raftsched.core import codec, compact
+    from raftsched.core.tx import JOB_STATE
+    due = keys.due_key(3, 1_000, "job_a")
+    store.commit(tx(
+        (JOBS, b"job_a", _job("job_a")),                                   # pending
+        (JOBS, b"job_c", _job("job_c")),
+        (JOB_STATE, b"job_c", {"v": 1, "runs_count": 1, "status": "active", "active": []}),
+        (DUE, due, {"v": 1, "tn": "t"}),
+    ), 1)
+    pending = store.pending_job_stored(b"job_a")
+    assert pending == codec.unpack_record(codec.pack(compact.compact(JOBS, _job("job_a"),
+                                                                     b"job_a")))
+    assert compact.expand(JOBS, pending, b"job_a") == store.get(JOBS, b"job_a")
+    assert store.pending_job_stored(b"job_c") is None       # its state is a record of its own
+    assert store.pending_job_stored(b"job_x") is None and store.pending_job_stored(b"") is None
+
+    def view(reader):
+        assert reader.get_stored(JOBS, b"job_a") == pending
+        assert reader.get_stored(JOBS, b"job_x") is None
+        seen = {
+                "has": [reader.has(t, k) for t, k in ((JOBS, b"job_a"), (DUE, due),
+                                                      (JOB_STATE, b"job_c"), (JOBS, b"job_x"),
+                                                      (DUE, keys.due_key(3, 1_001, "job_a")),
+                                                      (JOBS, b""))]}
+        assert seen["has"] == [reader.get(t, k) is not None for t, k in (
+            (JOBS, b"job_a"), (DUE, due), (JOB_STATE, b"job_c"), (JOBS, b"job_x"),
+            (DUE, keys.due_key(3, 1_001, "job_a")), (JOBS, b""))]
+        return "tag", tx((JOBS, b"job_z", {"v": 1, "seen": seen["has"]}))
+    store.apply_commit(2, view)
+    assert store.get(JOBS, b"job_z")["seen"] == [True, True, True, False, False, False]

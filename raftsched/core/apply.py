@@ -376,7 +376,7 @@ def _fire_part(tx: Tx, part: commands.Fire | commands.FirePart, node: str, at_ms
             continue
         # due_ms is the occurrence; its due entry is keyed by when it fires.
         due = keys.due_key(shard, due_at_ms(job, due_ms), job_id)
-        if tx.get(DUE, due) is None:
+        if not tx.has(DUE, due):
             stale += 1  # fired already
             continue
         assert occurrences[0] == due_ms, (job_id, due_ms, occurrences)
@@ -453,7 +453,7 @@ def _fire_pending_once(tx: Tx, shard: int, item: commands.FireItem, node: str, t
     tenant, job_shard, run_at_ms = facts
     due = keys.due_key(shard, due_ms, job_id)
     if job_shard != shard or run_at_ms != due_ms or item.occurrences[0] != due_ms \
-            or due_ms - at_ms > limits.arm_ahead_s_max * 1000 or tx.get(DUE, due) is None:
+            or due_ms - at_ms > limits.arm_ahead_s_max * 1000 or not tx.has(DUE, due):
         return None   # (the whole read says why not)
     tx.delete(DUE, due)
     job = {"id": job_id, "tenant": tenant, "shard": shard, "spec": PENDING_ONCE_SPEC,

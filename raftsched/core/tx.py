@@ -316,6 +316,21 @@ class Tx:
                 raise ViewFailed(f"reading {table}: {exc!r}") from exc
         return None if value is self._DELETED else value
 
+    def has(self, table: str, key: bytes) -> bool:
+        """Whether `get` would find a record, without decoding it where the
+        view can tell (`has`)."""
+        value = self._writes.get((table, key), _UNWRITTEN)
+        if value is not _UNWRITTEN:
+            return value is not self._DELETED
+        has = getattr(self._view, "has", None)
+        if has is None or table == JOBS or table not in _TABLE_NAMES \
+                or not isinstance(key, bytes) or not 1 <= len(key) <= limits.lmdb_key_bytes_max:
+            return self.get(table, key) is not None
+        try:
+            return has(table, key)
+        except Exception as exc:
+            raise ViewFailed(f"reading {table}: {exc!r}") from exc
+
     def _read_job(self, key: bytes) -> dict | None:
         job = self._view.get(JOBS, key)
         if job is None:

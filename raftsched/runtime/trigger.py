@@ -42,11 +42,12 @@ import asyncio
 import collections
 import logging
 import time
-from typing import Awaitable, Callable, NamedTuple
+from typing import Any, Awaitable, Callable, NamedTuple
 
 from raftsched import limits
 from raftsched.core import commands, cost, queries
-from raftsched.core.firing import PENDING_ONCE_SPEC, armable, fire_item, pending_fire_item
+from raftsched.core.firing import (PENDING_ONCE_SPEC, FireItem, armable, fire_item,
+                                    pending_fire_item)
 from raftsched.core.keys import KIND_RETRY
 from raftsched.errors import Unavailable
 from raftsched.runtime.context import Replicated, Spawn
@@ -64,6 +65,25 @@ class DueEntry(NamedTuple):
     tenant: str
     rank: int
     due_ms: int
+
+
+def job_fire_item(store: Any, job_id: str, due_ms: int, now: int) -> tuple[FireItem, int] | None:
+    """The fire item of the job's due entry at `due_ms` and what it costs
+    apply (core/cost.py), or None if the job changed since it was armed
+    (apply would refuse it as stale anyway). A pending one-off's comes from
+    its record as stored (queries.pending_once_facts), any other's from the
+    whole job."""
+    facts = queries.pending_once_facts(store, job_id)
+    if facts is not None:
+        item = pending_fire_item(job_id, facts, due_ms)
+        return None if item is None else (item, cost.fire_item_cost(PENDING_ONCE_SPEC, 1))
+    job = queries.job(store, job_id)
+    if job is not None and due_ms > now and not armable(job["spec"]):
+        return None   # its due entry is being rewritten (an update in flight)
+    item = None if job is None else fire_item(job, due_ms, now)
+    if item is None:
+        return None
+    return item, cost.fire_item_cost(job["spec"], len(item.occurrences))
 
 
 class TriggerLoop:
@@ -335,18 +355,8 @@ class TriggerLoop:
         would refuse it as stale anyway)."""
         if kind == KIND_RETRY:
             return "retries", (ident, due_ms), 1
-        facts = queries.pending_once_facts(self._store, ident)
-        if facts is not None:   # a pending one-off: its record as stored says it all
-            item = pending_fire_item(ident, facts, due_ms)
-            return None if item is None else \
-                ("items", item, cost.fire_item_cost(PENDING_ONCE_SPEC, 1))
-        job = queries.job(self._store, ident)
-        if job is not None and due_ms > now and not armable(job["spec"]):
-            return None   # its due entry is being rewritten (an update in flight)
-        item = None if job is None else fire_item(job, due_ms, now)
-        if item is None:
-            return None
-        return "items", item, cost.fire_item_cost(job["spec"], len(item.occurrences))
+        built = job_fire_item(self._store, ident, due_ms, now)
+        return None if built is None else ("items", *built)
 
     def _propose(self, chosen: list[tuple[int, DueEntry]], now: int) -> None:
         """`chosen` (shard, item entry) in order, as fire_many entries of up to

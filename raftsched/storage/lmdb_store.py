@@ -602,6 +602,14 @@ class _TxnView:
             else self._txn.get(key, db=self._dbs[table])
         return None if raw is None else decode_value(table, raw, key)
 
+    def has(self, table: str, key: bytes) -> bool:
+        """Whether `get` would find a record (core/tx.py View)."""
+        if not storable_key(key):
+            return False
+        if table == DUE:
+            return _due_get(self._txn, self._dbs[DUE], key) is not None
+        return self._txn.get(key, db=self._dbs[table]) is not None
+
     def get_stored(self, table: str, key: bytes) -> Any | None:
         """The record as stored, decoded but not restored (core/tx.py View)."""
         if table == DUE or not storable_key(key):

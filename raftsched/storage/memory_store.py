@@ -35,6 +35,10 @@ class MemoryStore:
             return self._merged_job(key, raw)
         return None if raw is None else decode_value(table, raw, key)
 
+    def has(self, table: str, key: bytes) -> bool:
+        """Whether `get` would find a record (core/tx.py View)."""
+        return storable_key(key) and key in self._data[table]
+
     def get_stored(self, table: str, key: bytes) -> Any | None:
         """The record as stored, decoded but not restored (core/tx.py View)."""
         if table == DUE or not storable_key(key):

@@ -30,7 +30,7 @@ from raftsched import limits
 from raftsched.api.ids import JobIds
 from raftsched.core import codec, commands, keys, jobspec
 from raftsched.core.apply import apply_entry
-from raftsched.core.firing import fire_item
+from raftsched.runtime.trigger import job_fire_item
 from raftsched.core.schedule import next_fire_ms
 from raftsched.runtime import gcpolicy
 from raftsched.storage.base import due_rows
@@ -194,9 +194,9 @@ def _fire_all(replica: Replica, due_ms: int, phase: Phase, proposer: Phase) -> l
     for shard in range(SHARDS):
         for row_due_ms, _kind, job_id, _value in due_rows(store, shard, at_ms,
                                                           limits.fire_batch_max):
-            item = fire_item(store.get("jobs", keys.job_key(job_id)), row_due_ms, at_ms)
-            assert item is not None, job_id
-            chosen.append((shard, item))
+            built = job_fire_item(store, job_id, row_due_ms, at_ms)
+            assert built is not None, job_id
+            chosen.append((shard, built[0]))
     proposer.cpu_s += time.process_time() - started
     proposer.items += len(chosen)
     for start in range(0, len(chosen), limits.fire_batch_max):
