@@ -128,8 +128,11 @@ class View(Protocol):
 
     def get(self, table: str, key: bytes) -> Any | None: ...
 
-    # Optional: get_stored(table, key) -> the record as stored, decoded but not
-    # restored (core/compact.py), or None. Tx.stored_pending_job uses it.
+    # Optional, both answering as `get` would find the record (a Tx works
+    # without them, reading through `get`):
+    # get_stored(table, key) -> the record as stored, decoded but not restored
+    #   (core/compact.py), or None: Tx.stored_pending_job and Tx.stored_run;
+    # has(table, key) -> whether there is a record, not decoded: Tx.has.
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
