@@ -305,9 +305,6 @@ class Tx:
         if not isinstance(key, bytes) or not 1 <= len(key) <= limits.lmdb_key_bytes_max:
             return None   # no record can be stored under a key no store can hold
         value = self._writes.get((table, key), _UNWRITTEN)
-        if type(value) is _Stored:
-            # Written as stored (put_stored): read back as any reader reads it.
-            return compact.expand(table, codec.unpack_record(codec.pack(value.stored)), key)
         if value is _UNWRITTEN:
             try:
                 if table == JOBS:
@@ -317,6 +314,9 @@ class Tx:
                 raise
             except Exception as exc:
                 raise ViewFailed(f"reading {table}: {exc!r}") from exc
+        if type(value) is _Stored:
+            # Written as stored (put_stored): read back as any reader reads it.
+            return compact.expand(table, codec.unpack_record(codec.pack(value.stored)), key)
         return None if value is self._DELETED else value
 
     def has(self, table: str, key: bytes) -> bool:
@@ -359,8 +359,10 @@ class Tx:
         if get_stored is None or key in self._jobs_read or (JOBS, key) in self._writes \
                 or (JOB_STATE, key) in self._writes:
             return None
+        has = getattr(self._view, "has", None)
         try:
-            if self._view.get(JOB_STATE, key) is not None:
+            if (has(JOB_STATE, key) if has is not None
+                    else self._view.get(JOB_STATE, key) is not None):
                 return None
             return get_stored(JOBS, key)
         except ViewFailed:

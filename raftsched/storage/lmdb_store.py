@@ -328,14 +328,10 @@ class LmdbStore:
         while its state is still in it (no state record), else None."""
         if not storable_key(key):
             return None
-        self._guard.enter()
-        try:
-            with self._env.begin(db=self._dbs[JOBS]) as txn:
-                raw = txn.get(key)
-                if raw is None or txn.get(key, db=self._dbs[JOB_STATE]) is not None:
-                    return None
-        finally:
-            self._guard.leave()
+        with self._begin(JOBS) as txn:
+            raw = txn.get(key)
+            if raw is None or txn.get(key, db=self._dbs[JOB_STATE]) is not None:
+                return None
         return codec.unpack_record(raw)
 
     def run_hold(self, run_id: str) -> tuple[Any, Any, Any, Any] | None:
