@@ -71,13 +71,43 @@ def decode(raw: bytes) -> Any:
     if depth > limits.json_depth_max:
         raise InvalidInput(f"the request body is nested {depth} levels deep, over "
                            f"{limits.json_depth_max}", field="body", limit="json_depth_max")
+    hooks = _Hooks()
     try:
-        value = json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
-                           parse_constant=_parse_constant)
+        value = json.loads(text, parse_int=hooks.parse_int, parse_float=hooks.parse_float,
+                           parse_constant=hooks.parse_constant)
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"the request body is not JSON: {exc}", field="body") from None
-    _check(value, "")
+    # NUL and lone surrogates come only from escapes: json.loads refuses a raw
+    # control character in a string, and a surrogate's bytes are not UTF-8.
+    # So a body with no backslash and no refused literal has nothing to find.
+    if hooks.refused or b"\\" in raw:
+        _check(value, "")
     return value
+
+
+class _Hooks:
+    """The parse hooks of one decode, noting whether any refused a literal."""
+
+    __slots__ = ("refused",)
+
+    def __init__(self) -> None:
+        self.refused = False
+
+    def parse_int(self, literal: str) -> int | _Refused:
+        value = _parse_int(literal)
+        if value.__class__ is _Refused:
+            self.refused = True
+        return value
+
+    def parse_float(self, literal: str) -> float | _Refused:
+        value = _parse_float(literal)
+        if value.__class__ is _Refused:
+            self.refused = True
+        return value
+
+    def parse_constant(self, name: str) -> _Refused:
+        self.refused = True
+        return _parse_constant(name)
 
 
 def _parse_int(literal: str) -> int | _Refused:
