@@ -17,6 +17,7 @@ from raftsched.core.apply import (ALERTS, IDEM, JOBS, RUNS, TOPIC_META, TOPICS,
 from raftsched.core.tx import BACKFILLS, JOB_STATE, JOBS_BY_TENANT, RunsPurged
 from raftsched.errors import InvalidInput, StorageFull
 from raftsched.runtime.purger import Bounds, Purger, Retention, Touched
+from raftsched.storage import base as storage_base
 from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.output_store import OutputStore
 from raftsched.testing.http import wait_until
@@ -526,14 +527,19 @@ def test_a_resting_purger_reads_the_jobs_written_since_and_only_them(log, monkey
     purger = resting_purger(log, clock, finished_job_retention_s=5.0)
     assert purger.plan(purger.bounds(clock[0])).empty() and purger.resting()
     read: list[bytes] = []
-    get = log.store.get
+    get, scan = log.store.get, log.store.scan_jobs_with_history
 
     def reading(table, key):
         if table == JOBS:
             read.append(key)
         return get(table, key)
 
+    def scanning(*, start=b"", limit):
+        read.append(start)
+        return scan(start=start, limit=limit)
+
     monkeypatch.setattr(log.store, "get", reading)
+    monkeypatch.setattr(log.store, "scan_jobs_with_history", scanning)
     assert purger.plan(purger.bounds(clock[0])).empty() and read == []   # nothing written
     log.run(commands.delete_job(job_id="job_a1", at_ms=20_000))
     read.clear()   # (apply's own read of it)
@@ -544,6 +550,27 @@ def test_a_resting_purger_reads_the_jobs_written_since_and_only_them(log, monkey
     assert not purger.resting()
     plan = purger.plan(purger.bounds(clock[0]))
     assert plan.runs == [(r, "job_a1") for r in runs] and plan.jobs == ["job_a1"]
+
+
+def test_a_resting_purger_skips_a_job_created_meanwhile_without_decoding_it(log, monkeypatch):
+    make_job(log, history={"max_runs": 1})
+    run_history(log, 1)
+    clock = [20_000]
+    purger = resting_purger(log, clock)
+    assert purger.plan(purger.bounds(clock[0])).empty() and purger.resting()
+    decoded: list[bytes] = []
+    job_row = storage_base.job_row
+
+    def decoding(key, raw, state):
+        decoded.append(key)
+        return job_row(key, raw, state)
+
+    monkeypatch.setattr(storage_base, "job_row", decoding)
+    make_job(log, "job_b2")   # a create: a job with no history
+    run_history(log, 1)   # and one past its max_runs now
+    assert purger.resting()
+    assert purger.plan(purger.bounds(clock[0])).runs == [(history(log)[0], "job_a1")]
+    assert b"job_b2" not in decoded and b"job_a1" in decoded
 
 
 def test_a_job_written_while_the_round_goes_round_is_read_in_the_rest(log, monkeypatch):
