@@ -376,7 +376,8 @@ def validate_retry(value: object) -> dict:
 
 
 def _retry(value: dict | None, field: str = "retry") -> dict:
-    value = value or {}
+    if not value:
+        return {**DEFAULT_POLICY, "non_retryable_exit_codes": []}
     for old, new in (("initial_delay_s", "base_s"), ("max_delay_s", "max_s")):
         if value.get(old) is not None:
             if value.get(new) is not None:
@@ -444,6 +445,10 @@ def validate_misfire(value: object) -> dict:
 
 
 def _misfire(value: str | dict | None) -> dict:
+    if value is None:
+        return {"policy": "fire_once",
+                "tolerance_ms": int(limits.misfire_tolerance_s_default * 1000),
+                "catchup_max": limits.catchup_max_default}
     if isinstance(value, str):
         value = {"policy": value}
     value = value or {}

@@ -145,8 +145,10 @@ def _restore_url(url: str, stored_url: str | None, keys: _Keys) -> str:
     """`url` with each MASK in a secret place (the password, a secret query
     parameter's value) replaced by the stored URL's value in the same place,
     as long as the URL's origin is the stored one's."""
+    if MASK not in url:
+        return url
     parts = _url_parts(url)
-    if parts is None or MASK not in url:
+    if parts is None:
         return url
     head, password, host, pairs, end = parts
     stored = _url_parts(stored_url) if stored_url else None

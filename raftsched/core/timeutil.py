@@ -12,10 +12,13 @@ def ms_to_datetime(ms: int, tz: dt.tzinfo = UTC) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone(tz)
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+_MS = dt.timedelta(milliseconds=1)
+
+
 def datetime_to_ms(value: dt.datetime) -> int:
     assert value.tzinfo is not None, "naive datetimes have no instant"
-    delta = value - dt.datetime(1970, 1, 1, tzinfo=UTC)
-    return delta // dt.timedelta(milliseconds=1)
+    return (value - _EPOCH) // _MS
 
 
 def format_ms(ms: int | None, tz: dt.tzinfo | str | None = None) -> str | None:
