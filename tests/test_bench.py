@@ -78,6 +78,9 @@ def test_creates_reports_single_and_batched_rates(tmp_path):
     # Busy refusals (with Retry-After) are admission at work; nothing else fails.
     assert figures["single_posts_per_s"] > 0 and figures["single_failed"] == 0
     assert figures["batch_jobs_per_s"] >= 1000 and figures["batch_requests_failed"] == 0
+    # The nodes' CPU per create: some, and far less than a second of it.
+    for phase in ("single", "batch"):
+        assert 0 < figures[f"{phase}_node_cpu_us"] < 100_000, figures
 
 
 def test_the_apscheduler_reference_calls_every_job_of_a_burst():

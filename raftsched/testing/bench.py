@@ -41,7 +41,9 @@ uvloop in a process of its own, keep-alive, answers at once). It prints:
   is past it and the creates' time.
 
 Scenario `creates C`: creates a second, single POSTs from C keep-alive
-clients, then batchCreate of 1000 jobs.
+clients, then batchCreate of 1000 jobs, and the CPU the node processes spent
+per create in each (utime + stime from /proc/PID/stat, their idle work
+included).
 
 Scenario `footprint N[,N...]`: bytes of state per pending one-off and each
 node's private and mapped memory at each N pending (created one after the
@@ -672,14 +674,20 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
     with tempfile.TemporaryDirectory() as tmp, _quiet_cluster(tmp, nodes) as cluster:
         cluster.wait_ready()
 
+        pids = [cluster.procs[nid].pid for nid in cluster.ids]
+        ticks: list[int] = []
+
         async def both() -> tuple:
+            ticks.append(sum(map(_cpu_ticks, pids)))
             single = await asyncio.gather(*(
                 _post_loop(cluster.url(nid) + "/v1/jobs", json.dumps(one).encode(),
                            max(1, clients // nodes), seconds) for nid in cluster.ids))
+            ticks.append(sum(map(_cpu_ticks, pids)))
             batch_body = json.dumps({"jobs": [one] * BATCH}).encode()
             batched = await asyncio.gather(*(
                 _post_loop(cluster.url(nid) + "/v1/jobs:batchCreate", batch_body, 2, seconds)
                 for nid in cluster.ids))
+            ticks.append(sum(map(_cpu_ticks, pids)))
             return single, batched
 
         single, batched = asyncio.run(both())
@@ -692,8 +700,18 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
             "batch_jobs_per_s": round(sum(b[0] for b in batched) * BATCH / seconds),
             "batch_requests_refused_busy": sum(b[1] for b in batched),
             "batch_requests_failed": sum(b[2] for b in batched),
+            # CPU of all the node processes (idle work included) per create
+            # answered: what the rates cost, less moved by the machine's speed.
+            "single_node_cpu_us": _per_create_us(ticks[1] - ticks[0],
+                                                 sum(s[0] for s in single)),
+            "batch_node_cpu_us": _per_create_us(ticks[2] - ticks[1],
+                                                sum(b[0] for b in batched) * BATCH),
             "shard_lease_lapses": lapses,
             "burst": {k: v for k, v in burst.items() if k != "job_ids"}}
+
+
+def _per_create_us(ticks: int, created: int) -> int | None:
+    return round(ticks / os.sysconf("SC_CLK_TCK") / created * 1e6) if created else None
 
 
 # --- failover ---------------------------------------------------------------------------
@@ -983,7 +1001,9 @@ def _render_creates(figures: dict) -> str:
             f"{figures['single_failed']} other failures); batchCreate of "
             f"{BATCH}: {figures['batch_jobs_per_s']} jobs/s with 6 clients "
             f"({figures['batch_requests_refused_busy']} requests refused busy, "
-            f"{figures['batch_requests_failed']} other failures); shard lease lapses "
+            f"{figures['batch_requests_failed']} other failures); CPU of the "
+            f"{figures['nodes']} nodes per create: {figures.get('single_node_cpu_us')} us "
+            f"(single), {figures.get('batch_node_cpu_us')} us (batch); shard lease lapses "
             f"while creating: {figures.get('shard_lease_lapses')}\n"
             f"{BURST_CLIENTS} batchCreates of {BATCH} one-offs at once: "
             f"{figures['burst']['committed']} committed, {figures['burst']['busy']} refused busy, "
