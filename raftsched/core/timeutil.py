@@ -9,7 +9,8 @@ UTC = dt.timezone.utc
 
 
 def ms_to_datetime(ms: int, tz: dt.tzinfo = UTC) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ms / 1000, tz=UTC).astimezone(tz)
+    value = dt.datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return value if tz is UTC else value.astimezone(tz)
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
