@@ -21,7 +21,7 @@ from raftsched.api.common import (NODE_KEY, int_param, job_secrets, json_body, j
 from raftsched.api.ids import new_job_id, new_job_ids
 from raftsched.api.problems import problem, problem_body
 from raftsched.api.views import format_in_job_zone, job_view, run_view
-from raftsched.core import commands, cost, tenancy
+from raftsched.core import commands, compact, cost, tenancy
 from raftsched.core.jobspec import (JOB_ID_PATTERN, validate_create,
                                     validate_patch)
 from raftsched.core.schedule import next_fire_ms, parse_instant, parse_schedule, preview_ms
@@ -115,7 +115,8 @@ async def create_job(request: web.Request) -> web.Response:
     if result.get("error") == "idempotency_key_reserved":
         raise _key_reserved(node, result)
     raise_refusal(result)
-    return json_response(job_view(result["job"]), status=200 if result["existing"] else 201)
+    return json_response(job_view(compact.created_job(result["job"])),
+                         status=200 if result["existing"] else 201)
 
 
 async def _commands_granted(node: "NodePort", tenant: str) -> bool:
@@ -310,7 +311,7 @@ def _batch_result(node: "NodePort", outcome: dict) -> dict:
         raise_refusal(outcome)
     except InvalidInput as exc:
         return {"error": _problem_of(exc)}
-    job = outcome["job"]
+    job = compact.created_job(outcome["job"])
     return {"job_id": job["id"], "next_run_at": format_in_job_zone(job["spec"], job["next_ms"]),
             "created": not outcome["existing"]}
 

@@ -126,6 +126,10 @@ def _create_job(tx: Tx, cmd: commands.CreateJob) -> dict:
 def _create_one(tx: Tx, item: commands.CreateJob | commands.CreateJobItem, tenant: str,
                 at_ms: int, counter: tenancy.CreateCounter) -> dict:
     """One job of a create_job or a create_jobs, of `tenant` at `at_ms`."""
+    if item.spec.__class__ is compact.LeanSpec:
+        if CREATE_FROM_STORED:
+            return _create_lean(tx, item, tenant, at_ms, counter)
+        item.spec = item.spec.whole()
     idem = item.idempotency_key
     if idem is not None:
         reserved = tx.get(IDEM, keys.idem_key(tenant, idem))
@@ -151,6 +155,45 @@ def _create_one(tx: Tx, item: commands.CreateJob | commands.CreateJobItem, tenan
     return {"ok": True, "existing": False, "job": job}
 
 
+# Whether a create whose spec decoding left as stored (compact.LeanSpec) is
+# written from it (_create_lean); tests/test_create_lean.py turns it off to
+# compare with the whole spec's create.
+CREATE_FROM_STORED = True
+
+
+def _create_lean(tx: Tx, item: commands.CreateJobItem, tenant: str, at_ms: int,
+                 counter: tenancy.CreateCounter) -> dict:
+    """_create_one of a pending one-off whose spec a create reads nothing of
+    but its time (compact.LeanSpec): its record written in the form it is
+    stored in (compact.created_pending_once), not built whole and compacted,
+    and its due entry as _arm writes that of such a job (priority normal,
+    armable, no jitter). Answered with the record as stored
+    (compact.CreatedJob), which the node that proposed it reads whole."""
+    idem = item.idempotency_key
+    if idem is not None:
+        reserved = tx.get(IDEM, keys.idem_key(tenant, idem))
+        if reserved is not None:
+            return _idempotent_answer(tx, idem, reserved)
+    key = keys.job_key(item.job_id)
+    if tx.get(JOBS, key) is not None:
+        return _refuse("conflict", f"job {item.job_id} exists")
+    refusal = counter.take()
+    if refusal is not None:
+        return refusal
+    stored = compact.created_pending_once(item.spec, RECORD_VERSION, item.job_id, key, tenant,
+                                          item.shard, item.next_ms, at_ms, idem)
+    tx.put_stored(JOBS, key, stored)
+    tx.put(JOBS_BY_TENANT, keys.jobs_by_tenant_key(tenant, item.job_id), 1)
+    if idem is not None:
+        tx.put(IDEM, keys.idem_key(tenant, idem), retention.idem_value(item.job_id, at_ms))
+    if item.next_ms is not None:
+        value = keys.due_value(tenant, None)
+        value["a"] = 1
+        tx.put(DUE, keys.due_key(item.shard, item.next_ms, item.job_id), value)
+        tx.effects.append(DueArmed(shard=item.shard, due_ms=item.next_ms))
+    return {"ok": True, "existing": False, "job": compact.CreatedJob(stored, key)}
+
+
 def _create_jobs(tx: Tx, cmd: commands.CreateJobs) -> dict:
     """A batch of creates, each exactly a create_job, in order: an item sees the
     items before it (a key used twice creates one job), and an item that is
@@ -159,7 +202,8 @@ def _create_jobs(tx: Tx, cmd: commands.CreateJobs) -> dict:
     counter = tenancy.CreateCounter(tx, cmd.tenant, commands.given(cmd.quota), cmd.at_ms)
     results = [_create_one(tx, item, cmd.tenant, cmd.at_ms, counter) for item in cmd.items]
     counter.finish()
-    created = [r["job"]["id"] for r in results if r.get("ok") and not r.get("existing")]
+    created = [item.job_id for item, r in zip(cmd.items, results)
+               if r.get("ok") and not r.get("existing")]
     if created:
         tenancy.audit(tx, cmd, "job.create", cmd.tenant, created[0], jobs=created)
     return {"ok": True, "results": results}

@@ -557,14 +557,21 @@ class StoredCreateJobItem(CreateJobItem, kw_only=True):
                               or spec["target"]["type"] != "http"):
             raise _refuse("spec.name", "is left out only for an HTTP target, which names "
                                        "the job")
-        whole = _compact.StoredSpec(spec)
-        whole.stored = self.spec   # (spec_of_stored and restore_spec leave it as it came)
+        lean = _compact.lean_spec(self.spec, default_named)
         try:
-            _compact.restore_spec(whole, default_named)
+            if lean is None:
+                whole = _compact.StoredSpec(spec)
+                whole.stored = self.spec   # (spec_of_stored and restore_spec keep it)
+                self.spec = _compact.restore_spec(whole, default_named)
+            else:
+                # Left as it came (apply reads its time alone), once its name
+                # is known to be one a read can make.
+                if default_named:
+                    _compact.default_http_name(spec["target"])
+                self.spec = lean
         except ValueError:   # a URL the name cannot be made from
             raise _refuse("spec.name", "is left out only where the target's URL can name "
                                        "the job") from None
-        self.spec = whole
 
 
 class CreateJobsStored(CreateJobs, tag="create_jobs_stored", kw_only=True):

@@ -460,6 +460,13 @@ def _named_by_default(spec: dict) -> bool:
         return False
 
 
+def default_http_name(target: dict) -> str:
+    """The name a read makes for a job with this HTTP target (as stored,
+    its defaults left out) and no name of its own; ValueError for a URL
+    it cannot be made from."""
+    return _default_name(_FILL_TARGET["http"](dict(target))["method"], target["url"])
+
+
 @functools.lru_cache(maxsize=4096)
 def _default_name(method: str, url: str) -> str:
     """The name jobspec gives a job with this HTTP target and no name. A
@@ -511,6 +518,93 @@ def pending_without_history(raw: bytes) -> bool:
 _FIRE_IRRELEVANT = frozenset(("retry", "alert", "metadata", "history", "secret_keys", "labels"))
 
 
+def _once_spec_run_at(spec: Any) -> int | None:
+    """The run_at_ms of a spec as stored whose one-off fires as every
+    default says (pending_once_facts), else None."""
+    if type(spec) is not list or len(spec) != 1 + len(_SPEC_FORM.fields):
+        return None
+    others, schedule, target = spec[0], spec[_SCHEDULE_AT], spec[_TARGET_AT]
+    if others is not None and (type(others) is not dict or not others.keys() <= _FIRE_IRRELEVANT):
+        return None
+    if type(schedule) is not list or len(schedule) != 3 or schedule[0] is not None \
+            or schedule[1] != "once" or type(schedule[2]) is not int:
+        return None
+    if type(target) is not list or len(target) < 2 or target[1] != "http":
+        return None
+    return schedule[2]
+
+
+class LeanSpec:
+    """A create's spec left in the form the entry carried it (the form the
+    stores keep): a one-off that pending_once_facts would read from its
+    record, whose create reads nothing more of its spec than its time
+    (core/apply.py _create_lean). `whole()` is the spec made whole, as a
+    create of any other spec has it."""
+
+    __slots__ = ("stored", "run_at_ms", "default_named")
+
+    def __init__(self, stored: list, run_at_ms: int, default_named: bool) -> None:
+        self.stored, self.run_at_ms, self.default_named = stored, run_at_ms, default_named
+
+    def whole(self) -> "StoredSpec":
+        spec, _ = spec_of_stored(self.stored)
+        whole = StoredSpec(spec)
+        whole.stored = self.stored
+        return restore_spec(whole, self.default_named)
+
+
+def lean_spec(stored: Any, default_named: bool) -> LeanSpec | None:
+    """A create's spec as stored (checked whole already), kept as it is when
+    its create and its fire read nothing of it but its time: see LeanSpec."""
+    run_at_ms = _once_spec_run_at(stored)
+    return None if run_at_ms is None else LeanSpec(stored, run_at_ms, default_named)
+
+
+def created_pending_once(spec: LeanSpec, version: int, job_id: str, key: bytes, tenant: str,
+                         shard: int, next_ms: int | None, at_ms: int,
+                         idempotency_key: str | None) -> list:
+    """The positional form `compact` writes for the job a create makes, active
+    and never changed, whose spec is `spec`: built as _JOB.pack, _id_stored
+    and _derive_job_members build it from the whole job (tests/test_create_lean.py
+    holds the two to the same bytes)."""
+    stored = [None, version, job_id, tenant, spec.stored, "active", 1, shard, at_ms, at_ms,
+              next_ms, None, idempotency_key]
+    while stored[-1] is None:
+        stored.pop()
+    if job_id.encode() == key:
+        stored[_JOB_ID_AT] = None
+    stored[_STATUS_AT] = stored[_UPDATED_AT] = None
+    if type(next_ms) is int and next_ms == spec.run_at_ms:
+        stored[_NEXT_AT] = False
+    return stored
+
+
+class CreatedJob:
+    """The job a lean create made, as apply answers it (core/apply.py
+    _create_lean): its record as stored. `whole()` reads it as any reader
+    does; the answer compares equal to that job."""
+
+    __slots__ = ("stored", "key")
+
+    def __init__(self, stored: list, key: bytes) -> None:
+        self.stored, self.key = stored, key
+
+    def whole(self) -> dict:
+        return expand(JOBS_TABLE, codec.unpack_record(codec.pack(self.stored)), self.key)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CreatedJob):
+            other = other.whole()
+        return self.whole() == other
+
+    __hash__ = None   # type: ignore[assignment]
+
+
+def created_job(job: "dict | CreatedJob") -> dict:
+    """A create's answered job, whole."""
+    return job.whole() if isinstance(job, CreatedJob) else job
+
+
 def pending_once_facts(stored: Any) -> tuple[str, int, int] | None:
     """(tenant, shard, run_at_ms) of a job record as stored (decoded, not
     restored, with no state record beside it) that is an active one-off
@@ -526,19 +620,11 @@ def pending_once_facts(stored: Any) -> tuple[str, int, int] | None:
             or stored[_JOB_ID_AT] is not None \
             or (len(stored) > _JOB_LAST_RUN_AT and stored[_JOB_LAST_RUN_AT] is not None):
         return None
-    spec, tenant, shard = stored[_SPEC_AT], stored[_TENANT_AT], stored[_SHARD_AT]
-    if type(spec) is not list or len(spec) != 1 + len(_SPEC_FORM.fields) \
-            or type(tenant) is not str or type(shard) is not int:
+    tenant, shard = stored[_TENANT_AT], stored[_SHARD_AT]
+    if type(tenant) is not str or type(shard) is not int:
         return None
-    others, schedule, target = spec[0], spec[_SCHEDULE_AT], spec[_TARGET_AT]
-    if others is not None and (type(others) is not dict or not others.keys() <= _FIRE_IRRELEVANT):
-        return None
-    if type(schedule) is not list or len(schedule) != 3 or schedule[0] is not None \
-            or schedule[1] != "once" or type(schedule[2]) is not int:
-        return None
-    if type(target) is not list or len(target) < 2 or target[1] != "http":
-        return None
-    return tenant, shard, schedule[2]
+    run_at_ms = _once_spec_run_at(stored[_SPEC_AT])
+    return None if run_at_ms is None else (tenant, shard, run_at_ms)
 
 
 # Other members a run held from its fire may have that change nothing about

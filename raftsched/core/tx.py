@@ -449,6 +449,9 @@ class Tx:
         read = self._jobs_read.get(key)
         if job is self._DELETED:
             return [(JOBS, key, None), (JOB_STATE, key, None)]
+        if type(job) is _Stored:   # (put_stored: a whole record, its state in it)
+            had_state = read is not None and read[1]
+            return [(JOBS, key, job.stored)] + ([(JOB_STATE, key, None)] if had_state else [])
         if read is not None:
             before, had_state = read
             fired = key in self._state_only
