@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from raftsched.api import app
 from raftsched.core import apply as apply_mod
 from raftsched.core import codec, commands, compact, jobspec, keys
 from raftsched.errors import CommandRefused
@@ -60,6 +61,9 @@ def test_a_lean_create_writes_and_answers_what_the_whole_create_does(monkeypatch
             if outcome.get("ok"):   # the answer reads as the job a read returns
                 job = compact.created_job(outcome["job"])
                 assert job == pair.fast.job(job["id"])
+                # and batchCreate answers it as it answers the whole job
+                whole = dict(outcome, job=job)
+                assert app._batch_result(None, outcome) == app._batch_result(None, whole)
         at_ms += 1_000
         if edit == "delete":
             pair.run(commands.DeleteJob(job_id=JOB_IDS[0], at_ms=at_ms))

@@ -311,7 +311,9 @@ def _batch_result(node: "NodePort", outcome: dict) -> dict:
         raise_refusal(outcome)
     except InvalidInput as exc:
         return {"error": _problem_of(exc)}
-    job = compact.created_job(outcome["job"])
+    job = outcome["job"]
+    if isinstance(job, compact.CreatedJob):   # a one-off in UTC, not read whole for this
+        return {"job_id": job.job_id, "next_run_at": format_ms(job.next_ms), "created": True}
     return {"job_id": job["id"], "next_run_at": format_in_job_zone(job["spec"], job["next_ms"]),
             "created": not outcome["existing"]}
 

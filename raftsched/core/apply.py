@@ -191,7 +191,8 @@ def _create_lean(tx: Tx, item: commands.CreateJobItem, tenant: str, at_ms: int,
         value["a"] = 1
         tx.put(DUE, keys.due_key(item.shard, item.next_ms, item.job_id), value)
         tx.effects.append(DueArmed(shard=item.shard, due_ms=item.next_ms))
-    return {"ok": True, "existing": False, "job": compact.CreatedJob(stored, key)}
+    return {"ok": True, "existing": False,
+            "job": compact.CreatedJob(stored, key, item.job_id, item.next_ms)}
 
 
 def _create_jobs(tx: Tx, cmd: commands.CreateJobs) -> dict:

@@ -581,13 +581,14 @@ def created_pending_once(spec: LeanSpec, version: int, job_id: str, key: bytes, 
 
 class CreatedJob:
     """The job a lean create made, as apply answers it (core/apply.py
-    _create_lean): its record as stored. `whole()` reads it as any reader
-    does; the answer compares equal to that job."""
+    _create_lean): its record as stored, its id and next due time. `whole()`
+    reads it as any reader does; the answer compares equal to that job. Its
+    schedule is a one-off in UTC (LeanSpec)."""
 
-    __slots__ = ("stored", "key")
+    __slots__ = ("stored", "key", "job_id", "next_ms")
 
-    def __init__(self, stored: list, key: bytes) -> None:
-        self.stored, self.key = stored, key
+    def __init__(self, stored: list, key: bytes, job_id: str, next_ms: int | None) -> None:
+        self.stored, self.key, self.job_id, self.next_ms = stored, key, job_id, next_ms
 
     def whole(self) -> dict:
         return expand(JOBS_TABLE, codec.unpack_record(codec.pack(self.stored)), self.key)
