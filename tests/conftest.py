@@ -50,6 +50,7 @@ def _fired_jobs_checked() -> Iterator[None]:
         # And every spec a create_jobs_stored carried, to read back from the
         # form it is written in as the spec apply used (core/compact.py).
         patch.setattr(compact, "CHECK_STORED_SPEC", True)
+        patch.setattr(compact, "CHECK_HELD_RUN", True)
         yield
 
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from raftsched.core import apply as apply_mod
-from raftsched.core import commands, cost, jobspec, keys, queries
+from raftsched.core import commands, cost, jobspec, keys, queries, runs
 from raftsched.core.firing import PENDING_ONCE_SPEC, fire_item, pending_fire_item
 from raftsched.core.apply import SHARDS as SHARDS_TABLE
 from raftsched.testing.replica import Replica
@@ -188,6 +188,37 @@ def test_a_plain_pending_one_off_fires_from_its_stored_record(monkeypatch, store
     job = pair.fast.job(JOB_ID)
     assert job["status"] == "completed" and job["active"] == [run["id"]]
     # A second fire of the occurrence finds no due entry: the whole read calls it stale.
+    assert _fire(pair, DUE_MS + 10)["stale"] == 1 and pair.taken == 1
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=bodies, stored=st.booleans(),
+       edit=st.sampled_from(["none", "pause_resume", "trigger", "move_back"]),
+       fire_at=st.sampled_from([DUE_MS - 20_000, DUE_MS, DUE_MS + 90_000]),
+       again=st.booleans())
+def test_a_fired_run_written_as_stored_is_what_create_run_writes(
+        monkeypatch, body, stored, edit, fire_at, again):
+    """runs.create_held against runs.create_run, both under a fire from the
+    stored record (and every held run's form checked against `compact` of
+    the run, compact.CHECK_HELD_RUN, as in every test)."""
+    pair = Pair(monkeypatch, runs, "CREATE_HELD_AS_STORED", "create_held")
+    _create(pair, body, stored)
+    _edit(pair, edit)
+    _fire(pair, fire_at)
+    if again:
+        _fire(pair, max(fire_at, DUE_MS) + 1)
+    _finish(pair, max(fire_at, DUE_MS) + 50)
+    event(f"run written as stored: {pair.taken}")
+
+
+@pytest.mark.parametrize("fire_at", [DUE_MS - 20_000, DUE_MS, DUE_MS + 5])
+def test_a_plain_one_off_s_run_is_written_as_stored(monkeypatch, fire_at):
+    pair = Pair(monkeypatch, runs, "CREATE_HELD_AS_STORED", "create_held")
+    _create(pair, {"run_at": _iso(DUE_MS), "target": HTTP}, stored=True)
+    assert _fire(pair, fire_at)["fired"] == 1 and pair.taken == 1
+    run = pair.fast.get_run(keys.run_id(JOB_ID, DUE_MS))
+    assert run["state"] == "running" and ("armed_ms" in run) == (fire_at < DUE_MS)
     assert _fire(pair, DUE_MS + 10)["stale"] == 1 and pair.taken == 1
 
 

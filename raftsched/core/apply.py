@@ -503,11 +503,14 @@ def _fire_pending_once(tx: Tx, shard: int, item: commands.FireItem, node: str, t
     tx.delete(DUE, due)
     job = {"id": job_id, "tenant": tenant, "shard": shard, "spec": PENDING_ONCE_SPEC,
            "last_run_id": None}
-    run, created = runs.create_run(tx, job, due_ms, node, at_ms, "schedule", token,
-                                   lifecycle.QUEUED, None)
-    if created and due_ms > at_ms and run["state"] in (lifecycle.QUEUED, lifecycle.RUNNING):
-        run["armed_ms"] = at_ms
-        runs.put_run(tx, run)
+    run = runs.create_held(tx, job, due_ms, node, token, at_ms)
+    created = run is not None
+    if run is None:
+        run, created = runs.create_run(tx, job, due_ms, node, at_ms, "schedule", token,
+                                       lifecycle.QUEUED, None)
+        if created and due_ms > at_ms and run["state"] in (lifecycle.QUEUED, lifecycle.RUNNING):
+            run["armed_ms"] = at_ms
+            runs.put_run(tx, run)
     job["last_run_id"] = run["id"]
     del job["spec"]
     # updated_ms dates the completion: retention counts from it.

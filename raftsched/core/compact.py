@@ -628,6 +628,30 @@ def pending_once_facts(stored: Any) -> tuple[str, int, int] | None:
     return None if run_at_ms is None else (tenant, shard, run_at_ms)
 
 
+# Whether held_run_stored checks its form against `compact` of the run it
+# stands for: the test suite turns it on (tests/conftest.py); a node does not
+# pay it.
+CHECK_HELD_RUN = False
+
+
+def held_run_stored(run: dict, key: bytes) -> list:
+    """The positional form `compact` writes under `key` for `run`, the run of
+    a pending one-off's occurrence as its fire creates it (runs.create_held):
+    its ids, its job and time left to its key, its execution id derived,
+    queued and started as created, priority normal, its one attempt the
+    run's own members (_derive_run_members), and `armed_ms` its only other
+    member, if any."""
+    others = {"armed_ms": run["armed_ms"]} if "armed_ms" in run else None
+    stored = [others, run["v"], None, None, run["tenant"], None, 1, run["state"], run["trigger"],
+              run["token"], run["created_ms"], run["shard"], _PRIORITY_NORMAL, _ONE_ATTEMPT, None,
+              run["node"], _AS_CREATED, _AS_CREATED, None, run["holder"]]
+    if CHECK_HELD_RUN:
+        whole = compact(RUNS_TABLE, run, key)
+        if codec.pack(whole) != codec.pack(stored):
+            raise AssertionError(f"held_run_stored: {stored!r}, compact: {whole!r}")
+    return stored
+
+
 # Other members a run held from its fire may have that change nothing about
 # its success (finished_held).
 _HELD_OTHERS = frozenset(("armed_ms", "jitter_ms"))

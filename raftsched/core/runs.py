@@ -119,6 +119,45 @@ def create_run(tx: Tx, job: dict, scheduled_ms: int, node: str | None, at_ms: in
     return run, True
 
 
+# Whether create_held writes a fired one-off's run in its stored form;
+# tests/test_fire_pending.py turns it off to compare with create_run.
+CREATE_HELD_AS_STORED = True
+
+
+def create_held(tx: Tx, job: dict, scheduled_ms: int, node: str, token: int,
+                at_ms: int) -> dict | None:
+    """create_run of a pending one-off's occurrence fired by its shard's
+    owner (`job`: its id, tenant and shard, its spec every default: the
+    allow policy, no worker queue, no DAG, priority normal), armed when fired
+    before its time: the same run, writes and effect, the run written in
+    its stored form (compact.held_run_stored) rather than compacted. None,
+    with nothing done, when the run exists (create_run decides)."""
+    run_id = keys.run_id(job["id"], scheduled_ms)
+    key = run_id.encode()
+    if not CREATE_HELD_AS_STORED or not 0 <= scheduled_ms < 1 << 48 or tx.has(RUNS, key):
+        return None
+    run = {"v": RECORD_VERSION, "id": run_id, "job_id": job["id"], "tenant": job["tenant"],
+           "scheduled_ms": scheduled_ms, "attempt": 1,
+           "execution_id": keys.execution_id(job["id"], scheduled_ms), "state": RUNNING,
+           "node": node, "queue": None, "trigger": "schedule", "token": token,
+           "created_ms": at_ms, "queued_ms": at_ms, "started_ms": at_ms, "finished_ms": None,
+           "holder": node, "lease_ms": None, "retry_due_ms": None, "http_status": None,
+           "exit_code": None, "error": None, "reason": None,
+           "attempts": [{"attempt": 1, "holder": node, "started_ms": at_ms, "finished_ms": None,
+                         "http_status": None, "exit_code": None, "error": None,
+                         "output_node": None, "retry_delay_ms": None}],
+           "alert": None, "priority": "normal", "shard": job["shard"]}
+    if scheduled_ms > at_ms:
+        run["armed_ms"] = at_ms
+    tx.put(RUNS_BY_TENANT, keys.runs_by_tenant_key(job["tenant"], scheduled_ms, run_id), 1)
+    job["runs_count"] = job.get("runs_count", 0) + 1
+    tx.put(RUNS_OPEN, keys.open_run_key(job["shard"], run_id), 1)
+    tx.effects.append(RunQueued(run=run))
+    job.setdefault("active", []).append(run_id)
+    tx.put_stored(RUNS, key, compact.held_run_stored(run, key))
+    return run
+
+
 def _admit(tx: Tx, job: dict, run: dict, at_ms: int,
            overlap: str | None = None) -> tuple[str, str | None]:
     """The concurrency policy's answer for a new occurrence: (state, reason).
