@@ -560,9 +560,7 @@ class StoredCreateJobItem(CreateJobItem, kw_only=True):
         lean = _compact.lean_spec(self.spec, default_named)
         try:
             if lean is None:
-                whole = _compact.StoredSpec(spec)
-                whole.stored = self.spec   # (spec_of_stored and restore_spec keep it)
-                self.spec = _compact.restore_spec(whole, default_named)
+                self.spec = _compact.whole_stored_spec(spec, self.spec, default_named)
             else:
                 # Left as it came (apply reads its time alone), once its name
                 # is known to be one a read can make.

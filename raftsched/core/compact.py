@@ -547,10 +547,17 @@ class LeanSpec:
         self.stored, self.run_at_ms, self.default_named = stored, run_at_ms, default_named
 
     def whole(self) -> "StoredSpec":
-        spec, _ = spec_of_stored(self.stored)
-        whole = StoredSpec(spec)
-        whole.stored = self.stored
-        return restore_spec(whole, self.default_named)
+        return whole_stored_spec(spec_of_stored(self.stored)[0], self.stored,
+                                 self.default_named)
+
+
+def whole_stored_spec(spec: dict, stored: Any, default_named: bool) -> "StoredSpec":
+    """The spec map spec_of_stored read from `stored`, made whole
+    (restore_spec) as a StoredSpec that keeps `stored`, the form it is
+    written in. ValueError for a name left to a URL that cannot make one."""
+    whole = StoredSpec(spec)
+    whole.stored = stored
+    return restore_spec(whole, default_named)
 
 
 def lean_spec(stored: Any, default_named: bool) -> LeanSpec | None:
@@ -576,6 +583,14 @@ def created_pending_once(spec: LeanSpec, version: int, job_id: str, key: bytes, 
     stored[_STATUS_AT] = stored[_UPDATED_AT] = None
     if type(next_ms) is int and next_ms == spec.run_at_ms:
         stored[_NEXT_AT] = False
+    if CHECK_STORED_SPEC:   # (the test suite: as `compact` writes the whole job)
+        whole = compact(JOBS_TABLE, {
+            "v": version, "id": job_id, "tenant": tenant, "spec": spec.whole(),
+            "status": "active", "version": 1, "shard": shard, "next_ms": next_ms,
+            "created_ms": at_ms, "updated_ms": at_ms, "idempotency_key": idempotency_key,
+            "last_run_id": None}, key)
+        if codec.pack(whole) != codec.pack(stored):
+            raise AssertionError(f"created_pending_once: {stored!r}, compact: {whole!r}")
     return stored
 
 
