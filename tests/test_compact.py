@@ -226,6 +226,44 @@ def test_who_holds_a_run_reads_as_the_whole_record_says(overrides, dropped, extr
         (whole.get("state"), whole.get("attempt"), whole.get("holder"), whole.get("token"))
 
 
+_STATE = {"v": 1, "next_ms": None, "active": ["run_a"], "last_run_id": "run_a",
+          "runs_count": 1, "status": "completed", "updated_ms": 9}
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(body=bodies, named=st.booleans(),
+       overrides=st.dictionaries(st.sampled_from(["id", "tenant", "status", "updated_ms",
+                                                  "next_ms", "version"]), _values, max_size=3),
+       dropped=st.sets(st.sampled_from(sorted(_job({}))), max_size=2), extra=_extras,
+       state=st.one_of(st.none(), st.just(_STATE),
+                       st.fixed_dictionaries({"status": _values}).map(
+                           lambda o: {**_STATE, **o}),
+                       st.dictionaries(st.sampled_from(sorted(_STATE)), _values, max_size=3)),
+       keyed=st.booleans())
+def test_what_a_call_reads_of_a_job_is_what_the_whole_read_shows(
+        body, named, overrides, dropped, extra, state, keyed) -> None:
+    """compact.job_to_call, read from the stored job and state records with
+    neither restored whole, is the id, tenant, status and spec of the job as
+    a whole read shows it (its state laid over it), whatever form each was
+    stored in."""
+    spec = jobspec.validate_create({**body, **({"name": "nightly"} if named else {})})["spec"]
+    job = {**_job(spec), **overrides, **extra}
+    for name in dropped:
+        job.pop(name, None)
+    key = job["id"].encode() if keyed and type(job.get("id")) is str else b"job_k"
+    raw = codec.pack(compact("jobs", copy.deepcopy(job), key))
+    raw_state = None if state is None else codec.pack(compact("job_state", dict(state), key))
+    whole = expand("jobs", codec.unpack_record(raw), key)
+    if raw_state is not None:
+        whole.update((name, value) for name, value
+                     in expand("job_state", codec.unpack_record(raw_state), key).items()
+                     if name != "v")
+    seen = compact_module.job_to_call(
+        codec.unpack_record(raw), key,
+        None if raw_state is None else codec.unpack_record(raw_state))
+    assert seen == {name: whole.get(name) for name in compact_module.CALL_VIEW}
+
+
 @settings(max_examples=examples(200), deadline=None)
 @given(overrides=st.dictionaries(st.sampled_from(sorted(_job({}))), _values, max_size=4),
        dropped=st.sets(st.sampled_from(sorted(_job({}))), max_size=2), extra=_extras)

@@ -75,6 +75,27 @@ def test_who_holds_a_run_reads_as_its_record_says(store):
     assert store.run_hold(run_id) == ("succeeded", 2, None, 2)
 
 
+def test_what_a_call_reads_of_a_job_is_what_get_shows(store):
+    from raftsched.core import jobspec
+    from raftsched.core.tx import JOB_STATE
+    job_id = "job_0123456789abcdef0123"
+    spec = jobspec.validate_create({"run_at": "2030-01-01T00:00:00Z", "target": {
+        "type": "http", "url": "http://127.0.0.1:9/x", "timeout_s": 5}})["spec"]
+    job = {"v": 1, "id": job_id, "tenant": "t", "spec": spec, "status": "active",
+           "version": 1, "shard": 3, "next_ms": spec["schedule"]["run_at_ms"], "created_ms": 1,
+           "updated_ms": 1, "idempotency_key": None, "last_run_id": None}
+    store.commit(tx((JOBS, job_id.encode(), job)), 1)
+    view = {"id": job_id, "tenant": "t", "status": "active", "spec": spec}
+    assert store.job_to_call(job_id) == view
+    state = {"v": 1, "next_ms": None, "active": [], "last_run_id": keys.run_id(job_id, 5),
+             "runs_count": 1, "status": "completed", "updated_ms": 9}
+    store.commit(tx((JOB_STATE, job_id.encode(), state)), 2)
+    assert store.job_to_call(job_id) == {**view, "status": "completed"}
+    assert {k: store.get(JOBS, job_id.encode())[k] for k in view} == \
+        {**view, "status": "completed"}
+    assert store.job_to_call("job_gone") is None and store.job_to_call("") is None
+
+
 def test_scans_are_ordered_bounded_and_reversible(store):
     writes = [(DUE, keys.due_key(s, ms, f"job_{ms}"), {"v": 1})
               for s in (1, 2) for ms in (300, 100, 200)]

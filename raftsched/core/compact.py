@@ -900,6 +900,39 @@ def run_hold(stored: Any, key: bytes) -> tuple[Any, Any, Any, Any]:
     return run.get("state"), run.get("attempt"), run.get("holder"), run.get("token")
 
 
+# What a node reads of a job to call one of its runs (runtime/dispatcher.py).
+CALL_VIEW = ("id", "tenant", "status", "spec")
+_STATE_STATUS_AT = _JOB_STATE.position("status")
+
+
+def job_to_call(stored: Any, key: bytes, state: Any) -> dict:
+    """A job's id, tenant, status and whole spec (CALL_VIEW), from its record
+    and its state record (None: it has none) as decoded, not restored: what
+    a node reads before each call. The job's other members and its state's
+    other than its status are not read into maps. Where either record has
+    no positional form (or a spec this cannot read), the whole job is read
+    and those four taken from it."""
+    if type(stored) is list and len(stored) > _SPEC_AT \
+            and (state is None or type(state) is list):
+        spec, default_named = spec_of_stored(stored[_SPEC_AT])
+        if type(spec) is dict:
+            restore_spec(spec, default_named)
+            if state is None:
+                status = stored[_STATUS_AT] if len(stored) > _STATUS_AT else None
+                if status is None:
+                    status = "active"
+            else:
+                status = state[_STATE_STATUS_AT] if len(state) > _STATE_STATUS_AT else None
+            job_id = stored[_JOB_ID_AT]
+            return {"id": _key_id(key) if job_id is None else job_id,
+                    "tenant": stored[_TENANT_AT], "status": status, "spec": spec}
+    job = expand(JOBS_TABLE, stored, key)
+    if state is not None and isinstance(job, dict):
+        job.update((name, value) for name, value
+                   in expand(JOB_STATE_TABLE, state, key).items() if name != "v")
+    return {name: job.get(name) for name in CALL_VIEW} if isinstance(job, dict) else job
+
+
 def _read_run(stored: list, key: bytes | None) -> dict:
     """A run's positional form, read into the run as written."""
     run = _RUN.unpack(stored)

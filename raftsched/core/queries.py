@@ -50,6 +50,18 @@ def pending_once_facts(reader: Reader, job_id: str) -> tuple[str, int, int] | No
     return compact.pending_once_facts(stored_of(keys.job_key(job_id)))
 
 
+class CallReader(Protocol):
+    def job_to_call(self, job_id: str) -> dict | None: ...
+
+
+def job_to_call(store: CallReader, job_id: str) -> dict | None:
+    """What a node reads of a job before it calls one of its runs: its id,
+    tenant, status and whole spec (compact.CALL_VIEW) as `job` would show
+    them, or None if the job is gone; the rest of the record and its state
+    are not read into maps (a node reads it before every call)."""
+    return store.job_to_call(job_id)
+
+
 def run(reader: Reader, run_id: str) -> dict | None:
     return reader.get(RUNS, run_id.encode())
 

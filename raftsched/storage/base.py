@@ -65,6 +65,11 @@ class Store(Protocol):
         """(state, attempt, holder, token) of the run, or None if there is none:
         what `get` of its record would show, read for less."""
 
+    def job_to_call(self, job_id: str) -> dict | None:
+        """The job's id, tenant, status and spec (compact.CALL_VIEW), or None
+        if there is none: what `get` of its record would show of them, read
+        for less."""
+
     def commit(self, transition: Transition, index: int) -> None:
         """Persist writes and applied_index = index in one transaction.
         Precondition: index > applied_index()."""
@@ -146,6 +151,13 @@ def decode_value(table: str, raw: bytes, key: bytes) -> Any:
     """A stored record as every reader sees it: whole again. Give the key it
     is stored under: a job or run record leaves out its id when it is the key."""
     return compact.expand(table, codec.unpack_record(raw), key)
+
+
+def decode_job_to_call(raw: bytes, key: bytes, state: bytes | None) -> dict:
+    """compact.CALL_VIEW of a stored job and its state record (if any), the
+    rest of both left unread (core/compact.py job_to_call)."""
+    return compact.job_to_call(codec.unpack_record(raw), key,
+                               None if state is None else codec.unpack_record(state))
 
 
 def decode_run_hold(raw: bytes, key: bytes) -> tuple[Any, Any, Any, Any]:

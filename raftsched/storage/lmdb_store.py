@@ -48,9 +48,9 @@ from raftsched.core import codec, keys
 from raftsched.core.apply import DUE, RUNS, TABLES, Transition
 from raftsched.core.tx import JOB_STATE, JOBS, View
 from raftsched.errors import InvariantBroken, StorageFull
-from raftsched.storage.base import (check_key, check_row, decode_run_hold, decode_value,
-                                    encode_value, fsync_dir, job_row, job_row_with_history,
-                                    storable_key)
+from raftsched.storage.base import (check_key, check_row, decode_job_to_call, decode_run_hold,
+                                    decode_value, encode_value, fsync_dir, job_row,
+                                    job_row_with_history, storable_key)
 
 T = TypeVar("T")
 log = logging.getLogger("raftsched.storage")
@@ -333,6 +333,21 @@ class LmdbStore:
             if raw is None or txn.get(key, db=self._dbs[JOB_STATE]) is not None:
                 return None
         return codec.unpack_record(raw)
+
+    def job_to_call(self, job_id: str) -> dict | None:
+        key = keys.job_key(job_id)
+        if not storable_key(key):
+            return None
+        self._guard.enter()
+        try:
+            with self._env.begin(db=self._dbs[JOBS]) as txn:
+                raw = txn.get(key)
+                if raw is None:
+                    return None
+                state = txn.get(key, db=self._dbs[JOB_STATE])
+        finally:
+            self._guard.leave()
+        return decode_job_to_call(raw, key, state)
 
     def run_hold(self, run_id: str) -> tuple[Any, Any, Any, Any] | None:
         key = run_id.encode()

@@ -9,12 +9,12 @@ import bisect
 import threading
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-from raftsched.core import codec
+from raftsched.core import codec, keys
 from raftsched.core.apply import DUE, RUNS, TABLES, Transition
 from raftsched.core.tx import JOB_STATE, JOBS
 from raftsched.errors import InvariantBroken
-from raftsched.storage.base import (check_key, check_row, decode_run_hold, decode_value,
-                                    encode_value, job_row, job_row_with_history,
+from raftsched.storage.base import (check_key, check_row, decode_job_to_call, decode_run_hold,
+                                    decode_value, encode_value, job_row, job_row_with_history,
                                     storable_key)
 
 T = TypeVar("T")
@@ -52,6 +52,13 @@ class MemoryStore:
         if raw is None or key in self._data[JOB_STATE]:
             return None
         return codec.unpack_record(raw)
+
+    def job_to_call(self, job_id: str) -> dict | None:
+        key = keys.job_key(job_id)
+        with self._lock:
+            raw = self._data[JOBS].get(key) if storable_key(key) else None
+            state = None if raw is None else self._data[JOB_STATE].get(key)
+        return None if raw is None else decode_job_to_call(raw, key, state)
 
     def run_hold(self, run_id: str) -> tuple[Any, Any, Any, Any] | None:
         key = run_id.encode()
