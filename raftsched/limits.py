@@ -1034,6 +1034,10 @@ run_ids_remembered_max = 8192
 # X-Raftsched-Scheduled-For header values remembered (executors/http.py): a
 # burst's runs share a few due seconds. Entries.
 scheduled_for_remembered_max = 1024
+# Target URLs whose parts (the breaker's host, the connection pool's key) a
+# node's dispatcher remembers (runtime/dispatcher.py): each call reads them
+# three times, the last calls' URLs are the ones asked for again. Entries.
+url_parts_remembered_max = 1024
 
 # Allocations between collections of the young generation in a node process,
 # once it has started (runtime/gcpolicy.py; CPython's default is 700). With the

@@ -315,6 +315,68 @@ async def test_a_backlogs_finishes_are_applied_after_its_calls_and_none_is_lost(
     assert n1.reporter.pending() == 0
 
 
+class RefusingReporter(Reporter):
+    """Answers the first `refusals` finishes as not applied (a batch apply
+    refused, say), then applies each at once; counts every send."""
+
+    def __init__(self, cluster: Cluster, refusals: int) -> None:
+        super().__init__(cluster)
+        self.refusals, self.sent = refusals, 0
+
+    def send(self, update, tenant: str = "", cost: int = 1, hold: bool = False) -> asyncio.Future:
+        self.sent += 1
+        if self.sent <= self.refusals:
+            future = asyncio.get_running_loop().create_future()
+            future.set_result(False)
+            return future
+        return super().send(update, tenant, cost, hold)
+
+
+async def test_a_finish_not_applied_is_sent_again_and_its_attempt_settles_once_it_is(
+        cluster, monkeypatch):
+    monkeypatch.setattr(limits, "finish_resend_s", 0.01)
+    calls: collections.Counter = collections.Counter()
+    n1 = FakeNode(cluster, "n1", calls)
+    n1.reporter = RefusingReporter(cluster, refusals=2)
+    make_job(cluster)
+    n1.renew()
+    start(n1)
+    (run_id,) = fire(cluster, "n1", 1)
+    await until(lambda: state(cluster, run_id) == "succeeded", "the run to succeed")
+    assert n1.reporter.sent == 3 and calls == {("n1", run_id): 1}
+    await until(lambda: not n1.dispatcher._active, "the attempt to settle")
+
+
+@pytest.mark.parametrize("moved_at", [1, 2])
+async def test_a_finish_not_applied_for_a_run_no_longer_held_is_not_sent_again(
+        cluster, monkeypatch, moved_at):
+    """Refused as it is sent the first time, or the second (after a refusal
+    while still held): no more is sent, and the attempt settles."""
+    monkeypatch.setattr(limits, "finish_resend_s", 0.01)
+    calls: collections.Counter = collections.Counter()
+    n1 = FakeNode(cluster, "n1", calls)
+    reporter = n1.reporter = RefusingReporter(cluster, refusals=100)
+    refuse = reporter.send
+
+    def moved_on(update, tenant: str = "", cost: int = 1, hold: bool = False):
+        if reporter.sent + 1 == moved_at:
+            # The run is cancelled as its finish is sent: the finish is
+            # refused, and nothing is left to report.
+            assert cluster.run(commands.cancel_run(run_id=update.run_id, reason="test",
+                                                   at_ms=n1.clock_ms))["ok"]
+        return refuse(update, tenant, cost, hold)
+
+    reporter.send = moved_on
+    make_job(cluster)
+    n1.renew()
+    start(n1)
+    (run_id,) = fire(cluster, "n1", 1)
+    await until(lambda: state(cluster, run_id) == "cancelled", "the run to be cancelled")
+    await until(lambda: not n1.dispatcher._active, "the attempt to settle")
+    await asyncio.sleep(5 * limits.finish_resend_s)
+    assert reporter.sent == moved_at and calls == {("n1", run_id): 1}
+
+
 async def test_a_retry_queued_before_its_failed_attempts_finish_settled_is_called(cluster):
     """The finish of a failed attempt may bring its retry back to the same
     node (fired ahead as soon as it is due) before the dispatcher has done

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import random
 from typing import Any, Awaitable, Callable, Protocol
@@ -63,6 +64,24 @@ from raftsched.storage.output_store import OutputStore
 log = logging.getLogger("raftsched.dispatch")
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@functools.lru_cache(maxsize=limits.url_parts_remembered_max)
+def _url_parts(url: str) -> tuple[str, str | None]:
+    """(host, connection) of a target URL: what its tenant's breaker counts
+    calls by (the URL's netloc), and what the HTTP client pools its
+    connections by (scheme, host, port; None for a URL that cannot be
+    called: the call fails at once). A call reads both, three times."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "", None
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
+    except ValueError:
+        return parts.netloc, None
+    return parts.netloc, f"{parts.scheme}://{parts.hostname}:{port}"
+
 
 # In place of a job read when a run was taken: the attempt reads it as it starts.
 _READ_JOB = object()
@@ -459,7 +478,7 @@ class Dispatcher:
                 self._slots.release()
                 continue
             # Read once for the breaker's host and for the call.
-            job = queries.job(self._store, run["job_id"])
+            job = queries.job_to_call(self._store, run["job_id"])
             if self._active.get(run["id"]) == run["attempt"] or self._maybe_park(run, job):
                 self._queue.done(run["tenant"])
                 self._slots.release()
@@ -573,19 +592,14 @@ class Dispatcher:
         target = dag.target_of(job["spec"], run.get("task_id")) if job is not None else None
         if target is None or target["type"] != "http":
             return None
-        try:
-            parts = urlsplit(target["url"])
-            port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
-        except ValueError:
-            return None   # not callable: the call fails at once
-        return f"{parts.scheme}://{parts.hostname}:{port}"
+        return _url_parts(target["url"])[1]
 
     @staticmethod
     def _host(run: dict, job: dict | None) -> str | None:
         target = dag.target_of(job["spec"], run.get("task_id")) if job is not None else None
         if target is None or target["type"] != "http":
             return None
-        return urlsplit(target["url"]).netloc
+        return _url_parts(target["url"])[0]
 
     async def takeover_loop(self) -> None:
         """Propose take_over_runs for the shards this node gained; a shard
@@ -883,14 +897,14 @@ class Dispatcher:
     # --- one attempt ------------------------------------------------------------------
 
     async def _attempt(self, run: dict, job: Any, host: str | None = None) -> None:
-        """`job`: the run's job as read when the run was taken from the queue
-        (or _READ_JOB: read it first), read again if the call has to wait for
-        this node's shard lease. `host`: the target host whose call count it
+        """`job`: what a call reads of the run's job (queries.job_to_call) as
+        read when the run was taken from the queue (or _READ_JOB: read it
+        first), read again if the call has to wait for this node's shard lease. `host`: the target host whose call count it
         holds (step 1b)."""
         settled_here = True
         try:
             if job is _READ_JOB:
-                job = queries.job(self._store, run["job_id"])
+                job = queries.job_to_call(self._store, run["job_id"])
             # No call past the call horizon (runtime/horizon.py): pushed
             # first, so that the checks below come right before the call.
             await cover_or_drop(self._calls.horizon,
@@ -902,7 +916,7 @@ class Dispatcher:
             assert task is not None
             self._running[run["id"]] = (run["attempt"], task)
             if waits:
-                job = queries.job(self._store, run["job_id"])
+                job = queries.job_to_call(self._store, run["job_id"])
             called_ms = self._now_ms()
             try:
                 outcome = await self._call(job, run)
@@ -938,7 +952,7 @@ class Dispatcher:
             del self._maybe_called[run["id"]]
 
     def _report_failure(self, run: dict, error: str) -> None:
-        job = queries.job(self._store, run["job_id"])
+        job = queries.job_to_call(self._store, run["job_id"])
         self._report(job, run, Outcome(ok=False, error=error))
 
     async def _still_held(self, run: dict) -> bool:
@@ -979,15 +993,16 @@ class Dispatcher:
         if target is None:
             return Outcome(ok=False, retryable=False,
                            error=f"task {run.get('task_id')!r} is no longer in the job's DAG")
-        deadline_ms = self._now_ms() + int(target.get("timeout_s", 30) * 1000)
+        now_ms = self._now_ms()
+        deadline_ms = now_ms + int(target.get("timeout_s", 30) * 1000)
         attempt = attempt_of(run)
         if run["attempt"] == 1 and run.get("trigger") == "schedule" and "dag_run" not in run:
             # Trigger lateness: the first call of a run its schedule fired, against
             # when it was due (a backfill's or a DAG task's time is not a due time).
-            calls.lateness.record(self._now_ms() - run["scheduled_ms"] - run.get("jitter_ms", 0))
+            calls.lateness.record(now_ms - run["scheduled_ms"] - run.get("jitter_ms", 0))
         if target["type"] == "http":
             outcome = await calls.http.run(attempt, target, deadline_ms)
-            host = urlsplit(target["url"]).netloc
+            host = _url_parts(target["url"])[0]
             changed = calls.breaker.record(run["tenant"], host, breaker_ok(outcome))
             if changed is not None:
                 _log_breaker(calls.breaker, changed, run["tenant"], host, outcome)
@@ -1047,23 +1062,45 @@ class Dispatcher:
         policy = dag.retry_policy(job["spec"] if job else None, run.get("task_id"))
         update = finish_update(run, self._me, outcome, policy, at_ms=self._now_ms(),
                                output_node=self._me, called_ms=called_ms)
-        task = self._spawn("dispatcher.finish", self._send_finish(
-            run, update, report_cost(job, run), may_hold(job, run, outcome)))
-        task.add_done_callback(lambda _: self._settled(run))
+        cost_units, hold = report_cost(job, run), may_hold(job, run, outcome)
+        # No task of its own unless the finish must be sent again: a call's
+        # finish is nearly always applied the first time.
+        self._send_report(update, run["tenant"], cost_units, hold).add_done_callback(
+            lambda sent: self._finish_answered(sent, run, update, cost_units, hold))
+
+    def _finish_answered(self, sent: "asyncio.Future[bool]", run: dict,
+                         update: commands.RunFinish, cost_units: int, hold: bool) -> None:
+        """The reporter answered a finish: the attempt is settled here, unless
+        the finish was not applied and the run is still this node's attempt
+        (then _send_finish sends it again, and settles it once it ends)."""
+        if not sent.cancelled() and sent.exception() is not None:
+            log.error("run %s attempt %d: sending its finish failed", run["id"],
+                      run["attempt"], exc_info=sent.exception())
+        elif not sent.cancelled() and not sent.result() and self._still_ours(run):
+            task = self._spawn("dispatcher.finish", self._send_finish(
+                run, update, cost_units, hold))
+            task.add_done_callback(lambda _: self._settled(run))
+            return
+        self._settled(run)
+
+    def _still_ours(self, run: dict) -> bool:
+        current = queries.run_hold(self._store, run["id"])
+        return current is not None and current.running_for(self._me, run["attempt"])
 
     async def _send_finish(self, run: dict, update: commands.RunFinish, cost_units: int,
                            hold: bool = False) -> None:
-        """Send the finish until it is applied, or the run is no longer this
-        node's attempt (cancelled, taken over). A node-executed run has no
-        lease of its own that would expire: a finish the reporter dropped
-        (run_update_pending_max) or a batch apply refused is sent again."""
-        while not await self._send_report(update, run["tenant"], cost_units, hold):
-            current = queries.run_hold(self._store, run["id"])
-            if current is None or not current.running_for(self._me, run["attempt"]):
-                return   # refused because the run moved on: nothing left to report
+        """Send again, every finish_resend_s, a finish that was not applied,
+        until it is, or the run is no longer this node's attempt (cancelled,
+        taken over). A node-executed run has no lease of its own that would
+        expire: a finish the reporter dropped (run_update_pending_max) or a
+        batch apply refused is sent again."""
+        while True:
             log.warning("run %s attempt %d: its finish was not applied; sending it again "
                         "in %.1f s", run["id"], run["attempt"], limits.finish_resend_s)
             await asyncio.sleep(limits.finish_resend_s)
+            if await self._send_report(update, run["tenant"], cost_units, hold) \
+                    or not self._still_ours(run):
+                return   # applied, or refused because the run moved on
 
     async def close(self) -> None:
         self._closing = True   # runs waiting for a host stay held: a restart resumes them
