@@ -472,11 +472,19 @@ class Dispatcher:
             # A slot first, then the run: the fair queue chooses among the runs
             # waiting when a slot is free, not before.
             await self._slots.acquire()
-            try:
-                run = await asyncio.wait_for(self._queue.get(), 1.0)
-            except asyncio.TimeoutError:
-                self._slots.release()
-                continue
+            # One turn of the loop first, as a wait would give: what apply
+            # has told this node meanwhile (a cancel, a shard moved) is
+            # handled before the next run is taken. A run ready is taken
+            # then with no task or timer of its own (asyncio.wait_for makes
+            # both); none ready, the take waits up to a second.
+            await asyncio.sleep(0)
+            run = self._queue.get_nowait()
+            if run is None:
+                try:
+                    run = await asyncio.wait_for(self._queue.get(), 1.0)
+                except asyncio.TimeoutError:
+                    self._slots.release()
+                    continue
             # Read once for the breaker's host and for the call.
             job = queries.job_to_call(self._store, run["job_id"])
             if self._active.get(run["id"]) == run["attempt"] or self._maybe_park(run, job):
