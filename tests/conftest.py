@@ -51,6 +51,7 @@ def _fired_jobs_checked() -> Iterator[None]:
         # form it is written in as the spec apply used (core/compact.py).
         patch.setattr(compact, "CHECK_STORED_SPEC", True)
         patch.setattr(compact, "CHECK_HELD_RUN", True)
+        patch.setattr(compact, "CHECK_SETTLED_STATE", True)
         yield
 
 

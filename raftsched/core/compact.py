@@ -667,6 +667,38 @@ def held_run_stored(run: dict, key: bytes) -> list:
     return stored
 
 
+_ACTIVE_AT = _JOB_STATE.position("active")
+# Whether state_settled checks each state it makes against what `compact`
+# writes for the state read whole and settled: the test suite turns it on
+# (tests/conftest.py); a node does not pay it.
+CHECK_SETTLED_STATE = False
+
+
+def state_settled(stored: Any, key: bytes, run_id: str) -> list | None:
+    """A job's state record as stored (decoded, not restored) with `run_id`
+    out of its open runs, as runs.settle leaves it when no run of the job
+    waits (the queue policy's): the positional form `compact` writes for
+    that state. None, for settle to be run on the state read whole, where
+    the record has no positional form, some run waits, or `run_id` is not
+    among its open runs."""
+    if type(stored) is not list or len(stored) <= _ACTIVE_AT:
+        return None
+    others, active = stored[0], stored[_ACTIVE_AT]
+    if (others is not None and (type(others) is not dict or "waiting" in others)) \
+            or type(active) is not list or run_id not in active:
+        return None
+    settled = list(stored)
+    settled[_ACTIVE_AT] = active = list(active)
+    active.remove(run_id)
+    if CHECK_SETTLED_STATE:
+        state = expand(JOB_STATE_TABLE, codec.unpack_record(codec.pack(stored)), key)
+        state["active"].remove(run_id)
+        whole = compact(JOB_STATE_TABLE, state, key)
+        if codec.pack(whole) != codec.pack(settled):
+            raise AssertionError(f"state_settled: {settled!r}, compact: {whole!r}")
+    return settled
+
+
 # Other members a run held from its fire may have that change nothing about
 # its success (finished_held).
 _HELD_OTHERS = frozenset(("armed_ms", "jitter_ms"))

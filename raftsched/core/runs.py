@@ -34,9 +34,9 @@ from raftsched import limits
 from raftsched.core import commands, compact, dag, dagrun, keys, lifecycle, retry
 from raftsched.core.lifecycle import (ACTIVE, QUEUED, RETRY_WAIT, RUNNING, SCHEDULED, SKIPPED,
                                       SUCCEEDED)
-from raftsched.core.tx import (ALERTS, DUE, JOBS, LEASES, NODES, READY, RECORD_VERSION, RUNS,
-                               RUNS_BY_TENANT, RUNS_OPEN, SHARDS, TALLY_DEAD_LETTER,
-                               TALLY_REDELIVERED, TALLY_RETRY, TALLY_RUN_ENDED, AlertPending, DueArmed, RunCancelled,
+from raftsched.core.tx import (ALERTS, DUE, JOB_STATE, JOBS, LEASES, NODES, READY,
+                               RECORD_VERSION, RUNS, RUNS_BY_TENANT, RUNS_OPEN, SHARDS,
+                               TALLY_DEAD_LETTER, TALLY_REDELIVERED, TALLY_RETRY, TALLY_RUN_ENDED, AlertPending, DueArmed, RunCancelled,
                                RunQueued, Tx)
 
 DEFAULT_QUEUE = "default"
@@ -347,6 +347,11 @@ def finish(tx: Tx, run: dict, update: commands.RunUpdate) -> bool:
 FINISH_HELD_FROM_STORED = True
 
 
+# Whether such a success settles its job's state as stored (compact.state_settled)
+# where it can; tests/test_finish_held.py turns it off to compare.
+SETTLE_AS_STORED = True
+
+
 def _finish_held(tx: Tx, update: commands.RunFinish) -> bool:
     """`finish` for the success of a run a node held from its fire, whose
     job's state is a record of its own (compact.finished_held says which):
@@ -365,13 +370,21 @@ def _finish_held(tx: Tx, update: commands.RunFinish) -> bool:
     occurrence = keys.run_occurrence(update.run_id) if finished is not None else None
     if occurrence is None:
         return False
-    job = tx.job_state(occurrence[0])
-    if job is None or "spec" in job:
-        return False   # (its state is in its record: read whole)
+    job_key = keys.job_key(occurrence[0])
+    settled = compact.state_settled(tx.stored_state(job_key), job_key, update.run_id) \
+        if SETTLE_AS_STORED else None
+    job = None
+    if settled is None:
+        job = tx.job_state(occurrence[0])
+        if job is None or "spec" in job:
+            return False   # (its state is in its record: read whole)
     tx.delete(RUNS_OPEN, keys.open_run_key(finished[compact.RUN_SHARD_AT], update.run_id))
     tx.tally(TALLY_RUN_ENDED, SUCCEEDED)
-    settle(tx, job, {"id": update.run_id}, update.at_ms)
-    tx.put_job_state(job)
+    if job is not None:
+        settle(tx, job, {"id": update.run_id}, update.at_ms)
+        tx.put_job_state(job)
+    else:
+        tx.put_stored(JOB_STATE, job_key, settled)
     tx.put_stored(RUNS, key, finished)
     return True
 

@@ -344,6 +344,8 @@ class Tx:
             state = self._view.get(JOB_STATE, key)
         elif state is self._DELETED:
             state = None
+        elif type(state) is _Stored:   # (put_stored: read back as any reader reads it)
+            state = self.get(JOB_STATE, key)
         merge_job(job, state)
         if key not in self._jobs_read:
             self._jobs_read[key] = (_snapshot(job), state is not None)
@@ -419,6 +421,21 @@ class Tx:
             raise
         except Exception as exc:
             raise ViewFailed(f"reading {RUNS}: {exc!r}") from exc
+
+    def stored_state(self, key: bytes) -> Any | None:
+        """A job's state record as stored (decoded, not restored), when this
+        command has written neither the job nor its state; else None, as when
+        the job has no state record (its state is in its record) or the view
+        keeps no stored forms (`get_stored`)."""
+        get_stored = getattr(self._view, "get_stored", None)
+        if get_stored is None or (JOB_STATE, key) in self._writes or (JOBS, key) in self._writes:
+            return None
+        try:
+            return get_stored(JOB_STATE, key)
+        except ViewFailed:
+            raise
+        except Exception as exc:
+            raise ViewFailed(f"reading {JOB_STATE}: {exc!r}") from exc
 
     def put_stored(self, table: str, key: bytes, stored: list) -> None:
         """Write a record already in the form the stores keep (a positional
