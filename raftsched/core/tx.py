@@ -412,30 +412,28 @@ class Tx:
         """A run's record as stored (decoded, not restored: core/compact.py),
         when this command has not written the run; else None, as when the
         view keeps no stored forms (`get_stored`)."""
-        get_stored = getattr(self._view, "get_stored", None)
-        if get_stored is None or (RUNS, key) in self._writes:
-            return None
-        try:
-            return get_stored(RUNS, key)
-        except ViewFailed:
-            raise
-        except Exception as exc:
-            raise ViewFailed(f"reading {RUNS}: {exc!r}") from exc
+        return None if (RUNS, key) in self._writes else self._view_stored(RUNS, key)
 
     def stored_state(self, key: bytes) -> Any | None:
         """A job's state record as stored (decoded, not restored), when this
         command has written neither the job nor its state; else None, as when
         the job has no state record (its state is in its record) or the view
         keeps no stored forms (`get_stored`)."""
+        if (JOB_STATE, key) in self._writes or (JOBS, key) in self._writes:
+            return None
+        return self._view_stored(JOB_STATE, key)
+
+    def _view_stored(self, table: str, key: bytes) -> Any | None:
+        """The view's record as stored (`get_stored`), or None if it keeps none."""
         get_stored = getattr(self._view, "get_stored", None)
-        if get_stored is None or (JOB_STATE, key) in self._writes or (JOBS, key) in self._writes:
+        if get_stored is None:
             return None
         try:
-            return get_stored(JOB_STATE, key)
+            return get_stored(table, key)
         except ViewFailed:
             raise
         except Exception as exc:
-            raise ViewFailed(f"reading {JOB_STATE}: {exc!r}") from exc
+            raise ViewFailed(f"reading {table}: {exc!r}") from exc
 
     def put_stored(self, table: str, key: bytes, stored: list) -> None:
         """Write a record already in the form the stores keep (a positional
