@@ -907,8 +907,8 @@ class Dispatcher:
     async def _attempt(self, run: dict, job: Any, host: str | None = None) -> None:
         """`job`: what a call reads of the run's job (queries.job_to_call) as
         read when the run was taken from the queue (or _READ_JOB: read it
-        first), read again if the call has to wait for this node's shard lease. `host`: the target host whose call count it
-        holds (step 1b)."""
+        first), read again if the call has to wait for this node's shard
+        lease. `host`: the target host whose call count it holds (step 1b)."""
         settled_here = True
         try:
             if job is _READ_JOB:
