@@ -9,7 +9,7 @@ import pytest
 
 # Registers the hypothesis profiles `full` and `fast` (--hypothesis-profile).
 import raftsched.testing.proptest  # noqa: F401
-from raftsched.core import compact, tx
+from raftsched.core import apply, compact, tx
 from raftsched.storage.lmdb_store import LmdbStore
 from raftsched.storage.memory_store import MemoryStore
 from raftsched.testing.cluster import LocalCluster
@@ -52,6 +52,7 @@ def _fired_jobs_checked() -> Iterator[None]:
         patch.setattr(compact, "CHECK_STORED_SPEC", True)
         patch.setattr(compact, "CHECK_HELD_RUN", True)
         patch.setattr(compact, "CHECK_SETTLED_STATE", True)
+        patch.setattr(apply, "CHECK_FIRED_STATE", True)
         yield
 
 

@@ -224,6 +224,36 @@ def test_a_plain_one_off_s_run_is_written_as_stored(monkeypatch, fire_at):
     assert _fire(pair, DUE_MS + 10)["stale"] == 1 and pair.taken == 1
 
 
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=bodies, stored=st.booleans(),
+       edit=st.sampled_from(["none", "pause_resume", "trigger", "move_back"]),
+       fire_at=st.sampled_from([DUE_MS - 20_000, DUE_MS, DUE_MS + 90_000]),
+       again=st.booleans())
+def test_a_fired_state_written_as_stored_is_what_the_state_write_is(
+        monkeypatch, body, stored, edit, fire_at, again):
+    """The job's state a fire from the stored record writes in its stored
+    form (compact.fired_once_state) against the state written as a map and
+    compacted, both replicas given the same commands (and each such form
+    checked against `compact` of the state, apply.CHECK_FIRED_STATE, as in
+    every test)."""
+    pair = Pair(monkeypatch, apply_mod, "FIRED_STATE_AS_STORED", "_fire_pending_once")
+    _run_through(pair, body, stored, edit, fire_at, again)
+    event(f"fired from the stored record: {pair.taken}")
+
+
+def test_a_plain_one_off_s_fired_state_is_written_as_stored(monkeypatch):
+    pair = Pair(monkeypatch, apply_mod, "FIRED_STATE_AS_STORED", "_fire_pending_once")
+    _create(pair, {"run_at": _iso(DUE_MS), "target": HTTP}, stored=True)
+    assert _fire(pair, DUE_MS - 20_000)["fired"] == 1
+    job = pair.fast.job(JOB_ID)
+    assert (job["status"], job["next_ms"], job["runs_count"], job["active"],
+            job["last_run_id"]) == ("completed", None, 1, [keys.run_id(JOB_ID, DUE_MS)],
+                                    keys.run_id(JOB_ID, DUE_MS))
+    assert _finish(pair, DUE_MS + 20)["accepted"] == [True]
+    assert pair.fast.job(JOB_ID)["active"] == []
+
+
 @pytest.mark.parametrize("body", [
     {"jitter_s": 5}, {"priority": "high"}, {"concurrency": {"policy": "queue"}},
     {"misfire": {"policy": "skip", "misfire_tolerance_s": 1}},

@@ -27,13 +27,13 @@ import traceback
 from typing import Callable
 
 from raftsched import limits
-from raftsched.core import (backfill, commands, compact, keys, lifecycle, redrive, retention,
-                            runs, tenancy, topics)
+from raftsched.core import (backfill, codec, commands, compact, keys, lifecycle, redrive,
+                            retention, runs, tenancy, topics)
 from raftsched.core.firing import DEFAULT_MISFIRE, PENDING_ONCE_SPEC, armable, due_at_ms
 from raftsched.core.timeutil import format_ms
-from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOBS, JOBS_BY_TENANT, LEASES,
-                               NODES, READY, RECORD_VERSION, RUNS, RUNS_OPEN, SHARDS,
-                               TABLES, TALLY_MISFIRE, TENANTS, TOKENS,
+from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOB_STATE, JOB_STATE_FIELDS,
+                               JOBS, JOBS_BY_TENANT, LEASES, NODES, READY, RECORD_VERSION, RUNS,
+                               RUNS_OPEN, SHARDS, TABLES, TALLY_MISFIRE, TENANTS, TOKENS,
                                TOPIC_IDEM, TOPIC_META, TOPICS, AlertPending, DueArmed, NodeRenewed,
                                RunCancelled, RunQueued, ShardsAssigned, TopicAppended, Transition,
                                Tx, View, ViewFailed, WriteRefused, live_job, refuse)
@@ -504,7 +504,7 @@ def _fire_pending_once(tx: Tx, shard: int, item: commands.FireItem, node: str, t
     job = {"id": job_id, "tenant": tenant, "shard": shard, "spec": PENDING_ONCE_SPEC,
            "last_run_id": None}
     run = runs.create_held(tx, job, due_ms, node, token, at_ms)
-    created = run is not None
+    held = created = run is not None
     if run is None:
         run, created = runs.create_run(tx, job, due_ms, node, at_ms, "schedule", token,
                                        lifecycle.QUEUED, None)
@@ -515,8 +515,33 @@ def _fire_pending_once(tx: Tx, shard: int, item: commands.FireItem, node: str, t
     del job["spec"]
     # updated_ms dates the completion: retention counts from it.
     job["status"], job["next_ms"], job["updated_ms"] = "completed", None, at_ms
-    tx.put_job_state(job)
+    if held and FIRED_STATE_AS_STORED:
+        # The state such a fire always leaves, in the form the stores keep it.
+        stored = compact.fired_once_state(run["id"], due_ms, at_ms)
+        if CHECK_FIRED_STATE:
+            _check_fired_state(tx, job, stored)
+        tx.put_stored(JOB_STATE, keys.job_key(job_id), stored)
+    else:
+        tx.put_job_state(job)
     return int(created)
+
+
+# Whether a pending one-off's fire whose run was created held writes its job's
+# state in its stored form (compact.fired_once_state); tests/test_fire_pending.py
+# turns it off to compare.
+FIRED_STATE_AS_STORED = True
+# Whether each such state is checked against what `compact` writes for the
+# state the fire made (the test suite turns it on: tests/conftest.py).
+CHECK_FIRED_STATE = False
+
+
+def _check_fired_state(tx: Tx, job: dict, stored: list) -> None:
+    """Raise unless `stored` is what put_job_state would have written for `job`."""
+    key = keys.job_key(job["id"])
+    state = {"v": 1, **{name: job[name] for name in JOB_STATE_FIELDS if name in job}}
+    whole = compact.compact(JOB_STATE, state, key)
+    if codec.pack(whole) != codec.pack(stored):
+        raise AssertionError(f"fired_once_state: {stored!r}, compact: {whole!r}")
 
 
 def _miss_uncalled(tx: Tx, cmd: commands.Command) -> dict:

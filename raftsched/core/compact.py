@@ -699,6 +699,15 @@ def state_settled(stored: Any, key: bytes, run_id: str) -> list | None:
     return settled
 
 
+def fired_once_state(run_id: str, due_ms: int, at_ms: int) -> list:
+    """The positional form `compact` writes, under the job's key, for the
+    state a pending one-off's fire leaves it with when its run is created
+    held (apply._fire_pending_once): completed at `at_ms`, no next time, one
+    run, that run its last (its time, as `compact` keeps a job's own run)
+    and open."""
+    return [None, 1, "completed", at_ms, 1, None, due_ms, [run_id]]
+
+
 # Other members a run held from its fire may have that change nothing about
 # its success (finished_held).
 _HELD_OTHERS = frozenset(("armed_ms", "jitter_ms"))
