@@ -198,12 +198,18 @@ def test_a_plain_pending_one_off_fires_from_its_stored_record(monkeypatch, store
     assert _fire(pair, DUE_MS + 10)["stale"] == 1 and pair.taken == 1
 
 
-@settings(max_examples=100, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(body=bodies, stored=st.booleans(),
-       edit=st.sampled_from(["none", "pause_resume", "trigger", "move_back"]),
-       fire_at=st.sampled_from([DUE_MS - 20_000, DUE_MS, DUE_MS + 90_000]),
-       again=st.booleans())
+def _fired_through_edits(test):
+    """A test of a stored-form write under a fire from the stored record,
+    given the creates, edits, fires and finishes _run_through makes."""
+    return settings(max_examples=100, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])(given(
+        body=bodies, stored=st.booleans(),
+        edit=st.sampled_from(["none", "pause_resume", "trigger", "move_back"]),
+        fire_at=st.sampled_from([DUE_MS - 20_000, DUE_MS, DUE_MS + 90_000]),
+        again=st.booleans())(test))
+
+
+@_fired_through_edits
 def test_a_fired_run_written_as_stored_is_what_create_run_writes(
         monkeypatch, body, stored, edit, fire_at, again):
     """runs.create_held against runs.create_run, both under a fire from the
@@ -224,12 +230,7 @@ def test_a_plain_one_off_s_run_is_written_as_stored(monkeypatch, fire_at):
     assert _fire(pair, DUE_MS + 10)["stale"] == 1 and pair.taken == 1
 
 
-@settings(max_examples=100, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(body=bodies, stored=st.booleans(),
-       edit=st.sampled_from(["none", "pause_resume", "trigger", "move_back"]),
-       fire_at=st.sampled_from([DUE_MS - 20_000, DUE_MS, DUE_MS + 90_000]),
-       again=st.booleans())
+@_fired_through_edits
 def test_a_fired_state_written_as_stored_is_what_the_state_write_is(
         monkeypatch, body, stored, edit, fire_at, again):
     """The job's state a fire from the stored record writes in its stored
