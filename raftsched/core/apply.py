@@ -31,12 +31,13 @@ from raftsched.core import (backfill, codec, commands, compact, keys, lifecycle,
                             retention, runs, tenancy, topics)
 from raftsched.core.firing import DEFAULT_MISFIRE, PENDING_ONCE_SPEC, armable, due_at_ms
 from raftsched.core.timeutil import format_ms
-from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOB_STATE, JOB_STATE_FIELDS,
-                               JOBS, JOBS_BY_TENANT, LEASES, NODES, READY, RECORD_VERSION, RUNS,
+from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOB_STATE, JOBS,
+                               JOBS_BY_TENANT, LEASES, NODES, READY, RECORD_VERSION, RUNS,
                                RUNS_OPEN, SHARDS, TABLES, TALLY_MISFIRE, TENANTS, TOKENS,
                                TOPIC_IDEM, TOPIC_META, TOPICS, AlertPending, DueArmed, NodeRenewed,
                                RunCancelled, RunQueued, ShardsAssigned, TopicAppended, Transition,
-                               Tx, View, ViewFailed, WriteRefused, live_job, refuse)
+                               Tx, View, ViewFailed, WriteRefused, job_state_record, live_job,
+                               refuse)
 from raftsched.errors import CommandRefused
 
 # The tables and effects are defined in core/tx.py; the rest of the code
@@ -519,7 +520,7 @@ def _fire_pending_once(tx: Tx, shard: int, item: commands.FireItem, node: str, t
         # The state such a fire always leaves, in the form the stores keep it.
         stored = compact.fired_once_state(run["id"], due_ms, at_ms)
         if CHECK_FIRED_STATE:
-            _check_fired_state(tx, job, stored)
+            _check_fired_state(job, stored)
         tx.put_stored(JOB_STATE, keys.job_key(job_id), stored)
     else:
         tx.put_job_state(job)
@@ -535,11 +536,9 @@ FIRED_STATE_AS_STORED = True
 CHECK_FIRED_STATE = False
 
 
-def _check_fired_state(tx: Tx, job: dict, stored: list) -> None:
+def _check_fired_state(job: dict, stored: list) -> None:
     """Raise unless `stored` is what put_job_state would have written for `job`."""
-    key = keys.job_key(job["id"])
-    state = {"v": 1, **{name: job[name] for name in JOB_STATE_FIELDS if name in job}}
-    whole = compact.compact(JOB_STATE, state, key)
+    whole = compact.compact(JOB_STATE, job_state_record(job), keys.job_key(job["id"]))
     if codec.pack(whole) != codec.pack(stored):
         raise AssertionError(f"fired_once_state: {stored!r}, compact: {whole!r}")
 

@@ -102,7 +102,8 @@ def _same_state(job: dict, before: dict) -> bool:
     return True
 
 
-def _job_state(job: dict) -> dict:
+def job_state_record(job: dict) -> dict:
+    """The state record of `job` (its JOB_STATE_FIELDS), as put_job_state writes it."""
     state = {"v": 1}
     for name in JOB_STATE_FIELDS:
         if name in job:
@@ -394,7 +395,7 @@ class Tx:
         if "spec" in job:
             self.put(JOBS, key, job)
         else:
-            self.put(JOB_STATE, key, _job_state(job))
+            self.put(JOB_STATE, key, job_state_record(job))
 
     def put_fired_job(self, job: dict) -> None:
         """Write back a job read whole (`get`) of which only JOB_STATE_FIELDS
@@ -476,7 +477,7 @@ class Tx:
             if fired or _same_static(job, before):
                 if _same_state(job, before):
                     return []   # written unchanged
-                return [(JOB_STATE, key, _job_state(job))]
+                return [(JOB_STATE, key, job_state_record(job))]
             if had_state:
                 return [(JOBS, key, job), (JOB_STATE, key, None)]
         return [(JOBS, key, job)]
