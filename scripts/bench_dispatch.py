@@ -2,6 +2,7 @@
 """What a node's event loop spends per call in its dispatcher, in one process.
 
     .venv/bin/python scripts/bench_dispatch.py [--runs 2000] [--repeat 5] [--sink]
+                                               [--inflight 64]
 
 N one-off jobs due on the same second, created and fired on one replica in
 memory (raftsched/testing/replica.py) as a node's Raft thread would, every
@@ -17,7 +18,9 @@ awaits nothing else), and the reporter accepts each finish at once: the
 figure is the dispatcher's own work. With --sink each call is a real HTTP
 call (executors/http.py) to the fast sink (testing/fastsink.py) in a process
 of its own: the dispatcher and the HTTP client together, as the node's loop
-pays them. The collector is tuned as in a node (runtime/gcpolicy.py).
+pays them. --inflight: calls at once (runs_inflight_max, 64 by default, as
+the burst's bare loop makes); past http_connections_per_host_max (100) the
+runs beyond wait for their host, as in a node's burst at one target. The collector is tuned as in a node (runtime/gcpolicy.py).
 
 Prints the conditions first and the figures last.
 """
@@ -57,7 +60,7 @@ from raftsched.testing.replica import Replica
 NODE = "n1"
 SHARDS = 16
 AT_MS = 1_800_000_000_000
-CONNECTIONS = 64   # calls at once (runs_inflight_max), as the burst's bare loop makes
+CONNECTIONS = 64   # calls at once by default (runs_inflight_max), as the burst's bare loop makes
 
 
 class _AtOnce:
@@ -122,8 +125,8 @@ def _fired(replica: Replica, runs: int) -> None:
     assert result.get("fired") == runs, result
 
 
-async def _per_call_us(runs: int, sink_url: str | None) -> float:
-    limits.runs_inflight_max = CONNECTIONS
+async def _per_call_us(runs: int, sink_url: str | None, inflight: int) -> float:
+    limits.runs_inflight_max = inflight
     replica = Replica()
     clock = types.SimpleNamespace(ms=AT_MS - 20_000)
     monotonic = time.monotonic
@@ -184,19 +187,22 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--inflight", type=int, default=CONNECTIONS,
+                        help=f"calls at once (runs_inflight_max; default {CONNECTIONS})")
     parser.add_argument("--sink", action="store_true",
                         help="a real HTTP call to the fast sink, in its own process")
     args = parser.parse_args(argv)
-    print(f"conditions: {args.runs} one-offs held by one node, {CONNECTIONS} calls at once, "
+    print(f"conditions: {args.runs} one-offs held by one node, {args.inflight} calls at once "
+          f"(at most {limits.http_connections_per_host_max} to one host), "
           f"{'HTTP to the fast sink in its own process' if args.sink else 'a target that answers at once in the process'}, "
           f"reporter accepting at once, cores {os.cpu_count()}, python {sys.version.split()[0]}")
     gcpolicy.tune()
     if args.sink:
         with FastSink() as sink:
-            each = [uvloop.run(_per_call_us(args.runs, sink.url + "/hook"))
+            each = [uvloop.run(_per_call_us(args.runs, sink.url + "/hook", args.inflight))
                     for _ in range(args.repeat)]
     else:
-        each = [uvloop.run(_per_call_us(args.runs, None)) for _ in range(args.repeat)]
+        each = [uvloop.run(_per_call_us(args.runs, None, args.inflight)) for _ in range(args.repeat)]
     print(f"the node's CPU per call: least {min(each):.1f} us, median "
           f"{statistics.median(each):.1f} us (of {args.repeat})")
 

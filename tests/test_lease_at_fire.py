@@ -288,7 +288,7 @@ async def test_a_backlogs_finishes_are_applied_after_its_calls_and_none_is_lost(
     calls: collections.Counter = collections.Counter()
     n1 = FakeNode(cluster, "n1", calls)
     n1.reporter = BatchingReporter(propose=n1.propose, spawn=n1.supervisor.spawn,
-                                   calls_waiting=n1.dispatcher.waiting)
+                                   calls_waiting=n1.dispatcher.calls_waiting)
     n1.supervisor.start("reporter", n1.reporter.run)
     waiting_at_finish: list[int] = []
     run_entry = cluster.run
@@ -313,6 +313,76 @@ async def test_a_backlogs_finishes_are_applied_after_its_calls_and_none_is_lost(
     assert n1.reporter.held_total >= backlog - limits.runs_inflight_max
     assert waiting_at_finish and set(waiting_at_finish) == {0}
     assert n1.reporter.pending() == 0
+
+
+async def test_the_dispatchers_loop_turns_between_takes_while_call_slots_are_free(
+        cluster, monkeypatch):
+    """Runs taken while call slots are free need no turn of the loop each, but
+    at most dispatch_takes_per_turn are taken between two turns: what apply
+    tells the node meanwhile (a cancel, a moved shard) waits no longer."""
+    monkeypatch.setattr(limits, "runs_inflight_max", 100)
+    monkeypatch.setattr(limits, "dispatch_takes_per_turn", 4)
+    calls: collections.Counter = collections.Counter()
+    n1 = FakeNode(cluster, "n1", calls)
+    make_job(cluster)
+    n1.renew()
+    n1.http_executor.release.clear()   # every call stays open: each take holds a slot
+    start(n1)
+    await asyncio.sleep(0.05)   # the dispatcher waits for a run
+    loop = asyncio.get_running_loop()
+    taken_by_turn: list[int] = []
+
+    def each_turn() -> None:
+        taken_by_turn.append(len(n1.dispatcher._active))
+        if len(taken_by_turn) < 10_000:
+            loop.call_soon(each_turn)
+
+    loop.call_soon(each_turn)
+    backlog = 40
+    fire(cluster, "n1", backlog)
+    await until(lambda: len(calls) == backlog, "every run to be called")
+    steps = [b - a for a, b in zip(taken_by_turn, taken_by_turn[1:])]
+    assert max(steps) <= limits.dispatch_takes_per_turn + 1, steps
+    # Not one take a turn either: several are taken in one.
+    assert max(steps) >= 2, steps
+    n1.http_executor.release.set()
+
+
+async def test_finishes_are_held_while_runs_wait_for_their_host_too(cluster, monkeypatch):
+    """A spike at one host: call slots are free, but runs wait for the host's
+    calls to end (http_connections_per_host_max). They wait for a call all
+    the same, so the finishes made meanwhile are held until none waits."""
+    monkeypatch.setattr(limits, "runs_inflight_max", 100)
+    monkeypatch.setattr(limits, "http_connections_per_host_max", 2)
+    calls: collections.Counter = collections.Counter()
+    n1 = FakeNode(cluster, "n1", calls)
+    n1.reporter = BatchingReporter(propose=n1.propose, spawn=n1.supervisor.spawn,
+                                   calls_waiting=n1.dispatcher.calls_waiting)
+    n1.supervisor.start("reporter", n1.reporter.run)
+    waiting_at_finish: list[int] = []
+    run_entry = cluster.run
+
+    def run(command) -> dict:
+        if commands.tag_of(command) == "run_updates":
+            waiting_at_finish.append(n1.dispatcher.calls_waiting())
+        return run_entry(command)
+
+    cluster.run = run
+    make_job(cluster)
+    n1.renew()
+    n1.http_executor.release.clear()
+    start(n1)
+    backlog = 12
+    run_ids = fire(cluster, "n1", backlog)
+    await until(lambda: n1.dispatcher.waiting_for_host() == backlog - 2,
+                "the runs past the host's calls to wait for it")
+    assert n1.dispatcher.waiting() == 0 and n1.dispatcher.calls_waiting() == backlog - 2
+    n1.http_executor.release.set()
+    await until(lambda: all(state(cluster, r) == "succeeded" for r in run_ids),
+                "every finish to be applied")
+    assert sorted(calls.values()) == [1] * backlog
+    assert n1.reporter.held_total >= backlog - 2
+    assert waiting_at_finish and set(waiting_at_finish) == {0}
 
 
 class RefusingReporter(Reporter):

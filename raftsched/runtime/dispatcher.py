@@ -300,6 +300,8 @@ class Dispatcher:
         self._active: dict[str, int] = {}
         self._running: dict[str, tuple[int, asyncio.Task]] = {}   # run -> (attempt, task)
         self._slots = asyncio.Semaphore(limits.runs_inflight_max)
+        # Takes since the loop last turned (run).
+        self._takes_unturned = 0
         self._rescan = True   # resume open runs at start-up
         self._judged_uncalled = False   # runs held since before this start (judge_uncalled)
         # Runs held since before this start that this node's earlier process
@@ -448,6 +450,11 @@ class Dispatcher:
         """Runs waiting here for a call to their target host to end (step 1b)."""
         return self._host_waiting_count
 
+    def calls_waiting(self) -> int:
+        """Runs waiting here for their call: for a slot, or for their host.
+        While any do, the reporter holds the finishes it may (runtime/reporter.py)."""
+        return self._queue.qsize() + self._host_waiting_count
+
     def queue_depths(self) -> dict[str, int]:
         """Runs waiting here for a slot or for their host, by tenant."""
         depths = self._queue.depths()
@@ -470,16 +477,29 @@ class Dispatcher:
                 self._rescan = False
                 self._resume_open_runs()
             # A slot first, then the run: the fair queue chooses among the runs
-            # waiting when a slot is free, not before.
-            await self._slots.acquire()
-            # One turn of the loop first, as a wait would give: what apply
-            # has told this node meanwhile (a cancel, a shard moved) is
-            # handled before the next run is taken. A run ready is taken
-            # then with no task or timer of its own (asyncio.wait_for makes
-            # both); none ready, the take waits up to a second.
-            await asyncio.sleep(0)
+            # waiting when a slot is free, not before. What apply has told
+            # this node meanwhile (a cancel, a shard moved) is handled before
+            # a take when the loop has turned since the last one: while the
+            # slot was waited for, or at the latest after
+            # dispatch_takes_per_turn takes in a row found a slot free.
+            # A turn of its own for every take cost about a third of a
+            # call's CPU with real HTTP calls in flight (docs/benchmarks.md,
+            # "A turn of the loop per take").
+            if self._slots.locked():
+                await self._slots.acquire()   # the loop turns while it waits
+                self._takes_unturned = 0
+            else:
+                await self._slots.acquire()   # free: taken at once, no turn
+                if self._takes_unturned >= limits.dispatch_takes_per_turn:
+                    await asyncio.sleep(0)
+                    self._takes_unturned = 0
+            self._takes_unturned += 1
+            # A run ready is taken with no task or timer of its own
+            # (asyncio.wait_for makes both); none ready, the take waits up
+            # to a second.
             run = self._queue.get_nowait()
             if run is None:
+                self._takes_unturned = 0   # the wait turns the loop
                 try:
                     run = await asyncio.wait_for(self._queue.get(), 1.0)
                 except asyncio.TimeoutError:

@@ -201,7 +201,7 @@ class Node:
                                      is_leader=lambda: self.replicator.is_leader())
         self.reporter = Reporter(propose=self.propose, spawn=self.spawn,
                                  weight_of=self.weight_of,
-                                 calls_waiting=lambda: self.dispatcher.waiting())
+                                 calls_waiting=lambda: self.dispatcher.calls_waiting())
         self.coordinator = Coordinator(
             self.replicated, shard_count=config.shard_count, spawn=self.spawn,
             term=lambda: self.replicator.term(),

@@ -13,14 +13,14 @@ its lease expired and it moved on). While there is no quorum, reports wait
 and are sent again; a start whose caller has given up (its future cancelled)
 is dropped before it is sent.
 
-Calls come first: while runs wait on this node for a dispatcher slot, the
-dispatcher marks the finishes nothing waits on as ones that may be held
-(`send(..., hold=True)`); they are kept back and go when no run waits any
-more, once the oldest has waited `finish_hold_max_s`, or when a shard moves,
-in the largest batches; at most `finishes_held_max` wait (past it the oldest
-`run_update_batch_max` go). During a spike every replica's CPU then goes to calls, and the
-finishes are applied after them: later and larger, never lost while the node
-lives.
+Calls come first: while runs wait on this node for their call (a dispatcher
+slot, or their target host's turn), the dispatcher marks the finishes nothing
+waits on as ones that may be held (`send(..., hold=True)`); they are kept
+back and go when no run waits any more, once the oldest has waited
+`finish_hold_max_s`, or when a shard moves, in the largest batches; at most
+`finishes_held_max` wait (past it the oldest `run_update_batch_max` go).
+During a spike every replica's CPU then goes to calls, and the finishes are
+applied after them: later and larger, never lost while the node lives.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class Reporter:
                  calls_waiting: Callable[[], int] = lambda: 0) -> None:
         """`weight_of`: a tenant's share of the batches while several wait
         (its quota's weight); `calls_waiting`: how many runs wait on this node
-        for a call slot (the dispatcher's queue); while any do, finishes that
+        for their call (Dispatcher.calls_waiting); while any do, finishes that
         may be held are."""
         self._propose = propose
         self._spawn = spawn
