@@ -535,11 +535,6 @@ schedule_walk_steps_max = 100_000
 # --- Executing --------------------------------------------------------------------
 # Runs executing at once on one node; further runs wait in the dispatcher queue.
 runs_inflight_max = 1000
-# Runs the dispatcher takes in a row, each finding a call slot free, before
-# its loop turns once (handling what apply has told the node meanwhile): a
-# take that waits for a slot turns the loop anyway. About half a millisecond
-# of takes at most between turns.
-dispatch_takes_per_turn = 32
 # Runs waiting for an executor on one node; past this the dispatcher drops the
 # notification and rescans the open-runs index, so nothing is lost, only delayed.
 dispatch_queue_max = 100_000

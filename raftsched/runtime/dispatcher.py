@@ -300,8 +300,6 @@ class Dispatcher:
         self._active: dict[str, int] = {}
         self._running: dict[str, tuple[int, asyncio.Task]] = {}   # run -> (attempt, task)
         self._slots = asyncio.Semaphore(limits.runs_inflight_max)
-        # Takes since the loop last turned (run).
-        self._takes_unturned = 0
         self._rescan = True   # resume open runs at start-up
         self._judged_uncalled = False   # runs held since before this start (judge_uncalled)
         # Runs held since before this start that this node's earlier process
@@ -477,29 +475,20 @@ class Dispatcher:
                 self._rescan = False
                 self._resume_open_runs()
             # A slot first, then the run: the fair queue chooses among the runs
-            # waiting when a slot is free, not before. What apply has told
-            # this node meanwhile (a cancel, a shard moved) is handled before
-            # a take when the loop has turned since the last one: while the
-            # slot was waited for, or at the latest after
-            # dispatch_takes_per_turn takes in a row found a slot free.
-            # A turn of its own for every take cost about a third of a
-            # call's CPU with real HTTP calls in flight (docs/benchmarks.md,
-            # "A turn of the loop per take").
-            if self._slots.locked():
-                await self._slots.acquire()   # the loop turns while it waits
-                self._takes_unturned = 0
-            else:
-                await self._slots.acquire()   # free: taken at once, no turn
-                if self._takes_unturned >= limits.dispatch_takes_per_turn:
-                    await asyncio.sleep(0)
-                    self._takes_unturned = 0
-            self._takes_unturned += 1
-            # A run ready is taken with no task or timer of its own
-            # (asyncio.wait_for makes both); none ready, the take waits up
-            # to a second.
+            # waiting when a slot is free, not before.
+            await self._slots.acquire()
+            # One turn of the loop first, as a wait would give: what apply
+            # has told this node meanwhile (a cancel, a shard moved, a run
+            # released at its second) is handled before the next run is
+            # taken. Taking up to 32 runs a turn instead cost a third less
+            # CPU a call in one process but made another tenant's few runs
+            # wait twice as long behind a backlog (docs/benchmarks.md, "A
+            # turn of the loop per take"). A run ready is taken then with
+            # no task or timer of its own (asyncio.wait_for makes both);
+            # none ready, the take waits up to a second.
+            await asyncio.sleep(0)
             run = self._queue.get_nowait()
             if run is None:
-                self._takes_unturned = 0   # the wait turns the loop
                 try:
                     run = await asyncio.wait_for(self._queue.get(), 1.0)
                 except asyncio.TimeoutError:
