@@ -281,11 +281,10 @@ async def test_a_backlog_held_past_the_run_lease_is_called_once_and_never_reaped
     assert cluster.tags["run_updates.start"] == 0
 
 
-async def test_a_backlogs_finishes_are_applied_after_its_calls_and_none_is_lost(cluster):
-    """Calls first: while runs wait for a slot, the finishes of the calls made
-    are held (runtime/reporter.py); none is applied until no run waits, and
-    then every one is."""
-    calls: collections.Counter = collections.Counter()
+def batching_node(cluster: Cluster, calls: collections.Counter) -> tuple[FakeNode, list[int]]:
+    """n1, started, with the node's batching reporter wired as a node wires
+    it, owning the job's shard, its calls held until the test releases them;
+    and the runs waiting on n1 for their call as each finish entry is applied."""
     n1 = FakeNode(cluster, "n1", calls)
     n1.reporter = BatchingReporter(propose=n1.propose, spawn=n1.supervisor.spawn,
                                    calls_waiting=n1.dispatcher.calls_waiting)
@@ -295,7 +294,7 @@ async def test_a_backlogs_finishes_are_applied_after_its_calls_and_none_is_lost(
 
     def run(command) -> dict:
         if commands.tag_of(command) == "run_updates":
-            waiting_at_finish.append(n1.dispatcher.waiting())
+            waiting_at_finish.append(n1.dispatcher.calls_waiting())
         return run_entry(command)
 
     cluster.run = run
@@ -303,6 +302,15 @@ async def test_a_backlogs_finishes_are_applied_after_its_calls_and_none_is_lost(
     n1.renew()
     n1.http_executor.release.clear()
     start(n1)
+    return n1, waiting_at_finish
+
+
+async def test_a_backlogs_finishes_are_applied_after_its_calls_and_none_is_lost(cluster):
+    """Calls first: while runs wait for a slot, the finishes of the calls made
+    are held (runtime/reporter.py); none is applied until no run waits, and
+    then every one is."""
+    calls: collections.Counter = collections.Counter()
+    n1, waiting_at_finish = batching_node(cluster, calls)
     backlog = 5 * limits.runs_inflight_max
     run_ids = fire(cluster, "n1", backlog)
     await until(lambda: len(calls) == limits.runs_inflight_max, "the slots to fill")
@@ -351,23 +359,7 @@ async def test_finishes_are_held_while_runs_wait_for_their_host_too(cluster, mon
     monkeypatch.setattr(limits, "runs_inflight_max", 100)
     monkeypatch.setattr(limits, "http_connections_per_host_max", 2)
     calls: collections.Counter = collections.Counter()
-    n1 = FakeNode(cluster, "n1", calls)
-    n1.reporter = BatchingReporter(propose=n1.propose, spawn=n1.supervisor.spawn,
-                                   calls_waiting=n1.dispatcher.calls_waiting)
-    n1.supervisor.start("reporter", n1.reporter.run)
-    waiting_at_finish: list[int] = []
-    run_entry = cluster.run
-
-    def run(command) -> dict:
-        if commands.tag_of(command) == "run_updates":
-            waiting_at_finish.append(n1.dispatcher.calls_waiting())
-        return run_entry(command)
-
-    cluster.run = run
-    make_job(cluster)
-    n1.renew()
-    n1.http_executor.release.clear()
-    start(n1)
+    n1, waiting_at_finish = batching_node(cluster, calls)
     backlog = 12
     run_ids = fire(cluster, "n1", backlog)
     await until(lambda: n1.dispatcher.waiting_for_host() == backlog - 2,
