@@ -482,10 +482,10 @@ class Dispatcher:
             # released at its second) is handled before the next run is
             # taken. Taking up to 32 runs a turn instead cost a third less
             # CPU a call in one process but made another tenant's few runs
-            # wait twice as long behind a backlog (docs/benchmarks.md, "A
-            # turn of the loop per take"). A run ready is taken then with
-            # no task or timer of its own (asyncio.wait_for makes both);
-            # none ready, the take waits up to a second.
+            # wait twice as long behind a backlog (docs/benchmarks.md,
+            # "Tried and not kept: up to 32 takes a turn"). A run ready is
+            # taken then with no task or timer of its own (asyncio.wait_for
+            # makes both); none ready, the take waits up to a second.
             await asyncio.sleep(0)
             run = self._queue.get_nowait()
             if run is None:
