@@ -27,8 +27,8 @@ import traceback
 from typing import Callable
 
 from raftsched import limits
-from raftsched.core import (backfill, codec, commands, compact, keys, lifecycle, redrive,
-                            retention, runs, tenancy, topics)
+from raftsched.core import (backfill, commands, compact, keys, lifecycle, redrive, retention,
+                            runs, tenancy, topics)
 from raftsched.core.firing import DEFAULT_MISFIRE, PENDING_ONCE_SPEC, armable, due_at_ms
 from raftsched.core.timeutil import format_ms
 from raftsched.core.tx import (ALERTS, AUDIT, DUE, GROUPS, IDEM, JOB_STATE, JOBS,
@@ -538,9 +538,8 @@ CHECK_FIRED_STATE = False
 
 def _check_fired_state(job: dict, stored: list) -> None:
     """Raise unless `stored` is what put_job_state would have written for `job`."""
-    whole = compact.compact(JOB_STATE, job_state_record(job), keys.job_key(job["id"]))
-    if codec.pack(whole) != codec.pack(stored):
-        raise AssertionError(f"fired_once_state: {stored!r}, compact: {whole!r}")
+    compact.check_as_compacted("fired_once_state", JOB_STATE, job_state_record(job),
+                               keys.job_key(job["id"]), stored)
 
 
 def _miss_uncalled(tx: Tx, cmd: commands.Command) -> dict:

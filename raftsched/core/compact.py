@@ -567,6 +567,16 @@ def lean_spec(stored: Any, default_named: bool) -> LeanSpec | None:
     return None if run_at_ms is None else LeanSpec(stored, run_at_ms, default_named)
 
 
+def check_as_compacted(what: str, table: str, record: dict, key: bytes, stored: Any) -> None:
+    """Raise AssertionError unless `stored`, a record written in its stored
+    form by a shortcut (`what`), packs to the same bytes as `compact` of the
+    record read whole: how the test suite holds each shortcut to the whole
+    path (the CHECK_ switches it turns on in tests/conftest.py)."""
+    whole = compact(table, record, key)
+    if codec.pack(whole) != codec.pack(stored):
+        raise AssertionError(f"{what}: {stored!r}, compact: {whole!r}")
+
+
 def created_pending_once(spec: LeanSpec, version: int, job_id: str, key: bytes, tenant: str,
                          shard: int, next_ms: int | None, at_ms: int,
                          idempotency_key: str | None) -> list:
@@ -584,13 +594,11 @@ def created_pending_once(spec: LeanSpec, version: int, job_id: str, key: bytes, 
     if type(next_ms) is int and next_ms == spec.run_at_ms:
         stored[_NEXT_AT] = False
     if CHECK_STORED_SPEC:   # (the test suite: as `compact` writes the whole job)
-        whole = compact(JOBS_TABLE, {
+        check_as_compacted("created_pending_once", JOBS_TABLE, {
             "v": version, "id": job_id, "tenant": tenant, "spec": spec.whole(),
             "status": "active", "version": 1, "shard": shard, "next_ms": next_ms,
             "created_ms": at_ms, "updated_ms": at_ms, "idempotency_key": idempotency_key,
-            "last_run_id": None}, key)
-        if codec.pack(whole) != codec.pack(stored):
-            raise AssertionError(f"created_pending_once: {stored!r}, compact: {whole!r}")
+            "last_run_id": None}, key, stored)
     return stored
 
 
@@ -661,9 +669,7 @@ def held_run_stored(run: dict, key: bytes) -> list:
               run["token"], run["created_ms"], run["shard"], _PRIORITY_NORMAL, _ONE_ATTEMPT, None,
               run["node"], _AS_CREATED, _AS_CREATED, None, run["holder"]]
     if CHECK_HELD_RUN:
-        whole = compact(RUNS_TABLE, run, key)
-        if codec.pack(whole) != codec.pack(stored):
-            raise AssertionError(f"held_run_stored: {stored!r}, compact: {whole!r}")
+        check_as_compacted("held_run_stored", RUNS_TABLE, run, key, stored)
     return stored
 
 
@@ -693,9 +699,7 @@ def state_settled(stored: Any, key: bytes, run_id: str) -> list | None:
     if CHECK_SETTLED_STATE:
         state = expand(JOB_STATE_TABLE, codec.unpack_record(codec.pack(stored)), key)
         state["active"].remove(run_id)
-        whole = compact(JOB_STATE_TABLE, state, key)
-        if codec.pack(whole) != codec.pack(settled):
-            raise AssertionError(f"state_settled: {settled!r}, compact: {whole!r}")
+        check_as_compacted("state_settled", JOB_STATE_TABLE, state, key, settled)
     return settled
 
 

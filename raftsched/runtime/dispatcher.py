@@ -360,7 +360,7 @@ class Dispatcher:
         """Never blocks: on overflow (dispatch_queue_max runs waiting, for a
         slot or for their host), a rescan of the open-runs index picks the run up."""
         try:
-            if self._queue.qsize() + self._host_waiting_count >= limits.dispatch_queue_max:
+            if self.calls_waiting() >= limits.dispatch_queue_max:
                 raise asyncio.QueueFull
             self._queue.put_nowait(run)
         except asyncio.QueueFull:
