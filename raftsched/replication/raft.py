@@ -694,6 +694,8 @@ class _StateMachine(SyncObj):
         self._raftsched_sent_commit = -1
         self._raftsched_queued = False
         self._raftsched_wake = _WakePipe()
+        # The Raft thread's native id, once it has turned (runtime/threadcpu.py).
+        self.raftsched_thread_id: int | None = None
         on_created(self)   # before pysyncobj's thread starts, which may call back at once
         super().__init__(self_addr, peers, conf=conf, transportClass=_Transport)
 
@@ -706,6 +708,7 @@ class _StateMachine(SyncObj):
         if not self._raftsched_started:
             self._raftsched_started = True
             self._raftsched_wake.watch(self._poller)
+            self.raftsched_thread_id = threading.get_native_id()
         self._raftsched_flush_if_changed()
         now = time.monotonic()
         if now >= self._raftsched_meta_due:
@@ -1132,6 +1135,11 @@ class Replicator:
     def journal_flushes_total(self) -> int:
         return self._flusher.flushes_total
 
+    def thread_ids(self) -> dict[str, int | None]:
+        """Native ids of the Raft thread (applying every entry) and of the
+        journal flusher, None until each has started (runtime/threadcpu.py)."""
+        return {"raft": self._obj.raftsched_thread_id, "journal": self._flusher.native_id}
+
     @property
     def frames_refused_total(self) -> int:
         """Raft connections this process closed for a declared frame length
@@ -1511,6 +1519,10 @@ class _JournalFlusher:
 
     def start(self) -> None:
         self._thread.start()
+
+    @property
+    def native_id(self) -> int | None:
+        return self._thread.native_id
 
     def flush(self) -> None:
         with self._lock:

@@ -77,10 +77,12 @@ class ApplyBridge:
         # The most CPU one entry's apply took here since start, and its tag.
         self.apply_entry_s_max = 0.0
         self.apply_entry_slowest: str | None = None
+        self.digest_thread: threading.Thread | None = None
 
     def start_digest_thread(self) -> None:
-        threading.Thread(target=self._digest_worker, name="raftsched-digest",
-                         daemon=True).start()
+        self.digest_thread = threading.Thread(target=self._digest_worker,
+                                              name="raftsched-digest", daemon=True)
+        self.digest_thread.start()
 
     # --- the Raft thread side --------------------------------------------------------
 

@@ -81,6 +81,7 @@ class NodeCollector(Collector):
         yield from self._clock()
         yield from self._background()
         yield from self._gc()
+        yield from self._threads()
 
     def _lateness(self) -> Iterator[Metric]:
         node = self._node
@@ -112,6 +113,18 @@ class NodeCollector(Collector):
         yield gauge("log_latency_seconds", "How far this node's applied log trails its "
                     "proposals (its latest renewal's round trip within one term)",
                     node.coordinator.log_latency_s())
+
+    def _threads(self) -> Iterator[Metric]:
+        seconds = self._node.thread_cpu.seconds()
+        if seconds is None:
+            return
+        family = CounterMetricFamily(
+            PREFIX + "thread_cpu_seconds", "CPU seconds of the node's threads by what each "
+            "does: event_loop (HTTP, calls, trigger), raft (Raft and apply), journal, digest, "
+            "other (the rest of the process)", labels=["thread"])
+        for thread, spent in seconds.items():
+            family.add_metric([thread], spent)
+        yield family
 
     def _gc(self) -> Iterator[Metric]:
         times = self._node.gc_times

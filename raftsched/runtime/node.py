@@ -18,6 +18,7 @@ import hashlib
 import logging
 import os
 import ssl
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Coroutine
@@ -48,6 +49,7 @@ from raftsched.runtime.effects import Effects, SnapshotInstalled
 from raftsched.runtime.horizon import CallHorizon
 from raftsched.runtime.lateness import LatenessHistogram
 from raftsched.runtime import gcpolicy, peer
+from raftsched.runtime.threadcpu import ThreadCpu
 from raftsched.runtime.metrics import AppliedCounts, exposition, make_registry
 from raftsched.runtime.purger import Purger, Retention
 from raftsched.runtime.reaper import Reaper
@@ -265,6 +267,9 @@ class Node:
         self.applied_counts = AppliedCounts()
         # The process's cyclic garbage collections, timed (runtime/gcpolicy.py).
         self.gc_times = gcpolicy.times()
+        # CPU seconds of the node's threads by what each does (runtime/threadcpu.py).
+        self._loop_thread_id: int | None = None
+        self.thread_cpu = ThreadCpu(self._thread_ids)
         self._metrics = make_registry(self)
         # What clients propose: admitted against the node's bounds, single
         # creates group-committed (runtime/admission.py).
@@ -471,6 +476,7 @@ class Node:
         them), then start the node's loops."""
         loop = asyncio.get_running_loop()
         self.bridge.loop = loop
+        self._loop_thread_id = threading.get_native_id()
         cfg = self.config
         bridge = self.bridge
         self.replicator = Replicator(
@@ -493,6 +499,15 @@ class Node:
         self._start_loops()
         log.info("node %s serving HTTP on %s, Raft on %s, peers %s", self.node_id,
                  cfg.http_url, cfg.raft_addr, ",".join(cfg.peers) or "-")
+
+    def _thread_ids(self) -> dict[str, int | None]:
+        digest = self.bridge.digest_thread
+        ids = {"event_loop": self._loop_thread_id,
+               "digest": digest.native_id if digest is not None else None}
+        replicator = getattr(self, "replicator", None)
+        if replicator is not None:
+            ids.update(replicator.thread_ids())
+        return ids
 
     def _start_loops(self) -> None:
         """Each loop restarts when it fails, and the node exits when one cannot

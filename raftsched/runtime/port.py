@@ -199,6 +199,9 @@ class NodeAdapter(StoreQueries):
                 # The process's cyclic garbage collector: collections and their
                 # seconds by generation since start (runtime/gcpolicy.py).
                 "gc": node.gc_times.status(),
+                # CPU seconds of the process's threads since start, by what each
+                # does (runtime/threadcpu.py); null where not measured.
+                "threads_cpu_s": node.thread_cpu.seconds(),
                 # Durability (docs/operations.md): the --fsync mode, and how often the
                 # Raft journal was flushed to disk since start.
                 "fsync": node.replicator.fsync,

@@ -225,13 +225,20 @@ def _reference_rate(n: int, connections: int) -> tuple[float, float]:
     return rate, cpu_us
 
 
-def _cost_mark(cluster: LocalCluster) -> tuple[int, int, float]:
+def _cost_mark(cluster: LocalCluster) -> tuple[int, int, float, dict[str, float]]:
     """(CPU clock ticks of every node process, Raft entries applied on the
     first node, seconds every node process spent in its cyclic garbage
-    collector: GET /v1/node `gc`)."""
+    collector: GET /v1/node `gc`, and CPU seconds of every node's threads by
+    what each does, summed over the nodes: `threads_cpu_s`, empty where the
+    nodes do not measure it)."""
     ticks = sum(_cpu_ticks(p.pid) for p in cluster.procs.values())
     status = [call("GET", cluster.url(nid) + "/v1/node").body for nid in cluster.ids]
-    return ticks, status[0]["applied_index"], sum(sum(s["gc"]["seconds"]) for s in status)
+    threads: dict[str, float] = {}
+    for s in status:
+        for role, spent in (s.get("threads_cpu_s") or {}).items():
+            threads[role] = threads.get(role, 0.0) + spent
+    return (ticks, status[0]["applied_index"], sum(sum(s["gc"]["seconds"]) for s in status),
+            threads)
 
 
 def _runs_ended(cluster: LocalCluster) -> int:
@@ -241,7 +248,7 @@ def _runs_ended(cluster: LocalCluster) -> int:
                    if line.startswith("raftsched_runs_ended_total{")))
 
 
-def _cost_figures(marks: list[tuple[int, int, float]], n: int,
+def _cost_figures(marks: list[tuple[int, int, float, dict[str, float]]], n: int,
                   reference_cpu_us: float) -> dict:
     """CPU of all the node processes and Raft entries, per run: from before the
     creates to half a second before the due second (creates and arming), and
@@ -250,7 +257,9 @@ def _cost_figures(marks: list[tuple[int, int, float]], n: int,
     then to half a second before the due second (the arming that had not
     begun during the creates, and the nodes' idle work while they wait). With
     the default lead the arming window (--arm-ahead-s) opens during the
-    creates; a --lead-s past it and the creates' time keeps the two apart."""
+    creates; a --lead-s past it and the creates' time keeps the two apart.
+    Each phase's CPU is also given by the nodes' threads (runtime/threadcpu.py):
+    the event loops, the Raft threads (apply), and the rest."""
     hz = os.sysconf("SC_CLK_TCK")
     out = {}
     for name, (a, b) in (("create", (marks[0], marks[1])),
@@ -260,7 +269,9 @@ def _cost_figures(marks: list[tuple[int, int, float]], n: int,
         cpu_us = (b[0] - a[0]) / hz / n * 1e6
         out[name] = {"nodes_cpu_us_per_run": round(cpu_us), "entries_per_1000_runs":
                      round((b[1] - a[1]) / n * 1000, 1),
-                     "gc_us_per_run": round((b[2] - a[2]) / n * 1e6)}
+                     "gc_us_per_run": round((b[2] - a[2]) / n * 1e6),
+                     "threads_us_per_run": {role: round((spent - a[3].get(role, 0.0)) / n * 1e6)
+                                            for role, spent in b[3].items()}}
     whole = (marks[3][0] - marks[0][0]) / hz / n * 1e6
     out["nodes_cpu_us_per_run"] = round(whole)
     out["vs_bare_client_cpu_per_call"] = round(whole / max(reference_cpu_us, 1e-9), 1)
@@ -1084,12 +1095,21 @@ def _render_burst_table(figures: dict) -> str:
 def _render_cost(figures: dict) -> str:
     cost = figures["cost"]
     parts = [f"{name.replace('_', ' ')}: {c['nodes_cpu_us_per_run']} us of node CPU "
-             f"({c['gc_us_per_run']} us of it collecting garbage) and "
+             f"({c['gc_us_per_run']} us of it collecting garbage{_threads_part(c)}) and "
              f"{c['entries_per_1000_runs']} Raft entries per 1000 runs"
              for name, c in cost.items() if isinstance(c, dict)]
     return (f"cost, all {figures['nodes']} nodes: {cost['nodes_cpu_us_per_run']} us of CPU per run "
             f"({cost['vs_bare_client_cpu_per_call']}x the bare client's "
             f"{figures['reference_cpu_us_per_call']} us per call); " + "; ".join(parts))
+
+
+def _threads_part(phase: dict) -> str:
+    threads = phase.get("threads_us_per_run")
+    if not threads:
+        return ""
+    rest = sum(us for role, us in threads.items() if role not in ("event_loop", "raft"))
+    return (f"; event loops {threads.get('event_loop', 0)}, Raft threads "
+            f"{threads.get('raft', 0)}, the rest {rest}")
 
 
 def _render_burst(figures: dict) -> str:
