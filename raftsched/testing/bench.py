@@ -826,20 +826,53 @@ def idle(seconds: float, nodes: int = 3, settle_s: float = IDLE_SETTLE_S,
         cluster.ensure_same(60)
         time.sleep(settle_s)   # a measurement's lead-in, not a synchronisation
         pids = {nid: cluster.procs[nid].pid for nid in cluster.ids}
+        threads_before = _threads_cpu(cluster)
         before = {nid: _cpu_ticks(pid) for nid, pid in pids.items()}
         started = time.monotonic()
         time.sleep(seconds)    # the measured interval itself
         after = {nid: _cpu_ticks(pid) for nid, pid in pids.items()}
         elapsed_s = time.monotonic() - started
+        threads_after = _threads_cpu(cluster)
         leader = cluster.leader()
     hz = os.sysconf("SC_CLK_TCK")
     percent = {nid: round(100 * (after[nid] - before[nid]) / hz / elapsed_s, 2) for nid in pids}
+    # Each node's threads over the same interval (GET /v1/node threads_cpu_s,
+    # read just outside it), where the nodes measure them.
+    by_thread = {nid: percent_by_thread(threads_before[nid], threads_after[nid], elapsed_s)
+                 for nid in pids if threads_after.get(nid)}
     return {**conditions, "leader": leader, "measured_s": round(elapsed_s, 1),
-            "cpu_percent_of_a_core": percent}
+            "cpu_percent_of_a_core": percent, "cpu_percent_by_thread": by_thread}
+
+
+def percent_by_thread(before: dict[str, float], after: dict[str, float],
+                      elapsed_s: float) -> dict[str, float]:
+    """Each thread's CPU between two readings of threads_cpu_s, in % of one
+    core over `elapsed_s`. The kernel counts a thread's CPU in ticks (10 ms):
+    "other", the process less its named threads, may read a tick or two lower
+    at the end of an idle interval than at its start; that is 0."""
+    return {role: max(0.0, round(100 * (spent - before.get(role, 0.0)) / elapsed_s, 2))
+            for role, spent in after.items()}
+
+
+def _threads_cpu(cluster: LocalCluster) -> dict[str, dict[str, float]]:
+    """Each node's threads_cpu_s (GET /v1/node); {} for a node that gives none."""
+    return {nid: call("GET", cluster.url(nid) + "/v1/node").body.get("threads_cpu_s") or {}
+            for nid in cluster.ids}
 
 
 def _render_idle(figures: dict) -> str:
+    by_thread = figures.get("cpu_percent_by_thread", {})
+
+    def threads(nid: str) -> str:
+        split = by_thread.get(nid)
+        if not split:
+            return ""
+        rest = sum(pct for role, pct in split.items() if role not in ("event_loop", "raft"))
+        return (f" (event loop {split.get('event_loop', 0):g}, Raft thread "
+                f"{split.get('raft', 0):g}, the rest {round(rest, 2):g})")
+
     per_node = "; ".join(f"{nid}{' (leader)' if nid == figures['leader'] else ''} {pct:g}%"
+                         f"{threads(nid)}"
                          for nid, pct in figures["cpu_percent_of_a_core"].items())
     return (f"idle CPU over {figures['measured_s']} s, % of one core (utime + stime): "
             f"{per_node}")
