@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from raftsched import limits
 from raftsched.core.jobspec import JOB_ID_PATTERN
 from raftsched.core.lifecycle import TERMINAL
+from raftsched.runtime.threadcpu import percent_between
 
 if TYPE_CHECKING:
     # Imported when a command runs, so that `raftsched node` does not load rich.
@@ -109,8 +110,12 @@ def add_commands(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
               parser_class)
     _add_tokens(sub.add_parser("tokens", help="create, list and revoke API tokens (admin)"),
                 parser_class)
-    _common(sub.add_parser("status", help="the cluster's nodes: role, term, lag, shards")
-            ).set_defaults(handler=cmd_status)
+    status = _common(sub.add_parser("status", help="the cluster's nodes: role, term, lag, "
+                                                   "shards"))
+    status.add_argument("--cpu", type=_cpu_seconds, metavar="SECONDS",
+                        help="also each node's CPU by thread over SECONDS (0.1-60): the "
+                             "status is read twice, that far apart")
+    status.set_defaults(handler=cmd_status)
 
 
 def _leaf(sub: Any, name: str, handler: Handler, helptext: str,
@@ -424,8 +429,30 @@ def cmd_run_logs(api: Client, args: argparse.Namespace, out: Renderer) -> int:
 # --- cluster and tokens ---------------------------------------------------------------------
 
 def cmd_status(api: Client, args: argparse.Namespace, out: Renderer) -> int:
-    out.cluster(api.cluster())
+    cluster = api.cluster()
+    if args.cpu is not None:
+        # Each node's threads between two readings (runtime/threadcpu.py).
+        started = time.monotonic()
+        time.sleep(args.cpu)
+        first, cluster = cluster, api.cluster()
+        elapsed_s = time.monotonic() - started
+        for nid, node in cluster.get("nodes", {}).items():
+            before = (first.get("nodes", {}).get(nid) or {}).get("threads_cpu_s")
+            after = node.get("threads_cpu_s")
+            node["cpu_percent"] = percent_between(before, after, elapsed_s) \
+                if before and after else None
+    out.cluster(cluster)
     return EXIT_OK
+
+
+def _cpu_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0.1 <= seconds <= 60:
+        raise argparse.ArgumentTypeError(f"{text} s: from 0.1 to 60")
+    return seconds
 
 
 def cmd_token_create(api: Client, args: argparse.Namespace, out: Renderer) -> int:

@@ -261,18 +261,30 @@ class Renderer:
             return self.data(cluster)
         nodes = cluster.get("nodes", {})
         commit = max((n.get("commit_index") or 0 for n in nodes.values()), default=0)
+        # With `status --cpu`: each node's threads, in % of one core.
+        cpu = any("cpu_percent" in node for node in nodes.values())
         rows = []
         for nid, node in sorted(nodes.items()):
             applied = node.get("applied_index")
-            rows.append((nid, node.get("role") or "-", _cell(node.get("term")), _cell(applied),
-                         "-" if applied is None else str(commit - applied),
-                         _cell(node.get("shards_owned")), _cell(node.get("clock_offset_ms")),
-                         _cell(node.get("breakers_open")), node.get("http") or "-"))
+            row = (nid, node.get("role") or "-", _cell(node.get("term")), _cell(applied),
+                   "-" if applied is None else str(commit - applied),
+                   _cell(node.get("shards_owned")), _cell(node.get("clock_offset_ms")),
+                   _cell(node.get("breakers_open")))
+            if cpu:
+                split = node.get("cpu_percent") or {}
+                rest = sum(pct for role, pct in split.items()
+                           if role not in ("event_loop", "raft"))
+                row += (_cell(split.get("event_loop")), _cell(split.get("raft")),
+                        _cell(round(rest, 2) if split else None))
+            rows.append((*row, node.get("http") or "-"))
+        cols = [Col("NODE"), Col("ROLE", drop=1), Col("TERM", drop=5), Col("APPLIED", drop=6),
+                Col("LAG", drop=2), Col("SHARDS", drop=3), Col("CLOCK MS", drop=7),
+                Col("BREAKERS", drop=4)]   # open: runs for a host held there, not called
+        if cpu:
+            # Asked for: shown whatever else the terminal's width leaves out.
+            cols += [Col("LOOP %"), Col("RAFT %"), Col("REST %")]
         self._print_table(
-            [Col("NODE"), Col("ROLE", drop=1), Col("TERM", drop=5), Col("APPLIED", drop=6),
-             Col("LAG", drop=2), Col("SHARDS", drop=3), Col("CLOCK MS", drop=7),
-             Col("BREAKERS", drop=4),   # open: runs for a host held there, not called
-             Col("HTTP", drop=8)],   # a URL stays whole, or is left out
+            [*cols, Col("HTTP", drop=8)],   # a URL stays whole, or is left out
             rows, title=f"leader {cluster.get('leader') or 'none'}, "
                         f"{cluster.get('shard_count')} shards")
 

@@ -208,6 +208,23 @@ def test_status_shows_every_node(env, capsys):
         assert any(line.split()[:1] == [nid] for line in out.splitlines()), out
     cluster = cli_json(capsys, "status")
     assert set(cluster["nodes"]) == {"n1", "n2", "n3"}
+    assert all(node["threads_cpu_s"]["raft"] >= 0 for node in cluster["nodes"].values())
+
+
+@pytest.mark.integration
+def test_status_cpu_shows_each_nodes_threads_over_the_interval(env, capsys):
+    code, out, _ = cli(capsys, "status", "--cpu", "0.5")
+    assert code == 0
+    header = next(line for line in out.splitlines() if line.startswith("NODE"))
+    assert "LOOP %" in header and "RAFT %" in header and "REST %" in header
+    cluster = cli_json(capsys, "status", "--cpu", "0.5")
+    for node in cluster["nodes"].values():
+        split = node["cpu_percent"]
+        assert set(split) == {"event_loop", "raft", "journal", "digest", "other"}
+        # A share of one core each; a node's threads together under both cores.
+        assert all(0 <= pct <= 200 for pct in split.values()), split
+    code, _, err = cli(capsys, "status", "--cpu", "0")
+    assert code == 1 and "from 0.1 to 60" in err   # a user error, named
 
 
 @pytest.mark.integration

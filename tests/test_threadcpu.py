@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from raftsched.runtime.threadcpu import OTHER, ROLES, ThreadCpu, thread_cpu_s
+from raftsched.runtime.threadcpu import OTHER, ROLES, ThreadCpu, percent_between, thread_cpu_s
 from raftsched.testing.http import wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"),
@@ -65,3 +65,12 @@ def test_an_ended_thread_reads_as_unknown():
     assert thread_cpu_s(threading.get_native_id()) is not None
     wait_until(lambda: thread_cpu_s(ids[0]) is None, timeout_s=10,
                what="the ended thread gone from /proc")
+
+
+def test_each_threads_share_of_a_core_between_two_readings():
+    before = {"event_loop": 2.0, "raft": 1.0, "other": 0.5}
+    after = {"event_loop": 2.1, "raft": 1.3, "other": 0.49}
+    # 0.3 s of the Raft thread over 10 s is 3% of a core; "other" a tick lower
+    # at the end (the kernel's rounding) is 0, not below.
+    assert percent_between(before, after, 10.0) == {"event_loop": 1.0, "raft": 3.0,
+                                                     "other": 0.0}

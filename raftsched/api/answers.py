@@ -238,6 +238,11 @@ class ClusterMember(_Answer, kw_only=True):
         "tenants' circuit breakers open on that node, whose runs for the host it holds and "
         "does not call (GET /v1/node `breakers` names them); null: not known"))],
         None, Maybe] = UNSET
+    threads_cpu_s: Union[Annotated[dict[str, float], Meta(description=(
+        "CPU seconds that node's threads used since it started, by what each does: "
+        "event_loop, raft, journal, digest, and other (the rest of its process); null: "
+        "not known (unreachable, or no per-thread accounting there)"))],
+        None, Maybe] = UNSET
 
 
 class Cluster(_Answer, kw_only=True):

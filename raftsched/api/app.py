@@ -534,7 +534,9 @@ async def cluster(request: web.Request) -> web.Response:
                        # minus the cluster's time (null: not measured yet).
                        "clock_offset_ms": offsets.get(s["id"]),
                        # Tenants' circuit breakers open there: runs held, not called.
-                       "breakers_open": (s.get("breakers") or {}).get("open")}
+                       "breakers_open": (s.get("breakers") or {}).get("open"),
+                       # CPU seconds of its threads since it started (null: not known).
+                       "threads_cpu_s": s.get("threads_cpu_s")}
              for s in statuses}
     shards = [state for _, state in node.shards()]
     return json_response({"leader": leader, "self": node.node_id, "shard_count": node.shard_count,

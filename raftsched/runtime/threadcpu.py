@@ -64,3 +64,13 @@ class ThreadCpu:
         # which the kernel rounds down: "other" is not below 0 for that.
         out[OTHER] = round(max(0.0, time.process_time() - sum(out.values())), 2)
         return out
+
+
+def percent_between(before: dict[str, float], after: dict[str, float],
+                    elapsed_s: float) -> dict[str, float]:
+    """Each thread's CPU between two readings of `seconds()` taken `elapsed_s`
+    apart, in % of one core. The kernel counts a thread's CPU in ticks (10
+    ms): "other", the process less its named threads, may read a tick or two
+    lower at the end of an idle interval than at its start; that is 0."""
+    return {role: max(0.0, round(100 * (spent - before.get(role, 0.0)) / elapsed_s, 2))
+            for role, spent in after.items()}

@@ -105,6 +105,7 @@ import aiohttp
 from raftsched import limits
 from raftsched.core import lifecycle
 from raftsched.runtime.lateness import difference, merged_percentile
+from raftsched.runtime.threadcpu import percent_between
 from raftsched.testing.apscheduler_reference import measure_in_subprocess
 from raftsched.testing import runcost
 from raftsched.testing.cluster import LocalCluster
@@ -838,20 +839,11 @@ def idle(seconds: float, nodes: int = 3, settle_s: float = IDLE_SETTLE_S,
     percent = {nid: round(100 * (after[nid] - before[nid]) / hz / elapsed_s, 2) for nid in pids}
     # Each node's threads over the same interval (GET /v1/node threads_cpu_s,
     # read just outside it), where the nodes measure them.
-    by_thread = {nid: percent_by_thread(threads_before[nid], threads_after[nid], elapsed_s)
+    by_thread = {nid: percent_between(threads_before[nid], threads_after[nid], elapsed_s)
                  for nid in pids if threads_after.get(nid)}
     return {**conditions, "leader": leader, "measured_s": round(elapsed_s, 1),
             "cpu_percent_of_a_core": percent, "cpu_percent_by_thread": by_thread}
 
-
-def percent_by_thread(before: dict[str, float], after: dict[str, float],
-                      elapsed_s: float) -> dict[str, float]:
-    """Each thread's CPU between two readings of threads_cpu_s, in % of one
-    core over `elapsed_s`. The kernel counts a thread's CPU in ticks (10 ms):
-    "other", the process less its named threads, may read a tick or two lower
-    at the end of an idle interval than at its start; that is 0."""
-    return {role: max(0.0, round(100 * (spent - before.get(role, 0.0)) / elapsed_s, 2))
-            for role, spent in after.items()}
 
 
 def _threads_cpu(cluster: LocalCluster) -> dict[str, dict[str, float]]:
