@@ -365,6 +365,17 @@ placement_recheck_period_s = 5.0
 # at 500 ppm) and a call that begins right at the lease's end (one coordinator
 # period), so a node frozen past its lease never calls when it wakes.
 shard_lease_margin_s = 0.25
+# After a node's own process starts, how much longer than a lease (and its
+# margin) it gives each other node to renew before judging it dead (seconds,
+# by the renewals' cluster times). A cluster restarted whole connects its
+# links over the first seconds: a dial that finds its peer not listening yet
+# is tried again connection_retry_s later, so the node slowest to start may be
+# reached, and its renewal committed, only after two dials. Judged a lease
+# after the leader's start, it lost its shards to the first placement pass,
+# and the runs it held were called again by their new owners rather than
+# judged by their misfire policies on it. A node that does not come back
+# after such a restart loses its shards this much later.
+start_liveness_grace_s = 2 * connection_retry_s
 # Open runs of one shard a new owner takes over in one entry (run ids): a
 # `take_over_runs` entry rewrites each run, so it is bounded as the reaper's are.
 take_over_batch_max = 1000

@@ -377,20 +377,23 @@ def _restarted_coordinator(started_ms: int) -> Coordinator:
 def test_a_renewal_from_before_this_start_is_no_evidence():
     """A cluster restarted whole applies its nodes' last renewals from before
     the stop. The slowest node to start is judged by its renewals since this
-    start, not by those: live until renewals a lease and its margin past this
-    start are applied here, then dead unless one of its own came."""
-    lease_ms = int((limits.node_lease_s + limits.shard_lease_margin_s) * 1000)
+    start, not by those: live until renewals a lease, its margin and
+    start_liveness_grace_s past this start are applied here, then dead unless
+    one of its own came."""
+    grace_ms = int((limits.node_lease_s + limits.shard_lease_margin_s
+                    + limits.start_liveness_grace_s) * 1000)
     coordinator = _restarted_coordinator(50_000)
     coordinator.renewed("n3", 10_000)             # before the stop, applied after the start
     coordinator.renewed("n1", 50_500)
     coordinator.renewed("n2", 50_500)
     assert coordinator.live_nodes() == ["n1", "n2", "n3"]
-    coordinator.renewed("n1", 50_000 + lease_ms - 1)
+    coordinator.renewed("n1", 50_000 + grace_ms - 1)
+    coordinator.renewed("n2", 50_000 + grace_ms - 1)
     assert coordinator.live_nodes() == ["n1", "n2", "n3"]
-    coordinator.renewed("n1", 50_000 + lease_ms)
-    coordinator.renewed("n2", 50_000 + lease_ms)
+    coordinator.renewed("n1", 50_000 + grace_ms)
+    coordinator.renewed("n2", 50_000 + grace_ms)
     assert coordinator.live_nodes() == ["n1", "n2"]
-    coordinator.renewed("n3", 50_000 + lease_ms + 100)
+    coordinator.renewed("n3", 50_000 + grace_ms + 100)
     assert coordinator.live_nodes() == ["n1", "n2", "n3"]
 
 

@@ -124,15 +124,23 @@ class Coordinator:
 
         A node with no renewal applied here since this process started (a
         renewal from before it, replayed from the log's tail, is no evidence)
-        is judged from this start on the same terms: live until renewals
-        proposed a lease and its margin after this start are applied here.
-        So a restart followed by an election, in which no renewal is
-        committed for seconds, judges no node dead by this node's clock."""
+        is judged from this start: live until renewals proposed a lease, its
+        margin and start_liveness_grace_s after this start are applied here.
+        So a restart followed by an election, in which no renewal is committed
+        for seconds, judges no node dead by this node's clock, and a cluster
+        restarted whole gives its slowest node time to connect and renew (a
+        link that has not come up since this start is not a down one:
+        Replicator.peer_liveness)."""
         registered = queries.registered_nodes(self._store)
         by_raft = {rec["raft"]: rec["id"] for rec in registered}
+        bound_ms = (limits.node_lease_s + limits.shard_lease_margin_s) * 1000
         down = {by_raft.get(addr) for addr, age_s in self._peer_liveness().items()
                 if age_s is None}
-        bound_ms = (limits.node_lease_s + limits.shard_lease_margin_s) * 1000
+        # Until the log has moved a lease, its margin and start_liveness_grace_s
+        # past this process's start, a node that has not renewed since is live:
+        # a cluster restarted whole is still connecting its links.
+        start_bound_ms = bound_ms + limits.start_liveness_grace_s * 1000
+        starting = self._latest_renewal_ms - self._started_ms < start_bound_ms
         live = {self._node_id}
         for rec in registered:
             nid = rec["id"]
@@ -145,8 +153,11 @@ class Coordinator:
             # were taken over as next attempts; judged by this node's clock
             # from its start, a live holder whose renewals an election held
             # back had its runs taken over at once, called again.
-            since_ms = max(self._renewed.get(nid, self._started_ms), self._started_ms)
-            if self._latest_renewal_ms - since_ms < bound_ms:
+            renewed_ms = self._renewed.get(nid, -1)
+            if renewed_ms < self._started_ms:
+                if starting:
+                    live.add(nid)
+            elif self._latest_renewal_ms - renewed_ms < bound_ms:
                 live.add(nid)
         return sorted(live)
 
