@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from raftsched.client import ApiError
+from raftsched.runtime.threadcpu import rest_of
 
 Advance = Callable[[int, int], None]
 # What a column that wraps its values (`fold`) is given at least when a table
@@ -272,10 +273,8 @@ class Renderer:
                    _cell(node.get("breakers_open")))
             if cpu:
                 split = node.get("cpu_percent") or {}
-                rest = sum(pct for role, pct in split.items()
-                           if role not in ("event_loop", "raft"))
                 row += (_cell(split.get("event_loop")), _cell(split.get("raft")),
-                        _cell(round(rest, 2) if split else None))
+                        _cell(rest_of(split) if split else None))
             rows.append((*row, node.get("http") or "-"))
         cols = [Col("NODE"), Col("ROLE", drop=1), Col("TERM", drop=5), Col("APPLIED", drop=6),
                 Col("LAG", drop=2), Col("SHARDS", drop=3), Col("CLOCK MS", drop=7),

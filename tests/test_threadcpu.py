@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from raftsched.runtime.threadcpu import OTHER, ROLES, ThreadCpu, percent_between, thread_cpu_s
+from raftsched.runtime.threadcpu import (OTHER, ROLES, ThreadCpu, percent_between, rest_of,
+                                         thread_cpu_s)
 from raftsched.testing.http import wait_until
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/task"),
@@ -74,3 +75,6 @@ def test_each_threads_share_of_a_core_between_two_readings():
     # at the end (the kernel's rounding) is 0, not below.
     assert percent_between(before, after, 10.0) == {"event_loop": 1.0, "raft": 3.0,
                                                      "other": 0.0}
+    # What is neither the loop nor the Raft thread, as one figure.
+    assert rest_of({"event_loop": 1.0, "raft": 3.0, "journal": 0.25, "digest": 0.0,
+                    "other": 0.5}) == 0.75

@@ -74,3 +74,10 @@ def percent_between(before: dict[str, float], after: dict[str, float],
     lower at the end of an idle interval than at its start; that is 0."""
     return {role: max(0.0, round(100 * (spent - before.get(role, 0.0)) / elapsed_s, 2))
             for role, spent in after.items()}
+
+
+def rest_of(split: dict[str, float]) -> float:
+    """What of `split` (by role) is neither the event loop nor the Raft thread:
+    the journal, the digest thread and the rest of the process, as one figure."""
+    return round(sum(value for role, value in split.items()
+                     if role not in ("event_loop", "raft")), 2)

@@ -105,7 +105,7 @@ import aiohttp
 from raftsched import limits
 from raftsched.core import lifecycle
 from raftsched.runtime.lateness import difference, merged_percentile
-from raftsched.runtime.threadcpu import percent_between
+from raftsched.runtime.threadcpu import percent_between, rest_of
 from raftsched.testing.apscheduler_reference import measure_in_subprocess
 from raftsched.testing import runcost
 from raftsched.testing.cluster import LocalCluster
@@ -845,7 +845,6 @@ def idle(seconds: float, nodes: int = 3, settle_s: float = IDLE_SETTLE_S,
             "cpu_percent_of_a_core": percent, "cpu_percent_by_thread": by_thread}
 
 
-
 def _threads_cpu(cluster: LocalCluster) -> dict[str, dict[str, float]]:
     """Each node's threads_cpu_s (GET /v1/node); {} for a node that gives none."""
     return {nid: call("GET", cluster.url(nid) + "/v1/node").body.get("threads_cpu_s") or {}
@@ -859,9 +858,8 @@ def _render_idle(figures: dict) -> str:
         split = by_thread.get(nid)
         if not split:
             return ""
-        rest = sum(pct for role, pct in split.items() if role not in ("event_loop", "raft"))
         return (f" (event loop {split.get('event_loop', 0):g}, Raft thread "
-                f"{split.get('raft', 0):g}, the rest {round(rest, 2):g})")
+                f"{split.get('raft', 0):g}, the rest {rest_of(split):g})")
 
     per_node = "; ".join(f"{nid}{' (leader)' if nid == figures['leader'] else ''} {pct:g}%"
                          f"{threads(nid)}"
@@ -1132,9 +1130,8 @@ def _threads_part(phase: dict) -> str:
     threads = phase.get("threads_us_per_run")
     if not threads:
         return ""
-    rest = sum(us for role, us in threads.items() if role not in ("event_loop", "raft"))
     return (f"; event loops {threads.get('event_loop', 0)}, Raft threads "
-            f"{threads.get('raft', 0)}, the rest {rest}")
+            f"{threads.get('raft', 0)}, the rest {rest_of(threads):g}")
 
 
 def _render_burst(figures: dict) -> str:
