@@ -39,7 +39,12 @@ from raftsched.core import codec, jobspec, keys
 JOBS_TABLE, RUNS_TABLE, DUE_TABLE = "jobs", "runs", "due"
 JOB_STATE_TABLE, AUDIT_TABLE = "job_state", "audit"
 
-# Spec members and their defaults, as core/jobspec.py fills them in.
+# Spec members and their defaults, as core/jobspec.py fills them in today.
+# Written out here, not taken from jobspec: they are part of the stored format
+# (a member left out reads back as these), so a default jobspec changes for new
+# jobs must not change what records already stored read back as. If jobspec's
+# default moves, its jobs store the member (bytes, not meaning); changing one
+# here needs a form of its own (tests/test_compact.py, records already stored).
 _SPEC_DEFAULTS: dict[str, Any] = {
     "retry": {"max_attempts": 3, "backoff": "exponential", "base_s": 1.0, "max_s": 60.0,
               "non_retryable_exit_codes": []},
