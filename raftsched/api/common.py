@@ -37,21 +37,24 @@ async def json_body(request: web.Request, max_bytes: int = limits.request_body_b
     on a worker thread (a body of megabytes takes a tenth of a second to
     decode and check, which the loop would otherwise wait out)."""
     _check_content_type(request)
-    too_large = InvalidInput(f"the request body is larger than {max_bytes} bytes",
-                             field="body", status=413, type_="too-large", limit=limit_name)
     if request.content_length is not None and request.content_length > max_bytes:
-        raise too_large
+        raise _too_large(max_bytes, limit_name)
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        raise too_large from None
+        raise _too_large(max_bytes, limit_name) from None
     if len(raw) > max_bytes:
-        raise too_large
+        raise _too_large(max_bytes, limit_name)
     if not raw and empty_ok:
         return None
     if off_loop:
         return await asyncio.get_running_loop().run_in_executor(None, strictjson.decode, raw)
     return strictjson.decode(raw)
+
+
+def _too_large(max_bytes: int, limit_name: str) -> InvalidInput:
+    return InvalidInput(f"the request body is larger than {max_bytes} bytes", field="body",
+                        status=413, type_="too-large", limit=limit_name)
 
 
 def _check_content_type(request: web.Request) -> None:
