@@ -81,6 +81,12 @@ def test_creates_reports_single_and_batched_rates(tmp_path):
     # The nodes' CPU per create: some, and far less than a second of it.
     for phase in ("single", "batch"):
         assert 0 < figures[f"{phase}_node_cpu_us"] < 100_000, figures
+        # By thread: the event loops (the API) and the Raft threads (apply) both
+        # worked, and together no more than the processes did (ticks round).
+        threads = figures[f"{phase}_threads_us"]
+        assert threads["event_loop"] > 0 and threads["raft"] > 0, threads
+        assert threads["event_loop"] + threads["raft"] <= figures[f"{phase}_node_cpu_us"] * 1.2 \
+            + 100, figures
 
 
 def test_the_apscheduler_reference_calls_every_job_of_a_burst():

@@ -686,20 +686,22 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
     with tempfile.TemporaryDirectory() as tmp, _quiet_cluster(tmp, nodes) as cluster:
         cluster.wait_ready()
 
-        pids = [cluster.procs[nid].pid for nid in cluster.ids]
-        ticks: list[int] = []
+        # (CPU ticks, applied index, GC seconds, CPU by thread) at each
+        # phase's ends: read between the phases, blocking the clients' loop
+        # for those few requests only.
+        marks: list[tuple[int, int, float, dict[str, float]]] = []
 
         async def both() -> tuple:
-            ticks.append(sum(map(_cpu_ticks, pids)))
+            marks.append(_cost_mark(cluster))
             single = await asyncio.gather(*(
                 _post_loop(cluster.url(nid) + "/v1/jobs", json.dumps(one).encode(),
                            max(1, clients // nodes), seconds) for nid in cluster.ids))
-            ticks.append(sum(map(_cpu_ticks, pids)))
+            marks.append(_cost_mark(cluster))
             batch_body = json.dumps({"jobs": [one] * BATCH}).encode()
             batched = await asyncio.gather(*(
                 _post_loop(cluster.url(nid) + "/v1/jobs:batchCreate", batch_body, 2, seconds)
                 for nid in cluster.ids))
-            ticks.append(sum(map(_cpu_ticks, pids)))
+            marks.append(_cost_mark(cluster))
             return single, batched
 
         single, batched = asyncio.run(both())
@@ -714,16 +716,31 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
             "batch_requests_failed": sum(b[2] for b in batched),
             # CPU of all the node processes (idle work included) per create
             # answered: what the rates cost, less moved by the machine's speed.
-            "single_node_cpu_us": _per_create_us(ticks[1] - ticks[0],
+            "single_node_cpu_us": _per_create_us(marks[1][0] - marks[0][0],
                                                  sum(s[0] for s in single)),
-            "batch_node_cpu_us": _per_create_us(ticks[2] - ticks[1],
+            "batch_node_cpu_us": _per_create_us(marks[2][0] - marks[1][0],
                                                 sum(b[0] for b in batched) * BATCH),
+            # The same by the nodes' threads (runtime/threadcpu.py).
+            "single_threads_us": _threads_per_create(marks[0][3], marks[1][3],
+                                                     sum(s[0] for s in single)),
+            "batch_threads_us": _threads_per_create(marks[1][3], marks[2][3],
+                                                    sum(b[0] for b in batched) * BATCH),
             "shard_lease_lapses": lapses,
             "burst": {k: v for k, v in burst.items() if k != "job_ids"}}
 
 
 def _per_create_us(ticks: int, created: int) -> int | None:
     return round(ticks / os.sysconf("SC_CLK_TCK") / created * 1e6) if created else None
+
+
+def _threads_per_create(before: dict[str, float], after: dict[str, float],
+                        created: int) -> dict[str, int]:
+    """The nodes' CPU by thread role (summed over the nodes) per create, in
+    us; empty where the nodes do not measure it or nothing was created."""
+    if not created:
+        return {}
+    return {role: round((spent - before.get(role, 0.0)) / created * 1e6)
+            for role, spent in after.items()}
 
 
 # --- failover ---------------------------------------------------------------------------
@@ -1037,7 +1054,10 @@ def _render_creates(figures: dict) -> str:
             f"({figures['batch_requests_refused_busy']} requests refused busy, "
             f"{figures['batch_requests_failed']} other failures); CPU of the "
             f"{figures['nodes']} nodes per create: {figures.get('single_node_cpu_us')} us "
-            f"(single), {figures.get('batch_node_cpu_us')} us (batch); shard lease lapses "
+            f"(single{_threads_part({'threads_us_per_run': figures.get('single_threads_us')})}"
+            f"), {figures.get('batch_node_cpu_us')} us (batch"
+            f"{_threads_part({'threads_us_per_run': figures.get('batch_threads_us')})}"
+            f"); shard lease lapses "
             f"while creating: {figures.get('shard_lease_lapses')}\n"
             f"{BURST_CLIENTS} batchCreates of {BATCH} one-offs at once: "
             f"{figures['burst']['committed']} committed, {figures['burst']['busy']} refused busy, "
