@@ -402,8 +402,9 @@ def stored_spec_fits(stored: Any) -> bool:
     if isinstance(stored, list):
         if not _fits(_SPEC_FORM, stored):
             return False
-        schedule, target = (stored[at] if at < len(stored) else None
-                            for at in (_SCHEDULE_AT, _TARGET_AT))
+        size = len(stored)
+        schedule = stored[_SCHEDULE_AT] if _SCHEDULE_AT < size else None
+        target = stored[_TARGET_AT] if _TARGET_AT < size else None
     elif isinstance(stored, dict):
         schedule, target = stored.get("schedule"), stored.get("target")
     else:
@@ -469,7 +470,11 @@ def default_http_name(target: dict) -> str:
     """The name a read makes for a job with this HTTP target (as stored,
     its defaults left out) and no name of its own; ValueError for a URL
     it cannot be made from."""
-    return _default_name(_FILL_TARGET["http"](dict(target))["method"], target["url"])
+    method = target["method"] if "method" in target else _HTTP_METHOD_DEFAULT
+    return _default_name(method, target["url"])
+
+
+_HTTP_METHOD_DEFAULT = _TARGET_DEFAULTS["http"]["method"]
 
 
 @functools.lru_cache(maxsize=4096)
