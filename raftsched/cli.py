@@ -123,6 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--command-user", default=None, metavar="NAME",
                         help="the user commands run as (this worker must run as root to "
                              "switch to it); default: this worker's own user")
+    worker.add_argument("--drain-s", type=float, default=limits.worker_drain_s_default,
+                        help="on SIGTERM, how long the commands running may go on (no more "
+                             "claims) before the worker kills them and stops (default "
+                             f"{limits.worker_drain_s_default:g}); SIGINT or a second signal "
+                             "stops at once")
     worker.add_argument("--log-level", default=os.environ.get("RAFTSCHED_LOG_LEVEL", "INFO"))
 
     dev = sub.add_parser("dev", help="start and supervise a local cluster on 127.0.0.1")

@@ -655,6 +655,12 @@ worker_request_slack_s = 5.0
 # again for a free one; and the slots it runs when --concurrency is not given.
 worker_slot_poll_s = 0.05
 worker_concurrency_default = 4
+# `raftsched worker` stopped with SIGTERM drains: it claims nothing more, lets
+# the commands it runs end (heartbeating their leases) and reports them, for
+# at most --drain-s seconds (this default, at most the max), then kills what
+# is left, as a stop without a drain does (the cluster retries those runs).
+worker_drain_s_default = 30.0
+worker_drain_s_max = 3600.0
 
 # --- Topics (publish targets) -------------------------------------------------------
 # Messages kept per topic, and for how long; the oldest go first.

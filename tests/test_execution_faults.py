@@ -52,6 +52,10 @@ class Workers:
         self.procs[worker_id].send_signal(signal.SIGKILL)
         self.procs[worker_id].wait(10)
 
+    def terminate(self, worker_id: str) -> None:
+        """SIGTERM: the worker drains (runtime/remote_worker.py)."""
+        self.procs[worker_id].send_signal(signal.SIGTERM)
+
     def __enter__(self) -> "Workers":
         return self
 
@@ -104,6 +108,35 @@ def test_a_worker_killed_mid_run_leaves_the_run_to_another_worker(fresh_cluster,
     lines = [line.split() for line in ledger.read_text().splitlines()]
     assert [(eid, attempt) for eid, attempt, _ in lines] == [
         (done["execution_id"], "1"), (done["execution_id"], "2")]
+    cluster.ensure_same()
+
+
+def test_a_worker_stopped_with_sigterm_runs_its_command_to_the_end_first(fresh_cluster,
+                                                                          tmp_path):
+    """A rolling restart of workers: the run in progress ends on the worker
+    that holds it, once, and the worker exits 0 after reporting it."""
+    cluster = fresh_cluster
+    ledger = tmp_path / "ledger"
+    script = f"echo \"$RAFTSCHED_EXECUTION_ID $RAFTSCHED_ATTEMPT\" >> {ledger}; sleep 2"
+    with Workers(cluster, "batch") as workers:
+        workers.start("wa")
+        job = cluster.api("n1", "POST", "/v1/jobs", {
+            "name": "drained", "run_at": soon(1.0),
+            "target": {"type": "command", "queue": "batch", "shell": True, "argv": [script]},
+            "retry": {"max_attempts": 3, "base_s": 0.1}})
+        assert job.status == 201, job
+        job_id = job.body["job_id"]
+        wait_until(lambda: ledger.exists() and ledger.read_text().strip(), 20,
+                   "the command to start on wa")
+        workers.terminate("wa")
+        assert workers.procs["wa"].wait(30) == 0
+        done = wait_until(
+            lambda: (r := runs_of(cluster, job_id, "n2")) and r[0]["state"] == "succeeded"
+            and r[0], 10, "the run to be reported succeeded")
+    assert [(a["attempt"], a["holder"]) for a in done["attempts"]] == [(1, "worker:wa")]
+    assert ledger.read_text().split() == [done["execution_id"], "1"]
+    log = (cluster.base / "worker-wa.log").read_text()
+    assert "drained" in log, log
     cluster.ensure_same()
 
 

@@ -11,6 +11,12 @@ moves to the next URL. A worker killed mid-run loses its leases; the reaper
 then retries those runs elsewhere, with the same execution id. Its commands
 die with it, even on SIGKILL (executors/command.py), so the retry is the only
 copy running.
+
+Stopped with SIGTERM, a worker drains first (`drain`): it claims no more runs
+(a claim waiting for runs is withdrawn), lets the commands it runs end while
+it heartbeats their leases, and reports them, for at most --drain-s seconds;
+then it stops, killing what is still running. SIGINT, or a second signal,
+stops it at once.
 """
 
 from __future__ import annotations
@@ -90,6 +96,11 @@ class RemoteWorker:
         self._ssl = ssl_context
         self.completed_total = 0
         self.supervisor = supervisor or Supervisor(f"worker {worker_id}")
+        # Draining (drain()): no claim is sent, and the one waiting is withdrawn.
+        self._draining = False
+        self._claiming = True           # the claim loop has not ended
+        self._claim: asyncio.Future | None = None   # the claim request under way
+        self._drained = asyncio.Event()
 
     async def _post(self, path: str, body: dict, timeout_s: float) -> Any:
         """POST to the current node, failing over through the others."""
@@ -121,7 +132,7 @@ class RemoteWorker:
         connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl is not None else True)
         async with aiohttp.ClientSession(headers=self._headers, connector=connector) as session:
             self._session = session
-            self.supervisor.start("claim", self._claim_loop)
+            self.supervisor.start("claim", self._claim_loop, finite=True)
             self.supervisor.start("heartbeat", self._heartbeat_loop)
             self.supervisor.start("report", self._report_loop)
             try:
@@ -129,18 +140,64 @@ class RemoteWorker:
             finally:
                 await self.supervisor.stop()
 
+    async def drain(self, timeout_s: float) -> bool:
+        """Claim no more runs (withdrawing a claim that waits for some), let
+        the commands running end and their results be reported, for at most
+        `timeout_s`: whether all of that was done. Heartbeats go on meanwhile,
+        so the runs' leases hold. The caller then stops the worker (run()
+        cancelled), which kills what still runs."""
+        self._draining = True
+        log.info("worker %s draining: no more claims; %d commands running, for at most "
+                 "%g s", self.worker_id, len(self._running), timeout_s)
+        if self._claim is not None:
+            # A run the node grants this claim after it is withdrawn is held
+            # by no one: its lease (run_lease_ms) expires and it is retried.
+            self._claim.cancel()
+        self._note_drained()
+        try:
+            await asyncio.wait_for(self._drained.wait(), timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("worker %s: drain not done within %g s: %d commands still running "
+                        "(they are killed and their runs retried), %d results not reported",
+                        self.worker_id, timeout_s, len(self._running), len(self._results))
+            return False
+        log.info("worker %s drained", self.worker_id)
+        return True
+
+    def _note_drained(self) -> None:
+        """Set _drained once a drain has nothing left: no claim, no command,
+        no result to report."""
+        if self._draining and not self._claiming and not self._running \
+                and not self._results:
+            self._drained.set()
+
     async def _claim_loop(self) -> None:
+        self._claiming = True   # (again, when the supervisor restarts it)
+        try:
+            await self._claim_until_drained()
+        finally:
+            self._claiming = False
+            self._note_drained()
+
+    async def _claim_until_drained(self) -> None:
         base = f"/v1/workers/{self.worker_id}"
-        while True:
+        while not self._draining:
             free = self._concurrency - len(self._running)
             if free <= 0:
                 await asyncio.sleep(limits.worker_slot_poll_s)
                 continue
+            self._claim = asyncio.ensure_future(self._post(
+                base + "/claim", {"queue": self.queue, "max": free,
+                                  "wait_s": limits.worker_claim_wait_s},
+                limits.worker_claim_wait_s + limits.propose_timeout_s
+                + limits.worker_request_slack_s))
             try:
-                data = await self._post(base + "/claim", {"queue": self.queue, "max": free,
-                                                          "wait_s": limits.worker_claim_wait_s},
-                                        limits.worker_claim_wait_s + limits.propose_timeout_s
-                                        + limits.worker_request_slack_s)
+                data = await self._claim
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise   # this loop is stopped
+                return      # the claim withdrawn by drain()
             except NoNodeAnswered as exc:
                 log.warning("%s", exc)
                 await asyncio.sleep(limits.worker_unreachable_pause_s)
@@ -149,6 +206,9 @@ class RemoteWorker:
                 log.warning("claim refused for now: %s", exc)
                 await asyncio.sleep(exc.retry_after_s)
                 continue
+            finally:
+                self._claim = None
+            # Runs a claim brought are this worker's to run, draining or not.
             for assignment in data["runs"]:
                 self._heartbeat_s = assignment["heartbeat_ms"] / 1000
                 task = self.supervisor.spawn("execute", self._execute(assignment))
@@ -172,6 +232,7 @@ class RemoteWorker:
             return
         finally:
             self._running.pop(attempt.run_id, None)
+            self._note_drained()   # (a command stopped leaves no result to report)
         self._results.append(_result(attempt, outcome))
         self._results_ready.set()
 
@@ -211,6 +272,7 @@ class RemoteWorker:
             del self._results[:len(batch)]
             if not self._results:
                 self._results_ready.clear()
+                self._note_drained()
             for result, accepted in zip(batch, data["accepted"]):
                 self.completed_total += 1
                 if not accepted:
@@ -234,6 +296,7 @@ class RemoteWorker:
                         dropped["run_id"], dropped["attempt"], problem.get("detail"))
         if not self._results:
             self._results_ready.clear()
+            self._note_drained()
 
 
 def _result_index(field: object) -> int | None:
@@ -289,6 +352,10 @@ def run_worker_cli(args: Any) -> int:
     if args.concurrency < 1:
         print("raftsched worker: --concurrency must be at least 1", file=sys.stderr)
         return 2
+    if not 0 <= args.drain_s <= limits.worker_drain_s_max:
+        print(f"raftsched worker: --drain-s must be from 0 to {limits.worker_drain_s_max:g} "
+              f"(worker_drain_s_max)", file=sys.stderr)
+        return 2
     worker_id = args.id or f"{socket.gethostname()}-{os.getpid()}"
     # Read once and removed, so no command this worker runs could inherit it.
     token = args.token or os.environ.pop("RAFTSCHED_TOKEN", None) or None
@@ -307,19 +374,38 @@ def run_worker_cli(args: Any) -> int:
         return 2
     worker = RemoteWorker(urls, args.queue, args.concurrency, worker_id, token=token,
                           ssl_context=ssl_context, executor=CommandExecutor(run_as=run_as))
-    log.info("worker %s serving queue %s with %d slots for %s; commands run as %s", worker_id,
-             args.queue, args.concurrency, ", ".join(urls),
-             f"user {run_as.name}" if run_as else "this worker's own user")
 
     async def main() -> None:
         task = asyncio.ensure_future(worker.run())
         loop = asyncio.get_running_loop()
+        signals: list[int] = []
+        signalled = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, lambda sig=sig: (signals.append(sig), signalled.set()))
+        # Said once a signal is handled as below, so a stop that follows it drains.
+        log.info("worker %s serving queue %s with %d slots for %s; commands run as %s",
+                 worker_id, args.queue, args.concurrency, ", ".join(urls),
+                 f"user {run_as.name}" if run_as else "this worker's own user")
+        waiting = asyncio.ensure_future(signalled.wait())
+        await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        if signals and signals[0] == signal.SIGTERM and not task.done():
+            signalled.clear()
+            drain = asyncio.ensure_future(worker.drain(args.drain_s))
+            again = asyncio.ensure_future(signalled.wait())
+            await asyncio.wait({drain, again, task}, return_when=asyncio.FIRST_COMPLETED)
+            if again.done() and not drain.done():
+                log.warning("worker %s: a second signal; stopping without draining", worker_id)
+            for pending in (drain, again):
+                pending.cancel()
+            await asyncio.gather(drain, again, return_exceptions=True)
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        log.info("worker %s stopping", worker_id)
+        task.cancel()
         try:
             await task
         except asyncio.CancelledError:
-            log.info("worker %s stopping", worker_id)
+            pass
 
     asyncio.run(main())
     return 0
