@@ -19,7 +19,7 @@ raftsched.limits (the contract checks it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ContextManager, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Protocol
 
 from raftsched import limits
 
@@ -239,9 +239,10 @@ class NodePort(Protocol):
         or waited_names_max raises QuotaExceeded."""
 
     async def claim_runs(self, worker_id: str, queue: str, max_runs: int,
-                         wait_s: float) -> list[dict]:
+                         wait_s: float, gone: Callable[[], bool]) -> list[dict]:
         """Lease up to max_runs queued runs of `queue` (tenant-scoped) to a
-        worker, waiting at most wait_s for one."""
+        worker, waiting at most wait_s for one; none once `gone()` says the
+        worker stopped waiting for the answer."""
 
     async def heartbeat_runs(self, worker_id: str, beats: list[dict],
                              tenant: str | None) -> list[str]:

@@ -7,6 +7,7 @@ import contextlib
 from types import SimpleNamespace
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from raftsched import limits
@@ -158,8 +159,6 @@ async def test_a_topic_long_poll_past_the_bound_answers_429_with_retry_after():
 
 
 async def test_the_remote_worker_waits_out_a_refused_claim_and_claims_again():
-    from aiohttp import web
-
     from raftsched.runtime.remote_worker import RemoteWorker
 
     claims = []
@@ -211,3 +210,64 @@ async def test_as_the_node_stops_a_topic_long_poll_answers_at_once():
         answer = await asyncio.wait_for(poll, 5)
         assert answer.status == 200 and (await answer.json())["messages"] == []
     assert len(w) == 0
+
+
+async def test_a_waiting_claim_whose_worker_went_away_claims_nothing_when_woken(monkeypatch):
+    """A draining worker withdraws its claim (it closes the connection): the
+    node, woken by a run of the queue, must not grant it to no one."""
+    workers = _workers()
+    tries: list[str] = []
+
+    async def try_claim(worker_id: str, queue: str, max_runs: int) -> list[dict]:
+        tries.append(queue)
+        return []
+
+    monkeypatch.setattr(workers, "_try_claim", try_claim)
+    gone = [False]
+    queue = keys.scoped("t", "q")
+    claim = asyncio.ensure_future(workers.claim("w", queue, 1, 30.0, lambda: gone[0]))
+    await until(lambda: workers.waiting_queues() == 1)
+    workers.queued(queue)                     # still there: it looks again
+    await until(lambda: len(tries) >= 3)
+    gone[0] = True
+    looked = len(tries)
+    workers.queued(queue)                     # gone: it answers, claiming nothing
+    assert await asyncio.wait_for(claim, 5) == []
+    assert len(tries) == looked and workers.waiting_queues() == 0
+
+
+async def test_a_handler_sees_its_caller_gone_once_the_connection_is_closed():
+    """What api/execution.py's claim reads as the worker gone: a node's
+    runner lets a handler run on after its client closed the connection
+    (no handler cancellation), without its transport."""
+    from raftsched.api.execution import _gone
+    from raftsched.testing.cluster import free_ports
+    seen: list[bool] = []
+    waiting = asyncio.Event()
+
+    async def long_poll(request: web.Request) -> web.Response:
+        seen.append(_gone(request))
+        waiting.set()
+        for _ in range(500):
+            if _gone(request):
+                seen.append(True)
+                break
+            await asyncio.sleep(0.01)
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/claim", long_poll)
+    runner = web.AppRunner(app, handle_signals=False)   # as a node's: no cancellation
+    await runner.setup()
+    port = free_ports(1)[0]
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /claim HTTP/1.1\r\nHost: n1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 2\r\n\r\n{}")
+        await asyncio.wait_for(waiting.wait(), 5)
+        writer.close()                        # the worker withdraws its claim
+        await until(lambda: len(seen) == 2)
+    finally:
+        await runner.cleanup()
+    assert seen == [False, True]

@@ -245,8 +245,15 @@ async def worker_claim(request: web.Request) -> web.Response:
                            "command targets a queue name and run workers for that",
                            field="queue")
     runs = await node.claim_runs(_worker(request), keys.scoped(tenant_of(request), queue),
-                                 claim.max, claim.wait_s)
+                                 claim.max, claim.wait_s, lambda: _gone(request))
     return json_response({"runs": runs, "node": node.node_id})
+
+
+def _gone(request: web.Request) -> bool:
+    """Whether the caller closed its connection (aiohttp lets the handler
+    run on, without its transport)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 async def worker_heartbeat(request: web.Request) -> web.Response:

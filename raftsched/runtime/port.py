@@ -10,7 +10,7 @@ store (StoreQueries, which a test can build over any store).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, ContextManager
+from typing import TYPE_CHECKING, Any, Callable, ContextManager
 
 from raftsched import limits
 from raftsched.core import keys, queries
@@ -256,8 +256,8 @@ class NodeAdapter(StoreQueries):
         return self._node.topic_waiters.waiting(topic)
 
     async def claim_runs(self, worker_id: str, queue: str, max_runs: int,
-                         wait_s: float) -> list[dict]:
-        return await self._node.workers.claim(worker_id, queue, max_runs, wait_s)
+                         wait_s: float, gone: Callable[[], bool]) -> list[dict]:
+        return await self._node.workers.claim(worker_id, queue, max_runs, wait_s, gone)
 
     async def heartbeat_runs(self, worker_id: str, beats: list[dict],
                              tenant: str | None) -> list[str]:

@@ -150,8 +150,9 @@ class RemoteWorker:
         log.info("worker %s draining: no more claims; %d commands running, for at most "
                  "%g s", self.worker_id, len(self._running), timeout_s)
         if self._claim is not None:
-            # A run the node grants this claim after it is withdrawn is held
-            # by no one: its lease (run_lease_ms) expires and it is retried.
+            # Its connection closes: the node grants it nothing after that
+            # (runtime/workers.py, `gone`). A run granted in that very
+            # instant is held by no one: its lease expires and it is retried.
             self._claim.cancel()
         self._note_drained()
         try:

@@ -67,9 +67,14 @@ class WorkerService:
         tenant, keys.scoped): wake its claimers."""
         self._waiters.wake(queue)
 
-    async def claim(self, worker_id: str, queue: str, max_runs: int, wait_s: float) -> list[dict]:
+    async def claim(self, worker_id: str, queue: str, max_runs: int, wait_s: float,
+                    gone: Callable[[], bool] = lambda: False) -> list[dict]:
         """`queue` is scoped by the worker's tenant (keys.scoped): a worker
-        claims only its tenant's runs, high priority first, then oldest."""
+        claims only its tenant's runs, high priority first, then oldest.
+        `gone`: whether the worker stopped waiting for the answer (it closed
+        the connection: a drain withdrew the claim). A claim that waited
+        claims nothing once it has: a run granted then would be held by no
+        one until its lease expired."""
         deadline = time.monotonic() + wait_s
         granted = await self._try_claim(worker_id, queue, max_runs)
         if granted or wait_s <= 0:
@@ -77,6 +82,8 @@ class WorkerService:
         with self._waiters.waiting(queue) as waiting:
             while True:
                 event = waiting.event()
+                if gone():
+                    return []
                 granted = await self._try_claim(worker_id, queue, max_runs)
                 remaining = deadline - time.monotonic()
                 if granted or remaining <= 0 or waiting.ended:
