@@ -3,6 +3,7 @@ every run once and sets its references beside it, footprint measures each size, 
 node rejoins from a snapshot; the per-run cost counts every phase."""
 
 import json
+import os
 
 import pytest
 
@@ -87,6 +88,12 @@ def test_creates_reports_single_and_batched_rates(tmp_path):
         assert threads["event_loop"] > 0 and threads["raft"] > 0, threads
         assert threads["event_loop"] + threads["raft"] <= figures[f"{phase}_node_cpu_us"] * 1.2 \
             + 100, figures
+    # The clients' CPU per create, and the rate the cores bound at the nodes'
+    # and the clients' costs together.
+    assert 0 < figures["single_client_cpu_us"] < 100_000, figures
+    assert figures["single_cpu_bound_per_s"] == round(
+        (os.cpu_count() or 1) * 1e6 / (figures["single_node_cpu_us"]
+                                       + figures["single_client_cpu_us"])), figures
 
 
 def test_the_apscheduler_reference_calls_every_job_of_a_burst():

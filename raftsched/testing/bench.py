@@ -690,12 +690,15 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
         # phase's ends: read between the phases, blocking the clients' loop
         # for those few requests only.
         marks: list[tuple[int, int, float, dict[str, float]]] = []
+        client_cpu_s: list[float] = []   # this process's (the clients') over the singles
 
         async def both() -> tuple:
             marks.append(_cost_mark(cluster))
+            client_cpu_s.append(time.process_time())
             single = await asyncio.gather(*(
                 _post_loop(cluster.url(nid) + "/v1/jobs", json.dumps(one).encode(),
                            max(1, clients // nodes), seconds) for nid in cluster.ids))
+            client_cpu_s.append(time.process_time())
             marks.append(_cost_mark(cluster))
             batch_body = json.dumps({"jobs": [one] * BATCH}).encode()
             batched = await asyncio.gather(*(
@@ -708,7 +711,16 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
         lapses = _lease_lapses(cluster)
         burst = batch_burst([cluster.url(nid) for nid in cluster.ids])
         cluster.ensure_same(120)
-    return {**conditions, "single_posts_per_s": round(sum(s[0] for s in single) / seconds),
+    singles = sum(s[0] for s in single)
+    node_us = _per_create_us(marks[1][0] - marks[0][0], singles)
+    client_us = round((client_cpu_s[1] - client_cpu_s[0]) / singles * 1e6) if singles else None
+    return {**conditions, "single_posts_per_s": round(singles / seconds),
+            # The clients' CPU per create (this process), and the most single
+            # creates a second this machine's cores could take at the nodes'
+            # and the clients' CPU per create: where the rate is bound by CPU.
+            "single_client_cpu_us": client_us,
+            "single_cpu_bound_per_s": round((os.cpu_count() or 1) * 1e6 / (node_us + client_us))
+            if node_us and client_us else None,
             "single_refused_busy": sum(s[1] for s in single),
             "single_failed": sum(s[2] for s in single),
             "batch_jobs_per_s": round(sum(b[0] for b in batched) * BATCH / seconds),
@@ -716,8 +728,7 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
             "batch_requests_failed": sum(b[2] for b in batched),
             # CPU of all the node processes (idle work included) per create
             # answered: what the rates cost, less moved by the machine's speed.
-            "single_node_cpu_us": _per_create_us(marks[1][0] - marks[0][0],
-                                                 sum(s[0] for s in single)),
+            "single_node_cpu_us": node_us,
             "batch_node_cpu_us": _per_create_us(marks[2][0] - marks[1][0],
                                                 sum(b[0] for b in batched) * BATCH),
             # The same by the nodes' threads (runtime/threadcpu.py).
@@ -1057,7 +1068,9 @@ def _render_creates(figures: dict) -> str:
             f"(single{_threads_part({'threads_us_per_run': figures.get('single_threads_us')})}"
             f"), {figures.get('batch_node_cpu_us')} us (batch"
             f"{_threads_part({'threads_us_per_run': figures.get('batch_threads_us')})}"
-            f"); shard lease lapses "
+            f"); the clients' CPU per single create: {figures.get('single_client_cpu_us')} us, "
+            f"so {os.cpu_count()} cores take at most {figures.get('single_cpu_bound_per_s')} "
+            f"single creates a second at these costs; shard lease lapses "
             f"while creating: {figures.get('shard_lease_lapses')}\n"
             f"{BURST_CLIENTS} batchCreates of {BATCH} one-offs at once: "
             f"{figures['burst']['committed']} committed, {figures['burst']['busy']} refused busy, "
