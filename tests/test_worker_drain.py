@@ -18,14 +18,7 @@ from aiohttp import web
 from raftsched import limits
 from raftsched.runtime.remote_worker import RemoteWorker
 from raftsched.testing.cluster import free_ports
-
-
-def assignment(run_id: str, script: str) -> dict:
-    return {"run_id": run_id, "job_id": "job_1", "attempt": 1, "execution_id": "exe_1",
-            "scheduled_ms": 0, "fencing_token": 1, "heartbeat_ms": 50,
-            "target": {"type": "command", "argv": [script], "env": {}, "cwd": None,
-                       "timeout_s": 30.0, "queue": "q", "shell": True,
-                       "non_retryable_exit_codes": []}}
+from tests.test_supervision import assignment
 
 
 class Node:
