@@ -18,7 +18,7 @@ from aiohttp import web
 from raftsched import limits
 from raftsched.runtime.remote_worker import RemoteWorker
 from raftsched.testing.cluster import free_ports
-from tests.test_supervision import assignment
+from tests.test_supervision import assignment, until
 
 
 class Node:
@@ -50,14 +50,6 @@ class Node:
             return {"lost": []}
         self.completed.extend(body["results"])
         return {"accepted": [True] * len(body["results"])}
-
-
-async def until(check, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
-        await asyncio.sleep(0.01)
-    return value
 
 
 async def serving(node: Node, monkeypatch, slots: int = 2) -> tuple[RemoteWorker, asyncio.Task]:
