@@ -734,6 +734,10 @@ def creates(clients: int, seconds: float, nodes: int = 3) -> dict:
             # The same by the nodes' threads (runtime/threadcpu.py).
             "single_threads_us": _threads_per_create(marks[0][3], marks[1][3],
                                                      sum(s[0] for s in single)),
+            # Raft entries committed per single create (group commit puts
+            # several in one; renewals and the rest count too).
+            "single_entries_per_create": round((marks[1][1] - marks[0][1]) / singles, 3)
+            if singles else None,
             "batch_threads_us": _threads_per_create(marks[1][3], marks[2][3],
                                                     sum(b[0] for b in batched) * BATCH),
             "shard_lease_lapses": lapses,
@@ -1066,6 +1070,7 @@ def _render_creates(figures: dict) -> str:
             f"{figures['batch_requests_failed']} other failures); CPU of the "
             f"{figures['nodes']} nodes per create: {figures.get('single_node_cpu_us')} us "
             f"(single{_threads_part({'threads_us_per_run': figures.get('single_threads_us')})}"
+            f"; Raft entries per create {figures.get('single_entries_per_create')}"
             f"), {figures.get('batch_node_cpu_us')} us (batch"
             f"{_threads_part({'threads_us_per_run': figures.get('batch_threads_us')})}"
             f"); the clients' CPU per single create: {figures.get('single_client_cpu_us')} us, "
