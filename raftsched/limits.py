@@ -325,6 +325,13 @@ connection_retry_s = 1.0
 # the network again (seconds; one entry may take longer); well under the
 # election timeout, so that applying a backlog never looks like a dead leader.
 apply_budget_s = 0.05
+# Entries applied in one tick share one LMDB transaction (an LMDB commit costs
+# about 100 us, more than a small entry's apply) until they have taken this
+# long; then they are committed and the next share another. A commit lets go
+# of the interpreter lock, which the event loop waits for: a longer batch
+# made the loop's calls wait (docs/benchmarks.md, "One LMDB transaction for
+# several entries"). Seconds, by the Raft thread's clock.
+apply_batch_max_s = 0.002
 # Raft log entries between snapshots (default of --raft-snapshot-entries); a
 # snapshot copies the whole state, so this trades journal size and restart
 # replay time against snapshot frequency. A node also snapshots at least this

@@ -675,8 +675,14 @@ class _StateMachine(SyncObj):
                  flush_before_commit: Callable[[], None] | None,
                  on_created: Callable[["_StateMachine"], None], listen: bool = True,
                  snapshot_path: str | None = None,
-                 snapshotting: Callable[[], bool] = lambda: False) -> None:
+                 snapshotting: Callable[[], bool] = lambda: False,
+                 apply_batch: tuple[Callable[[], None], Callable[[], None]] | None = None) -> None:
         self._raftsched_on_apply = on_apply
+        # (begin, end) around the entries one tick applies (see
+        # _SyncObj__applyLogEntries), and the results of those entries held
+        # for their proposers meanwhile (raftsched_after_apply).
+        self._raftsched_apply_batch = apply_batch
+        self._raftsched_held: list[Callable[[], None]] | None = None
         self._raftsched_snapshot_path = snapshot_path   # its size spaces snapshots
         self._raftsched_snapshot_size, self._raftsched_snapshot_size_at = 0, 0.0
         self._raftsched_snapshotting = snapshotting     # whether one is being written
@@ -873,6 +879,13 @@ class _StateMachine(SyncObj):
         deadline = time.monotonic() + limits.apply_budget_s
         send_now = False
         self._raftsched_commit_index = commit_index   # what status reports meanwhile
+        batch = self._raftsched_apply_batch
+        if batch is not None and self._SyncObj__raftLastApplied < commit_index:
+            # The entries of this tick are committed to the store together
+            # (an LMDB commit costs more than a small entry's apply), and
+            # their results reach their proposers after that commit.
+            self._raftsched_held = []
+            batch[0]()
         try:
             while self._SyncObj__raftLastApplied < commit_index:
                 before = self._SyncObj__raftLastApplied
@@ -883,7 +896,21 @@ class _StateMachine(SyncObj):
         finally:
             self._SyncObj__raftCommitIndex = commit_index
             self._raftsched_commit_index = 0
+            held, self._raftsched_held = self._raftsched_held, None
+            if held is not None:
+                assert batch is not None
+                batch[1]()
+                for settle in held:
+                    settle()
         return send_now
+
+    def raftsched_after_apply(self, settle: Callable[[], None]) -> None:
+        """Raft thread: call `settle` (a proposer's result) once the entries
+        being applied are committed to the store; at once outside an apply."""
+        if self._raftsched_held is not None:
+            self._raftsched_held.append(settle)
+        else:
+            settle()
 
     @property
     def raftCommitIndex(self) -> int:
@@ -1059,7 +1086,12 @@ class Replicator:
                  snapshot_install: Callable[[str, int, int, int], bool],
                  snapshot_install_items: Callable[[int, list], bool],
                  snapshot_entries: int = limits.log_compaction_entries_default,
-                 fsync: str = "periodic") -> None:
+                 fsync: str = "periodic",
+                 apply_batch: tuple[Callable[[], None], Callable[[], None]] | None = None) -> None:
+        """`apply_batch`: (begin, end), called on the Raft thread around the
+        entries one tick applies: `end` commits what `on_apply` applied
+        since `begin` (ApplyBridge.begin_batch); the proposers' results
+        follow it."""
         if fsync not in FSYNC_MODES:
             raise ValueError(f"fsync mode {fsync!r}: one of {', '.join(FSYNC_MODES)}")
         self._loop = loop
@@ -1119,7 +1151,8 @@ class Replicator:
         _StateMachine(self_addr, dial, conf, on_apply,
                       self._flusher.flush if fsync == "always" else None,
                       on_created=self._created, listen=listen, snapshot_path=self._snapshot_path,
-                      snapshotting=lambda: self._snapshot_job is not None)
+                      snapshotting=lambda: self._snapshot_job is not None,
+                      apply_batch=apply_batch)
         self._flusher.start()
 
     def _created(self, obj: "_StateMachine") -> None:
@@ -1296,7 +1329,8 @@ class Replicator:
         future: asyncio.Future = self._loop.create_future()
 
         def on_result(result: Any, error: int) -> None:  # pysyncobj thread
-            self._loop.call_soon_threadsafe(_settle, future, result, error)
+            self._obj.raftsched_after_apply(
+                lambda: self._loop.call_soon_threadsafe(_settle, future, result, error))
 
         self._obj.apply_command(data, callback=on_result)
         return future

@@ -2,9 +2,10 @@
 
     Replicator (pysyncobj thread) -> on_apply(bytes, index)
         decode + core.apply(view, command, index) -> Transition   (core/apply.py)
-        store.apply_commit: writes + applied_index               (one LMDB txn)
-        effects -> loop.call_soon_threadsafe(Effects.deliver) -> their subscribers
-                                                               (runtime/effects.py)
+        store.apply_commit: writes + applied_index    (one LMDB txn, shared by the
+                                                       entries of a tick: begin_batch)
+        effects, once committed -> loop.call_soon_threadsafe(Effects.deliver)
+                                -> their subscribers          (runtime/effects.py)
 
 It also serves the Raft thread's snapshots (pin the state to write one,
 install one received) and records the state digests of check_digest entries,
@@ -78,6 +79,12 @@ class ApplyBridge:
         self.apply_entry_s_max = 0.0
         self.apply_entry_slowest: str | None = None
         self.digest_thread: threading.Thread | None = None
+        # Between begin_batch and end_batch (one Raft tick's entries): the
+        # effects of the entries applied, delivered once they are committed.
+        self._batching = False
+        self._batch_until = 0.0   # when the batch is committed after its entry
+        self._held_effects: list[tuple] = []
+        self._held_touched: list[tuple[Touched, str | None, tuple]] = []
 
     def start_digest_thread(self) -> None:
         self.digest_thread = threading.Thread(target=self._digest_worker,
@@ -104,7 +111,10 @@ class ApplyBridge:
             self._note_apply_time(index, tag, time.thread_time() - started)
             touched = self.touched
             if touched is not None:
-                touched.note(tag, transition.writes)
+                if self._batching:   # noted once readable: the purger reads what it notes
+                    self._held_touched.append((touched, tag, transition.writes))
+                else:
+                    touched.note(tag, transition.writes)
             if transition.tallies:   # what apply did, for GET /metrics (runtime/metrics.py)
                 self._applied_counts.add(transition.tallies)
             if tag in ("fire", "fire_many") and transition.result.get("node") == self._node_id:
@@ -115,15 +125,57 @@ class ApplyBridge:
                 # loop gets to the effect (runtime/coordinator.py).
                 self._renewal_applied(transition.effects)
             if tag == "check_digest":
+                self._commit_batch()   # the digest is of the state committed as of `index`
                 return self._record_digest(index, transition.result)
         except InvariantBroken as exc:
             self._die(f"raft entry {index}: {exc}")
         except Exception as exc:
             self._die(f"raft entry {index}: apply failed: {exc!r}")
         if transition.effects:
-            assert self.loop is not None
-            self.loop.call_soon_threadsafe(self.effects.deliver, transition.effects)
+            if self._batching:
+                self._held_effects.append(transition.effects)
+            else:
+                assert self.loop is not None
+                self.loop.call_soon_threadsafe(self.effects.deliver, transition.effects)
+        if self._batching and time.monotonic() >= self._batch_until:
+            self._commit_batch()
         return transition.result
+
+    def begin_batch(self) -> None:
+        """Raft thread, before a tick's entries: they are committed together
+        at end_batch (LmdbStore.begin_batch), and their effects delivered
+        then, in order, so that nothing acts on an entry before its writes
+        can be read."""
+        self._batching = True
+        self._batch_until = time.monotonic() + limits.apply_batch_max_s
+        self._store.begin_batch()
+
+    def end_batch(self) -> None:
+        """Raft thread, after the tick's entries: commit them and deliver
+        their effects. A failed commit stops the node, as a failed apply does."""
+        self._batching = False
+        self._commit_batch()
+
+    def _commit_batch(self) -> None:
+        try:
+            self._store.end_batch()
+        except Exception as exc:
+            self._die(f"the commit of applied entries failed: {exc!r}")
+        if self._batching:
+            self._batch_until = time.monotonic() + limits.apply_batch_max_s
+            self._store.begin_batch()
+        touched, self._held_touched = self._held_touched, []
+        for watch, tag, writes in touched:
+            watch.note(tag, writes)
+        held, self._held_effects = self._held_effects, []
+        if held:
+            assert self.loop is not None
+            self.loop.call_soon_threadsafe(self._deliver_each, held)
+
+    def _deliver_each(self, held: list[tuple]) -> None:
+        """Loop: each entry's effects, entry by entry, as applied."""
+        for effects in held:
+            self.effects.deliver(effects)
 
     def _apply_noting(self, data: bytes, index: int) -> Callable[[Any], tuple]:
         def apply_one(view: Any) -> tuple:

@@ -4,7 +4,8 @@
                                          | apply_command(bytes, index)
                                          v
                  ApplyBridge.on_apply (runtime/apply_bridge.py): decode, core.apply,
-                 store.commit (one LMDB txn), effects -> loop -> dispatcher / trigger loop
+                 store.commit (one LMDB txn a tick's entries share), effects -> loop
+                 -> dispatcher / trigger loop
 
 The HTTP API is not imported here: raftsched/server.py builds the application
 over this node's NodePort (runtime/port.py) and passes it to start().
@@ -484,7 +485,8 @@ class Node:
             secret=cfg.raft_secret, loop=loop, on_apply=bridge.on_apply,
             snapshot_pin=bridge.snapshot_pin, snapshot_install=bridge.snapshot_install,
             snapshot_install_items=bridge.snapshot_install_items,
-            snapshot_entries=cfg.raft_snapshot_entries, fsync=cfg.fsync)
+            snapshot_entries=cfg.raft_snapshot_entries, fsync=cfg.fsync,
+            apply_batch=(bridge.begin_batch, bridge.end_batch))
         await self.http_executor.start()
         await self.peers.start()
         app = make_app(self)

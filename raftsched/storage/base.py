@@ -83,6 +83,14 @@ class Store(Protocol):
         is answered None, checked in the same transaction, where otherwise
         it breaks the precondition."""
 
+    def begin_batch(self) -> None:
+        """The Raft thread's entries from here to end_batch may be committed
+        together, at end_batch (LmdbStore); a store whose commits are cheap
+        commits each at once."""
+
+    def end_batch(self) -> None:
+        """Commit what begin_batch gathered."""
+
     def applied_index(self) -> int: ...
 
     def scan(self, table: str, *, start: bytes = b"", stop: bytes | None = None,

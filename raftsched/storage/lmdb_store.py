@@ -95,10 +95,14 @@ class _EnvGuard:
         self._cond = threading.Condition(self._lock)
         self._users = 0
         self._swapping = False
+        # The thread holding an apply batch open (LmdbStore.begin_batch): it
+        # is a user until the batch ends, so its own further uses must not
+        # wait for a swap, which waits for it.
+        self.batch_thread: int | None = None
 
     def enter(self) -> None:
         with self._lock:
-            while self._swapping:
+            while self._swapping and threading.get_ident() != self.batch_thread:
                 self._cond.wait()
             self._users += 1
 
@@ -234,6 +238,9 @@ class LmdbStore:
         self.map_size = map_size
         self._durable_commits = durable_commits
         self._guard = _EnvGuard()
+        # begin_batch .. end_batch: the write transaction entries share.
+        self._batching = False
+        self._batch: Any = None
         self._pins: set[PinnedRead] = set()
         self._pins_lock = threading.Lock()
         self._open_env()
@@ -418,19 +425,81 @@ class LmdbStore:
         `get` would open its own. Only the Raft thread writes; readers on
         other threads go on seeing the last committed state. `skip_applied`:
         an index at or below applied_index is answered None, unapplied (read
-        in the same transaction: no read transaction of its own per entry)."""
+        in the same transaction: no read transaction of its own per entry).
+        Between begin_batch and end_batch the entries share one transaction,
+        committed by end_batch."""
         try:
+            if self._batching:
+                try:
+                    return self._apply_in(self._batch_txn(), index, apply, skip_applied)
+                except BaseException:
+                    self._abort_batch()   # nothing of the failed entry's is ever committed
+                    raise
             with self._begin(write=True) as txn:
-                if skip_applied and index <= self._applied_in(txn):
-                    return None
-                self._check_index(txn, index)
-                result = apply(_TxnView(txn, self._dbs))
-                self._write(txn, result[1], index)
-            return result
+                return self._apply_in(txn, index, apply, skip_applied)
         except lmdb.MapFullError:
-            raise StorageFull(f"the LMDB map is full (max_data_bytes = {self.map_size} bytes, "
-                              f"{self.used_bytes()} used) and cannot hold this entry's writes; "
-                              f"restart the node with a larger --max-data-bytes") from None
+            raise self._map_full() from None
+
+    def _apply_in(self, txn: Any, index: int, apply: Callable[[View], T],
+                  skip_applied: bool) -> T | None:
+        if skip_applied and index <= self._applied_in(txn):
+            return None
+        self._check_index(txn, index)
+        result = apply(_TxnView(txn, self._dbs))
+        self._write(txn, result[1], index)
+        return result
+
+    def _map_full(self) -> StorageFull:
+        return StorageFull(f"the LMDB map is full (max_data_bytes = {self.map_size} bytes, "
+                           f"{self.used_bytes()} used) and cannot hold this entry's writes; "
+                           f"restart the node with a larger --max-data-bytes")
+
+    # An LMDB commit costs about 100 us of the Raft thread (its dirty pages
+    # written), more than a small entry's apply; a tick that applies several
+    # entries commits them together (docs/benchmarks.md, "One LMDB
+    # transaction a tick").
+    def begin_batch(self) -> None:
+        """Raft thread: the entries apply_commit applies from now on go into
+        one write transaction (opened at the first of them), which end_batch
+        commits. Readers see none of them until then; whoever acts on them
+        (effects, answers) must wait for end_batch too."""
+        self._batching = True
+
+    def end_batch(self) -> None:
+        """Raft thread: commit the batch's transaction, if it has one. A
+        failed commit raises (StorageFull for a full map), and leaves no batch."""
+        txn = self._batch
+        self._batching, self._batch = False, None
+        if txn is None:
+            return
+        try:
+            txn.commit()
+        except lmdb.MapFullError:
+            raise self._map_full() from None
+        finally:
+            self._guard.batch_thread = None
+            self._guard.leave()
+
+    def _abort_batch(self) -> None:
+        txn, self._batch = self._batch, None
+        if txn is not None:
+            try:
+                txn.abort()
+            finally:
+                self._guard.batch_thread = None
+                self._guard.leave()
+
+    def _batch_txn(self) -> Any:
+        if self._batch is None:
+            self._guard.enter()
+            self._guard.batch_thread = threading.get_ident()
+            try:
+                self._batch = self._env.begin(write=True)
+            except BaseException:
+                self._guard.batch_thread = None
+                self._guard.leave()
+                raise
+        return self._batch
 
     def scan(self, table: str, *, start: bytes = b"", stop: bytes | None = None,
              reverse: bool = False, limit: int | None = None) -> list[tuple[bytes, Any]]:

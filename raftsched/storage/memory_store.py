@@ -111,6 +111,12 @@ class MemoryStore:
         self.commit(result[1], index)
         return result
 
+    def begin_batch(self) -> None:
+        """Each entry is committed at once here (Store.begin_batch)."""
+
+    def end_batch(self) -> None:
+        pass
+
     def _put(self, table: str, key: bytes, raw: bytes | None) -> None:
         data, order = self._data[table], self._sorted[table]
         if raw is None:
