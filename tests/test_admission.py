@@ -278,14 +278,12 @@ class _FakeSyncObj:
     def apply_command(self, data: bytes, callback: Any) -> None:
         self.callbacks.append(callback)
 
-    def raftsched_after_apply(self, settle: Any) -> None:
-        settle()   # outside an apply: at once
-
 
 def _replicator(obj: _FakeSyncObj) -> raft.Replicator:
     replicator = object.__new__(raft.Replicator)
     replicator._obj = obj
     replicator._loop = asyncio.get_running_loop()
+    replicator._after_commit = lambda settle: settle()
     return replicator
 
 

@@ -168,30 +168,56 @@ def test_a_digest_entry_in_a_batch_is_taken_of_the_state_committed_at_it(store, 
     assert store.applied_index() == 3
 
 
-# --- the Raft thread: results reach their proposers after the commit -----------------
+# --- results reach their proposers once committed --------------------------------------
 
-def test_a_ticks_results_are_settled_after_its_entries_are_committed(monkeypatch):
+def test_a_result_is_settled_once_its_entry_is_committed(store, monkeypatch):
+    monkeypatch.setattr(limits, "apply_batch_max_s", 60.0)
+    bridge, _, _ = bridge_over(store)
+    settled: list[tuple[int, int]] = []   # (entry, applied_index readable then)
+
+    def apply_and_answer(index: int) -> None:   # as pysyncobj does for a proposer
+        bridge.on_apply(renew(index), index)
+        bridge.after_commit(lambda: settled.append((index, read_elsewhere(store, b"-")[0])))
+
+    bridge.begin_batch()
+    apply_and_answer(1)
+    apply_and_answer(2)
+    assert settled == []
+    bridge.end_batch()
+    assert settled == [(1, 2), (2, 2)]
+    apply_and_answer(3)   # outside a batch: committed, so answered at once
+    assert settled[-1] == (3, 3)
+
+
+def test_results_are_settled_at_each_commit_of_a_long_tick(store, monkeypatch):
+    monkeypatch.setattr(limits, "apply_batch_max_s", 0.0)
+    bridge, _, _ = bridge_over(store)
+    settled: list[int] = []
+    bridge.begin_batch()
+    bridge.on_apply(renew(1), 1)   # took its batch's time: committed after it
+    bridge.after_commit(lambda: settled.append(1))
+    assert settled == [1]
+    bridge.end_batch()
+
+
+def test_the_raft_thread_brackets_a_ticks_entries_with_the_batch(monkeypatch):
     order: list[str] = []
     machine = object.__new__(_StateMachine)
     machine._SyncObj__raftCommitIndex = 3
     machine._SyncObj__raftLastApplied = 0
     machine._raftsched_commit_index = 0
-    machine._raftsched_held = None
     machine._raftsched_apply_batch = (lambda: order.append("begin"),
-                                      lambda: order.append("commit"))
+                                      lambda: order.append("end"))
     monkeypatch.setattr(_StateMachine, "_isLeader", lambda self: False)
 
-    def apply_one(self) -> bool:   # pysyncobj's: one entry, its proposer's callback
+    def apply_one(self) -> bool:   # pysyncobj's: one entry at a time, as the override shows it
         self._SyncObj__raftLastApplied += 1
-        index = self._SyncObj__raftLastApplied
-        order.append(f"apply {index}")
-        self.raftsched_after_apply(lambda: order.append(f"settle {index}"))
+        order.append(f"apply {self._SyncObj__raftLastApplied}")
         return False
 
     monkeypatch.setattr(raft.SyncObj, "_SyncObj__applyLogEntries", apply_one)
     machine._SyncObj__applyLogEntries()
-    assert order == ["begin", "apply 1", "apply 2", "apply 3", "commit",
-                     "settle 1", "settle 2", "settle 3"]
+    assert order == ["begin", "apply 1", "apply 2", "apply 3", "end"]
     order.clear()
-    machine.raftsched_after_apply(lambda: order.append("outside a tick"))
-    assert order == ["outside a tick"]   # a refusal outside an apply: at once
+    machine._SyncObj__applyLogEntries()   # nothing to apply: no batch
+    assert order == []

@@ -679,10 +679,8 @@ class _StateMachine(SyncObj):
                  apply_batch: tuple[Callable[[], None], Callable[[], None]] | None = None) -> None:
         self._raftsched_on_apply = on_apply
         # (begin, end) around the entries one tick applies (see
-        # _SyncObj__applyLogEntries), and the results of those entries held
-        # for their proposers meanwhile (raftsched_after_apply).
+        # _SyncObj__applyLogEntries).
         self._raftsched_apply_batch = apply_batch
-        self._raftsched_held: list[Callable[[], None]] | None = None
         self._raftsched_snapshot_path = snapshot_path   # its size spaces snapshots
         self._raftsched_snapshot_size, self._raftsched_snapshot_size_at = 0, 0.0
         self._raftsched_snapshotting = snapshotting     # whether one is being written
@@ -880,11 +878,11 @@ class _StateMachine(SyncObj):
         send_now = False
         self._raftsched_commit_index = commit_index   # what status reports meanwhile
         batch = self._raftsched_apply_batch
-        if batch is not None and self._SyncObj__raftLastApplied < commit_index:
-            # The entries of this tick are committed to the store together
-            # (an LMDB commit costs more than a small entry's apply), and
-            # their results reach their proposers after that commit.
-            self._raftsched_held = []
+        batching = batch is not None and self._SyncObj__raftLastApplied < commit_index
+        if batching:
+            # The entries of this tick may be committed to the store together
+            # (an LMDB commit costs more than a small entry's apply; their
+            # proposers' results wait for it: Replicator.propose).
             batch[0]()
         try:
             while self._SyncObj__raftLastApplied < commit_index:
@@ -896,21 +894,9 @@ class _StateMachine(SyncObj):
         finally:
             self._SyncObj__raftCommitIndex = commit_index
             self._raftsched_commit_index = 0
-            held, self._raftsched_held = self._raftsched_held, None
-            if held is not None:
-                assert batch is not None
+            if batching:
                 batch[1]()
-                for settle in held:
-                    settle()
         return send_now
-
-    def raftsched_after_apply(self, settle: Callable[[], None]) -> None:
-        """Raft thread: call `settle` (a proposer's result) once the entries
-        being applied are committed to the store; at once outside an apply."""
-        if self._raftsched_held is not None:
-            self._raftsched_held.append(settle)
-        else:
-            settle()
 
     @property
     def raftCommitIndex(self) -> int:
@@ -1087,14 +1073,18 @@ class Replicator:
                  snapshot_install_items: Callable[[int, list], bool],
                  snapshot_entries: int = limits.log_compaction_entries_default,
                  fsync: str = "periodic",
-                 apply_batch: tuple[Callable[[], None], Callable[[], None]] | None = None) -> None:
+                 apply_batch: tuple[Callable[[], None], Callable[[], None]] | None = None,
+                 after_commit: Callable[[Callable[[], None]], None] = lambda settle: settle()
+                 ) -> None:
         """`apply_batch`: (begin, end), called on the Raft thread around the
         entries one tick applies: `end` commits what `on_apply` applied
-        since `begin` (ApplyBridge.begin_batch); the proposers' results
-        follow it."""
+        since `begin` (ApplyBridge.begin_batch). `after_commit(settle)`
+        calls `settle`, a proposer's result, once the entry just applied is
+        committed (ApplyBridge.after_commit)."""
         if fsync not in FSYNC_MODES:
             raise ValueError(f"fsync mode {fsync!r}: one of {', '.join(FSYNC_MODES)}")
         self._loop = loop
+        self._after_commit = after_commit
         self._snapshot_pin = snapshot_pin
         self._snapshot_install = snapshot_install
         self._snapshot_install_items = snapshot_install_items
@@ -1329,7 +1319,7 @@ class Replicator:
         future: asyncio.Future = self._loop.create_future()
 
         def on_result(result: Any, error: int) -> None:  # pysyncobj thread
-            self._obj.raftsched_after_apply(
+            self._after_commit(
                 lambda: self._loop.call_soon_threadsafe(_settle, future, result, error))
 
         self._obj.apply_command(data, callback=on_result)

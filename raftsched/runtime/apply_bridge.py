@@ -83,6 +83,8 @@ class ApplyBridge:
         # effects of the entries applied, delivered once they are committed.
         self._batching = False
         self._batch_until = 0.0   # when the batch is committed after its entry
+        self._uncommitted = False   # entries of the batch applied and not committed
+        self._held_results: list[Callable[[], None]] = []
         self._held_effects: list[tuple] = []
         self._held_touched: list[tuple[Touched, str | None, tuple]] = []
 
@@ -137,15 +139,27 @@ class ApplyBridge:
             else:
                 assert self.loop is not None
                 self.loop.call_soon_threadsafe(self.effects.deliver, transition.effects)
-        if self._batching and time.monotonic() >= self._batch_until:
-            self._commit_batch()
+        if self._batching:
+            if time.monotonic() >= self._batch_until:
+                self._commit_batch()
+            else:
+                self._uncommitted = True
         return transition.result
+
+    def after_commit(self, settle: Callable[[], None]) -> None:
+        """Raft thread: call `settle` (the result of an entry just applied, for
+        its proposer) once that entry is committed: at once if it is."""
+        if self._uncommitted:
+            self._held_results.append(settle)
+        else:
+            settle()
 
     def begin_batch(self) -> None:
         """Raft thread, before a tick's entries: they are committed together
-        at end_batch (LmdbStore.begin_batch), and their effects delivered
-        then, in order, so that nothing acts on an entry before its writes
-        can be read."""
+        (LmdbStore.begin_batch) at end_batch, or once they have taken
+        apply_batch_max_s, and their effects delivered and their results
+        settled (after_commit) then, in order, so that nothing acts on an
+        entry, nor answers it, before its writes can be read."""
         self._batching = True
         self._batch_until = time.monotonic() + limits.apply_batch_max_s
         self._store.begin_batch()
@@ -167,10 +181,14 @@ class ApplyBridge:
         touched, self._held_touched = self._held_touched, []
         for watch, tag, writes in touched:
             watch.note(tag, writes)
+        self._uncommitted = False
         held, self._held_effects = self._held_effects, []
         if held:
             assert self.loop is not None
             self.loop.call_soon_threadsafe(self._deliver_each, held)
+        results, self._held_results = self._held_results, []
+        for settle in results:
+            settle()
 
     def _deliver_each(self, held: list[tuple]) -> None:
         """Loop: each entry's effects, entry by entry, as applied."""

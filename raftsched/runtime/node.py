@@ -486,7 +486,8 @@ class Node:
             snapshot_pin=bridge.snapshot_pin, snapshot_install=bridge.snapshot_install,
             snapshot_install_items=bridge.snapshot_install_items,
             snapshot_entries=cfg.raft_snapshot_entries, fsync=cfg.fsync,
-            apply_batch=(bridge.begin_batch, bridge.end_batch))
+            apply_batch=(bridge.begin_batch, bridge.end_batch),
+            after_commit=bridge.after_commit)
         await self.http_executor.start()
         await self.peers.start()
         app = make_app(self)
