@@ -457,7 +457,7 @@ class LmdbStore:
     # An LMDB commit costs about 100 us of the Raft thread (its dirty pages
     # written), more than a small entry's apply; a tick that applies several
     # entries commits them together (docs/benchmarks.md, "One LMDB
-    # transaction a tick").
+    # transaction for several entries").
     def begin_batch(self) -> None:
         """Raft thread: the entries apply_commit applies from now on go into
         one write transaction (opened at the first of them), which end_batch
