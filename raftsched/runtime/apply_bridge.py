@@ -79,8 +79,9 @@ class ApplyBridge:
         self.apply_entry_s_max = 0.0
         self.apply_entry_slowest: str | None = None
         self.digest_thread: threading.Thread | None = None
-        # Between begin_batch and end_batch (one Raft tick's entries): the
-        # effects of the entries applied, delivered once they are committed.
+        # Between begin_batch and end_batch (one Raft tick's entries): what
+        # waits for the entries applied to be committed (their proposers'
+        # results, their effects, the purger's notes of them).
         self._batching = False
         self._batch_until = 0.0   # when the batch is committed after its entry
         self._uncommitted = False   # entries of the batch applied and not committed
