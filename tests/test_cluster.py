@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import datetime as dt
 import time
 
+import aiohttp
 import pytest
 
-from raftsched.testing.http import wait_until
+from raftsched.testing.http import auth_headers, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -248,3 +250,31 @@ def test_sigterm_drains_a_node_and_sigint_stops_it_at_once(fresh_cluster):
     assert stopped_s < limits.http_stop_grace_s + 5, stopped_s   # not the poll's 30 s
     after = cluster.logs("n3", 10 ** 7)[before:]
     assert "node n3 stopped" in after and "draining" not in after
+
+
+async def test_a_create_is_readable_on_the_node_that_answered_it_under_load(shared_cluster):
+    # Creates from 48 keep-alive clients at once, so that each Raft tick
+    # applies several entries in one LMDB transaction: each create is
+    # answered only once that transaction is committed, so the node that
+    # answered it reads it back at once, leader and followers alike.
+    cluster = shared_cluster
+    body = {"run_at": rfc3339_in(86_400), "target": {"type": "http",
+                                                      "url": "http://127.0.0.1:9/x"}}
+    unread: list[tuple[str, str, int]] = []
+
+    async def client(session: aiohttp.ClientSession, nid: str) -> int:
+        base = cluster.url(nid)
+        for _ in range(25):
+            async with session.post(base + "/v1/jobs", json=body) as created:
+                assert created.status == 201, await created.text()
+                job_id = (await created.json())["job_id"]
+            async with session.get(f"{base}/v1/jobs/{job_id}") as read:
+                if read.status != 200:
+                    unread.append((nid, job_id, read.status))
+        return 25
+
+    async with aiohttp.ClientSession(headers=auth_headers()) as session:
+        done = await asyncio.gather(*(client(session, cluster.ids[i % len(cluster.ids)])
+                                      for i in range(48)))
+    assert sum(done) == 1200
+    assert unread == []
