@@ -53,6 +53,10 @@ def test_entries_of_a_batch_are_read_by_others_only_once_it_is_committed(store):
     assert store.get(JOBS, b"job_2") == {"v": 1, "n": 2}
     store.apply_commit(4, put_job(4))   # after the batch: committed at once again
     assert read_elsewhere(store, b"job_4") == (4, {"v": 1, "n": 4})
+    assert store.commits_total == 3   # entry 1, the batch of 2 and 3, entry 4
+    store.begin_batch()
+    store.end_batch()   # a tick that applied nothing commits nothing
+    assert store.commits_total == 3
 
 
 def test_an_entry_that_fails_in_a_batch_leaves_none_of_the_batch_committed(store):

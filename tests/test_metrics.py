@@ -147,7 +147,7 @@ def fake_node(**overrides: object) -> SimpleNamespace:
                                        "digest": 0.0, "other": 0.5}),
         trigger=ns(fired_total=7, refused_fires_total=1, stale_items_total=2,
                    owned=lambda: {1: 3, 2: 3}),
-        store=ns(applied_index=lambda: 88, scan=lambda table: {
+        store=ns(applied_index=lambda: 88, commits_total=70, scan=lambda table: {
             "shards": [(b"\x00\x01", {"stale_fires": 2}), (b"\x00\x02", {"stale_fires": 1})],
             "nodes": [(b"n2", {"id": "n2", "raft": "127.0.0.1:7002"})]}[table]),
         dispatcher=ns(queue_depths=lambda: {"acme": 3, "default": 0}, running=lambda: 2,
@@ -234,6 +234,7 @@ def test_the_collector_reads_the_node_at_each_scrape():
     assert value(first, "raftsched_breakers_open") == 1
     assert value(first, "raftsched_dispatcher_held_past_bound_total") == 2
     assert value(first, "raftsched_dispatcher_host_waited_total") == 5
+    assert value(first, "raftsched_state_commits_total") == 70
     # No second set of counters: what the node holds now is what the next scrape says.
     node.trigger.fired_total = 9
     node.applied_counts.add([(("run_ended", "succeeded"), 5), (("retry", ""), 2)])

@@ -231,6 +231,9 @@ class NodeCollector(Collector):
         yield leader
         yield counter("journal_flushes", "Flushes of the Raft journal to disk",
                       replicator.journal_flushes_total)
+        yield counter("state_commits", "LMDB transactions committed by apply (the entries a "
+                      "Raft tick applies share one, up to apply_batch_max_s)",
+                      node.store.commits_total)
         yield counter("raft_frames_refused", "Raft connections closed for an oversized frame",
                       replicator.frames_refused_total)
         yield counter("raft_handshakes_refused",

@@ -206,6 +206,8 @@ class NodeAdapter(StoreQueries):
                 # Raft journal was flushed to disk since start.
                 "fsync": node.replicator.fsync,
                 "journal_flushes_total": node.replicator.journal_flushes_total,
+                # LMDB transactions apply committed: several entries may share one.
+                "state_commits_total": node.store.commits_total,
                 "snapshots_written_total": node.replicator.snapshots_written_total,
                 "snapshot_installs_total": node.replicator.snapshot_installs_total,
                 # Connections to the Raft port closed for an oversized frame header.

@@ -241,6 +241,8 @@ class LmdbStore:
         # begin_batch .. end_batch: the write transaction entries share.
         self._batching = False
         self._batch: Any = None
+        # apply_commit's write transactions committed since open (GET /metrics).
+        self.commits_total = 0
         self._pins: set[PinnedRead] = set()
         self._pins_lock = threading.Lock()
         self._open_env()
@@ -436,7 +438,9 @@ class LmdbStore:
                     self._abort_batch()   # nothing of the failed entry's is ever committed
                     raise
             with self._begin(write=True) as txn:
-                return self._apply_in(txn, index, apply, skip_applied)
+                result = self._apply_in(txn, index, apply, skip_applied)
+            self.commits_total += 1
+            return result
         except lmdb.MapFullError:
             raise self._map_full() from None
 
@@ -474,6 +478,7 @@ class LmdbStore:
             return
         try:
             txn.commit()
+            self.commits_total += 1
         except lmdb.MapFullError:
             raise self._map_full() from None
         finally:
