@@ -130,8 +130,14 @@ def check_skewed_node(cluster: LocalCluster, sink, victim: str, shift_ms: int) -
     # probe round after its measurement (its error bound must shrink first).
     said_it = re.compile(r"ERROR raftsched\.clock: this node's wall clock is (49\d\d|50\d\d) "
                          r"ms " + ("ahead of" if shift_ms > 0 else "behind"))
-    wait_until(lambda: said_it.search(log_since(cluster, victim, logged)), 10,
-               f"{victim} logging its own clock out of bound")
+    try:
+        wait_until(lambda: said_it.search(log_since(cluster, victim, logged)), 20,
+                   f"{victim} logging its own clock out of bound")
+    except TimeoutError:
+        said = [line for line in log_since(cluster, victim, logged).splitlines()
+                if "raftsched.clock" in line]
+        raise AssertionError(f"{victim} did not log its clock {shift_ms:+d} ms off; what it "
+                             f"logged of clocks: {said[-10:]}") from None
 
     back_at = time.monotonic()
     shift_clock(cluster, victim, 0)
