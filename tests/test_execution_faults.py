@@ -66,6 +66,18 @@ class Workers:
                 proc.wait(10)
 
 
+def batch_job(cluster, name: str, script: str, **target: object) -> str:
+    """A one-off due in a second running shell `script` on the `batch` queue's
+    workers, retried up to 3 attempts: its id."""
+    job = cluster.api("n1", "POST", "/v1/jobs", {
+        "name": name, "run_at": soon(1.0),
+        "target": {"type": "command", "queue": "batch", "shell": True, "argv": [script],
+                   **target},
+        "retry": {"max_attempts": 3, "base_s": 0.1}})
+    assert job.status == 201, job
+    return job.body["job_id"]
+
+
 def kill_pids_in(path) -> None:
     """A safety net: a killed worker's command must already be gone with it."""
     if not path.exists():
@@ -84,12 +96,7 @@ def test_a_worker_killed_mid_run_leaves_the_run_to_another_worker(fresh_cluster,
     try:
         with Workers(cluster, "batch") as workers:
             workers.start("wa")
-            job = cluster.api("n1", "POST", "/v1/jobs", {
-                "name": "on-workers", "run_at": soon(1.0),
-                "target": {"type": "command", "queue": "batch", "shell": True, "argv": [script]},
-                "retry": {"max_attempts": 3, "base_s": 0.1}})
-            assert job.status == 201, job
-            job_id = job.body["job_id"]
+            job_id = batch_job(cluster, "on-workers", script)
             running = wait_until(
                 lambda: (r := runs_of(cluster, job_id, "n2")) and r[0]["state"] == "running"
                 and r[0], 20, "worker wa to start the run")
@@ -120,12 +127,7 @@ def test_a_worker_stopped_with_sigterm_runs_its_command_to_the_end_first(fresh_c
     script = f"echo \"$RAFTSCHED_EXECUTION_ID $RAFTSCHED_ATTEMPT\" >> {ledger}; sleep 2"
     with Workers(cluster, "batch") as workers:
         workers.start("wa")
-        job = cluster.api("n1", "POST", "/v1/jobs", {
-            "name": "drained", "run_at": soon(1.0),
-            "target": {"type": "command", "queue": "batch", "shell": True, "argv": [script]},
-            "retry": {"max_attempts": 3, "base_s": 0.1}})
-        assert job.status == 201, job
-        job_id = job.body["job_id"]
+        job_id = batch_job(cluster, "drained", script)
         wait_until(lambda: ledger.exists() and ledger.read_text().strip(), 20,
                    "the command to start on wa")
         workers.terminate("wa")
@@ -170,13 +172,7 @@ def test_a_killed_workers_command_dies_with_it_and_only_the_retry_runs(fresh_clu
         with Workers(cluster, "batch") as workers:
             workers.start("wa")
             workers.start("wb")
-            job = cluster.api("n1", "POST", "/v1/jobs", {
-                "name": "dies-with-its-worker", "run_at": soon(1.0),
-                "target": {"type": "command", "queue": "batch", "shell": True,
-                           "argv": [script], "timeout_s": 60},
-                "retry": {"max_attempts": 3, "base_s": 0.1}})
-            assert job.status == 201, job
-            job_id = job.body["job_id"]
+            job_id = batch_job(cluster, "dies-with-its-worker", script, timeout_s=60)
             first = wait_until(
                 lambda: (r := runs_of(cluster, job_id, "n2")) and r[0]["state"] == "running"
                 and r[0], 20, "a worker to start the run")
